@@ -1,0 +1,454 @@
+/*
+ * stoker.h: the public interface of libstoker, and its manual.
+ *
+ * stoker packs training data into indexed shard files and reads them back as
+ * fast as the hardware allows.  This header is the reference for everything a
+ * program can do with the library; the command line tool `stoker` uses
+ * nothing but what is declared here.
+ *
+ * Conventions that hold for every function below unless it says otherwise:
+ *
+ *  - Errors.  A function returns 0 on success or a negative code: a negated
+ *    errno value (-ENOENT, -EINVAL, -ENOMEM, -EIO, ...) or one of stoker's own
+ *    codes (STK_E*, all below -1000).  The global errno is never relied upon.
+ *    Functions that take an `stk_error *err` fill it with the same code and a
+ *    message naming the file, shard and record concerned; `err` may be NULL.
+ *    Nothing in the library aborts the process on bad input.
+ *  - Ownership.  Objects are opaque and come from a `_create` or `_open`
+ *    function; the matching `_free` or `_close` releases them and accepts
+ *    NULL.  Every pointer the library hands out states how long it lives.
+ *  - Options.  Option structs are filled with defaults by their `_init`
+ *    function; set the fields you care about afterwards, so that fields added
+ *    in later versions keep their defaults.
+ *  - Threads.  Functions on distinct objects may run concurrently.  Whether
+ *    one object may be used from several threads at once is stated per type.
+ *  - Byte order.  Files are little-endian; the library builds only on
+ *    little-endian hosts (a build on another host fails at compile time).
+ */
+#ifndef STOKER_H
+#define STOKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define STK_API
+#else
+#define STK_API __attribute__((visibility("default")))
+#endif
+
+#define STK_VERSION_MAJOR 0
+#define STK_VERSION_MINOR 1
+#define STK_VERSION_PATCH 0
+#define STK_VERSION_STRING "0.1.0"
+
+/* The version of the on-disk format this library writes and reads. */
+#define STK_FORMAT_VERSION 1
+
+/* Returns STK_VERSION_STRING of the library actually linked. */
+STK_API const char *stk_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * stoker's own error codes.  Each kind of damage has its own code so that a
+ * caller (or a test) can tell them apart without parsing messages.
+ */
+enum {
+    STK_EBADMAGIC = -1001,   /* not a stoker file: foreign or overwritten  */
+    STK_EVERSION = -1002,    /* a format version this library cannot read  */
+    STK_ETRUNCATED = -1003,  /* a file is shorter than its header promises  */
+    STK_ECORRUPT = -1004,    /* a structure is malformed (header, manifest) */
+    STK_EBOUNDS = -1005,     /* an index entry points outside its region    */
+    STK_ECHECKSUM = -1006,   /* stored and computed checksums differ        */
+    STK_EINCOMPLETE = -1007, /* a pack was interrupted or not yet merged    */
+    STK_ESCHEMA = -1008,     /* data does not fit the schema                */
+    STK_ECODEC = -1009,      /* compression or decompression failed         */
+    STK_EMISMATCH = -1010,   /* a shard does not match its manifest entry   */
+    STK_EUNSUPPORTED = -1011 /* valid input that this build cannot handle    */
+};
+
+#define STK_ERROR_MAX 512
+
+/*
+ * Filled by any function that takes one.  `code` equals the function's return
+ * value; `message` is a NUL-terminated sentence that names the file, and where
+ * known the shard and record.  Callers own the struct (usually on the stack);
+ * the library never keeps a pointer to it.
+ */
+typedef struct stk_error {
+    int code;
+    char message[STK_ERROR_MAX];
+} stk_error;
+
+/*
+ * A short, static description of a code ("checksum mismatch", or strerror's
+ * text for errno values).  Never NULL; the string lives forever.
+ * Thread-safe.
+ */
+STK_API const char *stk_strerror(int code);
+
+/* ------------------------------------------------------------------------ */
+/* Schema                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef enum stk_dtype {
+    STK_U8 = 1,
+    STK_U16,
+    STK_U32,
+    STK_U64,
+    STK_I8,
+    STK_I16,
+    STK_I32,
+    STK_I64,
+    STK_F16,
+    STK_BF16,
+    STK_F32,
+    STK_F64,
+    STK_BYTES /* opaque bytes: element size 1, no arithmetic meaning */
+} stk_dtype;
+
+typedef enum stk_codec {
+    STK_CODEC_NONE = 0,
+    STK_CODEC_ZSTD = 1
+} stk_codec;
+
+#define STK_MAX_DIMS 8
+#define STK_NAME_MAX 64
+/* A first dimension that varies from record to record. */
+#define STK_RAGGED (-1)
+
+/*
+ * One field of a record.
+ *
+ * `shape` has `ndim` entries, 0 <= ndim <= STK_MAX_DIMS.  ndim == 0 is a
+ * scalar (one element per record).  shape[0] may be STK_RAGGED: each record
+ * then says how many rows it has, 0 included.  Every fixed entry is >= 1.
+ * A STK_BYTES field has ndim 1: a ragged byte string, or a fixed size.
+ *
+ * A "row" is one step along the first dimension: its size in bytes is the
+ * element size times the product of shape[1..ndim).  A field's bytes in a
+ * record are its rows, row-major, without padding.
+ *
+ * `codec` compresses the field's bytes per record.  A compressed field can be
+ * read whole only; windows over it are decompressed first.  `codec_level` is
+ * passed to the codec (zstd: 1..19, 0 means its default, 3).
+ *
+ * `name` is 1..STK_NAME_MAX-1 bytes of [A-Za-z0-9_.-].
+ */
+typedef struct stk_field {
+    const char *name;
+    stk_dtype dtype;
+    int ndim;
+    int64_t shape[STK_MAX_DIMS];
+    stk_codec codec;
+    int codec_level;
+} stk_field;
+
+/* Element size in bytes of a dtype (1 for STK_BYTES), 0 for an unknown one. */
+STK_API size_t stk_dtype_size(stk_dtype dtype);
+
+/* The dtype's name as written in manifests: "u8" ... "f64", "bf16",
+ * "bytes"; NULL for an unknown dtype.  Static storage. */
+STK_API const char *stk_dtype_name(stk_dtype dtype);
+
+/* Parses a dtype name as above.  Returns the dtype, or -EINVAL. */
+STK_API int stk_dtype_parse(const char *name);
+
+/* ------------------------------------------------------------------------ */
+/* Writing a dataset                                                         */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A dataset is a directory holding `manifest.json` and shard files.  The
+ * manifest is written last, atomically (write, fsync, rename, fsync of the
+ * directory), so a dataset either opens complete or is reported incomplete.
+ */
+typedef struct stk_writer stk_writer;
+
+typedef struct stk_writer_options {
+    /* A shard is closed and a new one begun when the next record would take
+     * the shard's data past this many bytes.  A record never straddles two
+     * shards; a record larger than the target gets a shard to itself.
+     * Default 256 MiB. */
+    uint64_t shard_bytes;
+    /* Every field's bytes start at a multiple of this (a power of two between
+     * 1 and 4096).  Default 64: a cache line, and enough for every dtype. */
+    uint32_t align;
+    /* The shard's data region is also checksummed in blocks of this size (a
+     * power of two between 4096 and 16 MiB), so that a reader that reads part
+     * of a record can still verify what it read.  Default 64 KiB. */
+    uint32_t block_size;
+    /* Split packing: this writer produces part `part_index` of `part_count`
+     * (0 <= part_index < part_count).  Parts write distinct files into the
+     * same directory and a part manifest each; stk_merge() joins them.
+     * Default 0 of 1: an ordinary, whole dataset. */
+    uint32_t part_index;
+    uint32_t part_count;
+    /* Replace a complete dataset already at the path.  Default 0: such a
+     * path is refused with -EEXIST. */
+    int overwrite;
+    /* Make shards and manifest durable with fsync before the manifest is
+     * published.  Default 1.  With 0 a power loss may leave a complete
+     * manifest over shards that never reached the disk. */
+    int sync;
+    /* A JSON object copied verbatim into the manifest under "attrs", or NULL.
+     * It must parse as a JSON object. */
+    const char *attrs_json;
+} stk_writer_options;
+
+/* Fills `opts` with the defaults above. */
+STK_API void stk_writer_options_init(stk_writer_options *opts);
+
+/*
+ * Starts a dataset (or one part of it) at `path`, creating the directory if
+ * needed.  `fields` describes each record; it is copied, so the caller may
+ * free it on return.  `opts` may be NULL for the defaults.
+ *
+ * Until stk_writer_finish() succeeds the dataset is incomplete: opening it
+ * fails with STK_EINCOMPLETE.
+ *
+ * Returns 0 and sets *out, or:
+ *   -EINVAL   a bad schema (empty, duplicate or invalid name, bad dtype, bad
+ *             shape, bytes with ndim != 1) or bad options;
+ *   -EEXIST   a complete dataset (or this part) exists and !opts->overwrite;
+ *   -ENOMEM, or a negated errno from creating the directory or files.
+ * Thread-safety: a writer is used by one thread at a time.
+ */
+STK_API int stk_writer_create(const char *path, const stk_field *fields,
+                              size_t nfields, const stk_writer_options *opts,
+                              stk_writer **out, stk_error *err);
+
+/*
+ * The values of one field of one record.  `data` points at `rows` rows of the
+ * field (see stk_field), row-major.  For a fixed first dimension `rows` must
+ * equal shape[0]; for a scalar field it must be 1.  The writer copies the
+ * bytes before returning; `data` may be NULL when rows == 0.
+ */
+typedef struct stk_value {
+    const void *data;
+    uint64_t rows;
+} stk_value;
+
+/*
+ * Appends one record: values[i] holds field i, in schema order.
+ * Returns 0, or:
+ *   -EINVAL / STK_ESCHEMA  a row count that does not fit the schema (the
+ *             message names the field and the record number);
+ *   STK_ECODEC  compression failed;
+ *   -ENOSPC, -EIO and other negated errnos from writing, naming the shard.
+ * After an error the writer accepts no more records; free it, and the
+ * dataset stays incomplete.
+ */
+STK_API int stk_writer_append(stk_writer *w, const stk_value *values,
+                              stk_error *err);
+
+/* Records appended so far. */
+STK_API uint64_t stk_writer_num_records(const stk_writer *w);
+
+/* Bytes written to shard files so far (data, padding, index and headers). */
+STK_API uint64_t stk_writer_bytes_written(const stk_writer *w);
+
+/*
+ * Closes the last shard and publishes the manifest (for a part: the part
+ * manifest).  After this the dataset opens as complete.  The writer must
+ * still be freed.  Returns 0 or a negated errno / STK_E* code; on failure the
+ * dataset remains incomplete and nothing previously complete is lost.
+ */
+STK_API int stk_writer_finish(stk_writer *w, stk_error *err);
+
+/* Releases the writer.  Unfinished work is abandoned: the files written so
+ * far stay, and the dataset opens as STK_EINCOMPLETE.  Accepts NULL. */
+STK_API void stk_writer_free(stk_writer *w);
+
+/*
+ * Joins the parts written with part_count = N into one dataset at `path`.
+ * Every part 0..N-1 must be finished and share one schema.  Records keep the
+ * order of the parts: all of part 0, then all of part 1, and so on.  The
+ * manifest is published atomically; the part manifests are then removed.
+ * Returns 0, or STK_EINCOMPLETE (a part is missing or unfinished, named in the
+ * message), STK_ESCHEMA (parts disagree), -EEXIST (already merged), or a
+ * negated errno.
+ */
+STK_API int stk_merge(const char *path, stk_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Reading a dataset                                                         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct stk_dataset stk_dataset;
+
+/*
+ * Opens the dataset at `path` (the directory, or its manifest.json) and
+ * validates it: the manifest; every shard's header, size, and index against
+ * the manifest's checksums; every index entry against the shard's bounds and
+ * the schema.  Record bytes are not read (see stk_dataset_verify).
+ *
+ * Returns 0 and sets *out, or:
+ *   -ENOENT          no dataset there (or a shard file is missing);
+ *   STK_EINCOMPLETE  a pack that did not finish, or parts not yet merged;
+ *   STK_EBADMAGIC    a shard or manifest that is not stoker's;
+ *   STK_EVERSION     a newer or unknown format version;
+ *   STK_ETRUNCATED   a shard shorter than recorded;
+ *   STK_ECORRUPT     a malformed manifest or header;
+ *   STK_EMISMATCH    a shard that differs from its manifest entry;
+ *   STK_ECHECKSUM    an index whose checksum fails;
+ *   STK_EBOUNDS      an index entry outside the shard's data region;
+ *   STK_ESCHEMA      an index entry that contradicts the schema;
+ *   -ENOMEM, -EIO, -EMFILE ...
+ * Thread-safety: an open dataset is immutable; every stk_dataset_* reader
+ * below may be called from any number of threads at once.  The shard files
+ * must not be modified while the dataset is open.
+ */
+STK_API int stk_dataset_open(const char *path, stk_dataset **out,
+                             stk_error *err);
+
+/* Releases the dataset and every pointer obtained from it.  Accepts NULL. */
+STK_API void stk_dataset_close(stk_dataset *ds);
+
+STK_API uint64_t stk_dataset_num_records(const stk_dataset *ds);
+STK_API size_t stk_dataset_num_fields(const stk_dataset *ds);
+STK_API size_t stk_dataset_num_shards(const stk_dataset *ds);
+
+/* The directory of the dataset.  Valid until stk_dataset_close. */
+STK_API const char *stk_dataset_path(const stk_dataset *ds);
+
+/* Field `i` of the schema, or NULL if i is out of range.  The struct and its
+ * name are valid until stk_dataset_close. */
+STK_API const stk_field *stk_dataset_field(const stk_dataset *ds, size_t i);
+
+/* The index of the field called `name`, or -ENOENT. */
+STK_API int stk_dataset_find_field(const stk_dataset *ds, const char *name);
+
+/* The manifest's "attrs" object as compact JSON text ("{}" when none).
+ * Valid until stk_dataset_close. */
+STK_API const char *stk_dataset_attrs(const stk_dataset *ds);
+
+typedef struct stk_shard_info {
+    const char *file;      /* full path; valid until stk_dataset_close */
+    uint64_t first_record; /* global id of the shard's first record */
+    uint64_t records;
+    uint64_t bytes; /* size of the shard file */
+    uint64_t data_bytes; /* bytes of record data, padding included */
+} stk_shard_info;
+
+/* Describes shard `i`.  Returns 0 or -EINVAL for an index out of range. */
+STK_API int stk_dataset_shard(const stk_dataset *ds, size_t i,
+                              stk_shard_info *out);
+
+/*
+ * Where one field of one record lies, and how big it is.  `data` points into
+ * a read-only mapping of the shard and stays valid until stk_dataset_close;
+ * reading it may fault in pages from disk.  For a compressed field it points
+ * at the compressed frame (`stored_bytes` long); `raw_bytes` is the size once
+ * decoded, always rows times the row size.
+ */
+typedef struct stk_extent {
+    const void *data;
+    uint64_t rows;
+    uint64_t raw_bytes;
+    uint64_t stored_bytes;
+    stk_codec codec;
+    uint32_t shard;  /* index of the shard holding the record */
+    uint64_t offset; /* byte offset of the stored bytes in the shard file */
+} stk_extent;
+
+/*
+ * Locates field `field` of record `record` without reading or verifying it.
+ * Returns 0, or -EINVAL for a record or field out of range (the message
+ * names both and the valid ranges), or -ENOMEM/-errno if the shard could not
+ * be mapped.
+ */
+STK_API int stk_dataset_get(const stk_dataset *ds, uint64_t record,
+                            size_t field, stk_extent *out, stk_error *err);
+
+/* Flags for stk_dataset_read. */
+#define STK_READ_VERIFY 1u /* check the record's checksum first */
+
+/*
+ * Copies field `field` of `record`, decoded, into `buf` (capacity `cap`
+ * bytes) and sets *len to its size.  With STK_READ_VERIFY the whole record's
+ * checksum is checked first.
+ * Returns 0, or:
+ *   -EINVAL        record or field out of range;
+ *   -ENOSPC        cap is too small (*len says how much is needed);
+ *   STK_ECHECKSUM  verification failed (names shard file and record);
+ *   STK_ECODEC     the compressed bytes do not decode to raw_bytes;
+ *   -EIO           the shard could not be read.
+ */
+STK_API int stk_dataset_read(const stk_dataset *ds, uint64_t record,
+                             size_t field, void *buf, size_t cap, size_t *len,
+                             unsigned flags, stk_error *err);
+
+/* Called by stk_dataset_verify for every problem found, from any of its
+ * threads but never two at once. */
+typedef void (*stk_problem_fn)(void *ctx, const stk_error *problem);
+/* Called now and then with the bytes checked so far out of `total`, from
+ * any of verify's threads but never two at once. */
+typedef void (*stk_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+
+typedef struct stk_verify_options {
+    int threads;              /* 0 (default): one per online CPU */
+    size_t max_problems;      /* stop after this many; default 100 */
+    stk_problem_fn on_problem; /* default NULL */
+    stk_progress_fn on_progress; /* default NULL */
+    void *ctx;
+} stk_verify_options;
+
+STK_API void stk_verify_options_init(stk_verify_options *opts);
+
+typedef struct stk_verify_report {
+    uint64_t records_checked;
+    uint64_t bytes_checked;
+    uint64_t problems;
+} stk_verify_report;
+
+/*
+ * Reads every shard in full and checks every block checksum and every
+ * record checksum.  Returns 0 when all are intact; otherwise the code of the
+ * first problem found in dataset order (usually STK_ECHECKSUM) with `err`
+ * naming the shard file and the record, after reporting every problem (up to
+ * max_problems) through on_problem.  `report` may be NULL.
+ */
+STK_API int stk_dataset_verify(const stk_dataset *ds,
+                               const stk_verify_options *opts,
+                               stk_verify_report *report, stk_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* NumPy .npy files                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* What an .npy header says. */
+typedef struct stk_npy_header {
+    stk_dtype dtype;
+    int ndim;
+    int64_t shape[STK_MAX_DIMS];
+    uint64_t data_offset; /* where the array's bytes begin in the file */
+    uint64_t data_bytes;  /* element size times the product of shape */
+} stk_npy_header;
+
+/*
+ * Parses the header at the start of an .npy file held in `buf` (`len` bytes:
+ * the whole file, or at least its header).  Accepts format versions 1.0, 2.0
+ * and 3.0, C order, little-endian or byte-order-free dtypes: b1 (as u8), u1
+ * to u8, i1 to i8, f2, f4, f8.
+ * Returns 0, or STK_EBADMAGIC (not an .npy file), STK_EVERSION,
+ * STK_ECORRUPT (malformed header), STK_EUNSUPPORTED (Fortran order,
+ * big-endian, object or other dtypes, more than STK_MAX_DIMS dimensions),
+ * STK_ETRUNCATED (len shorter than the header).  `name` is used in messages
+ * only and may be NULL.
+ */
+STK_API int stk_npy_parse(const void *buf, size_t len, const char *name,
+                          stk_npy_header *out, stk_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STOKER_H */

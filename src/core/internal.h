@@ -1,0 +1,89 @@
+/*
+ * internal.h: what every part of libstoker shares and no user sees.
+ *
+ * Names with the stk__ prefix are internal; they are not exported from the
+ * shared library and may change at any time.  src/core depends on nothing
+ * but libc and the hashing library; everything else may include this file.
+ */
+#ifndef STK_INTERNAL_H
+#define STK_INTERNAL_H
+
+#include "stoker.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "stoker's file format is little-endian and it builds only on little-endian hosts"
+#endif
+
+#define STK__UNUSED(x) ((void)(x))
+#define STK__MIN(a, b) ((a) < (b) ? (a) : (b))
+#define STK__MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#if defined(__GNUC__)
+#define STK__PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define STK__LIKELY(x) __builtin_expect(!!(x), 1)
+#define STK__UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define STK__PRINTF(f, a)
+#define STK__LIKELY(x) (x)
+#define STK__UNLIKELY(x) (x)
+#endif
+
+/* ---- errors (core/error.c) ---- */
+
+/* Fills `err` (if not NULL) with `code` and the formatted message and
+ * returns `code`, so that `return stk__err(err, -EIO, "...")` reads well. */
+int stk__err(stk_error *err, int code, const char *fmt, ...) STK__PRINTF(3, 4);
+
+/* Prefixes an already filled message with more context ("shard X: "). */
+void stk__err_prefix(stk_error *err, const char *fmt, ...) STK__PRINTF(2, 3);
+
+/* ---- allocation (core/alloc.c): the one place memory comes from ---- */
+
+void *stk__malloc(size_t n);
+void *stk__calloc(size_t count, size_t size);
+void *stk__realloc(void *p, size_t n);
+void stk__free(void *p);
+char *stk__strdup(const char *s);
+/* Allocation aligned to `align` (a power of two >= sizeof(void *)). */
+void *stk__aligned_alloc(size_t align, size_t n);
+
+/* ---- files (core/io.c): loops over short transfers and EINTR ---- */
+
+/* open(2) returning the descriptor or a negated errno. */
+int stk__open(const char *path, int flags, int mode);
+/* Reads up to n bytes at off; returns the count read (short only at end of
+ * file) or a negated errno. */
+ssize_t stk__pread_full(int fd, void *buf, size_t n, uint64_t off);
+/* Writes all n bytes at off, or returns a negated errno. */
+int stk__pwrite_full(int fd, const void *buf, size_t n, uint64_t off);
+int stk__fsync(int fd);
+int stk__fsync_dir(const char *dir);
+/* Reads a whole (small) file into a NUL-terminated buffer from stk__malloc. */
+int stk__read_file(const char *path, char **out, size_t *len);
+/* Writes `data` to dir/name through a temporary file and rename(2), with
+ * fsync of the file and the directory when `sync` is set. */
+int stk__write_file_atomic(const char *dir, const char *name, const void *data,
+                           size_t len, bool sync);
+/* Joins dir and name with one '/' into a buffer from stk__malloc. */
+char *stk__path_join(const char *dir, const char *name);
+
+/* ---- time ---- */
+uint64_t stk__now_ns(void);
+
+/* ---- little helpers ---- */
+static inline uint64_t stk__align_up(uint64_t x, uint64_t a) {
+    return (x + a - 1) & ~(a - 1);
+}
+static inline bool stk__is_pow2(uint64_t x) { return x && !(x & (x - 1)); }
+/* a * b, false on overflow. */
+static inline bool stk__mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+
+#endif

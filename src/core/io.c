@@ -1,0 +1,143 @@
+/*
+ * io.c: thin wrappers over file system calls.  They retry on EINTR and on
+ * short transfers, and return negated errno values instead of touching the
+ * caller's errno.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int stk__open(const char *path, int flags, int mode) {
+    int fd;
+    do {
+        fd = open(path, flags | O_CLOEXEC, mode);
+    } while (fd < 0 && errno == EINTR);
+    return fd < 0 ? -errno : fd;
+}
+
+ssize_t stk__pread_full(int fd, void *buf, size_t n, uint64_t off) {
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + done));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        if (r == 0) break;
+        done += (size_t)r;
+    }
+    return (ssize_t)done;
+}
+
+int stk__pwrite_full(int fd, const void *buf, size_t n, uint64_t off) {
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pwrite(fd, (const char *)buf + done, n - done,
+                           (off_t)(off + done));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        if (r == 0) return -EIO;
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+int stk__fsync(int fd) {
+    while (fsync(fd) != 0) {
+        if (errno != EINTR) return -errno;
+    }
+    return 0;
+}
+
+int stk__fsync_dir(const char *dir) {
+    int fd = stk__open(dir, O_RDONLY | O_DIRECTORY, 0);
+    if (fd < 0) return fd;
+    int rc = stk__fsync(fd);
+    close(fd);
+    return rc;
+}
+
+int stk__read_file(const char *path, char **out, size_t *len) {
+    int fd = stk__open(path, O_RDONLY, 0);
+    if (fd < 0) return fd;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int rc = -errno;
+        close(fd);
+        return rc;
+    }
+    size_t n = (size_t)st.st_size;
+    char *buf = stk__malloc(n + 1);
+    if (!buf) {
+        close(fd);
+        return -ENOMEM;
+    }
+    ssize_t r = stk__pread_full(fd, buf, n, 0);
+    close(fd);
+    if (r < 0) {
+        stk__free(buf);
+        return (int)r;
+    }
+    buf[r] = '\0';
+    *out = buf;
+    *len = (size_t)r;
+    return 0;
+}
+
+char *stk__path_join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = stk__malloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    size_t k = a;
+    if (a && dir[a - 1] != '/') p[k++] = '/';
+    memcpy(p + k, name, b + 1);
+    return p;
+}
+
+int stk__write_file_atomic(const char *dir, const char *name, const void *data,
+                           size_t len, bool sync) {
+    char tmpname[STK_NAME_MAX * 2 + 32];
+    snprintf(tmpname, sizeof tmpname, ".%s.tmp.%ld", name, (long)getpid());
+    char *tmp = stk__path_join(dir, tmpname);
+    char *dst = stk__path_join(dir, name);
+    int rc = 0;
+    if (!tmp || !dst) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    int fd = stk__open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        rc = fd;
+        goto out;
+    }
+    rc = stk__pwrite_full(fd, data, len, 0);
+    if (rc == 0 && sync) rc = stk__fsync(fd);
+    if (close(fd) != 0 && rc == 0) rc = -errno;
+    if (rc == 0 && rename(tmp, dst) != 0) rc = -errno;
+    if (rc != 0) {
+        unlink(tmp);
+        goto out;
+    }
+    if (sync) rc = stk__fsync_dir(dir);
+out:
+    stk__free(tmp);
+    stk__free(dst);
+    return rc;
+}
+
+uint64_t stk__now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}

@@ -1,0 +1,652 @@
+/*
+ * dataset.c: opening a dataset, finding records, reading and verifying them.
+ *
+ * Opening checks everything that can be checked without reading record
+ * bytes: the manifest, each shard's header against the manifest, each index
+ * and block table against the checksums in the header, and every index entry
+ * against the shard's bounds and the schema.  After that, every offset the
+ * reader or the engine uses is known to lie inside its file, so no later
+ * read can stray out of bounds, whatever the files contain.
+ */
+#define _GNU_SOURCE
+#include "format.h"
+#include "../core/hash.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+/* Says why a directory without a manifest is not a dataset. */
+static int no_manifest(const char *dir, stk_error *err) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        int rc = -errno;
+        return stk__err(err, rc, "%s: not a stoker dataset: %s", dir, stk_strerror(rc));
+    }
+    struct dirent *e;
+    const char *why = NULL;
+    char seen[300] = "";
+    while ((e = readdir(d)) != NULL) {
+        if (!stk__is_stoker_file(e->d_name)) continue;
+        snprintf(seen, sizeof seen, "%s", e->d_name);
+        if (strncmp(e->d_name, "part-", 5) == 0) why = "parts that are not merged yet (run `stoker merge`)";
+        else if (!why) why = "files of a pack that did not finish";
+    }
+    closedir(d);
+    if (why)
+        return stk__err(err, STK_EINCOMPLETE,
+                        "%s: the dataset is incomplete: no %s, but %s (e.g. %s)", dir,
+                        STK__MANIFEST, why, seen);
+    return stk__err(err, -ENOENT, "%s: not a stoker dataset (no %s)", dir, STK__MANIFEST);
+}
+
+static void shard_release(stk__shard *sh) {
+    if (sh->map) munmap((void *)sh->map, (size_t)sh->size);
+    stk__free(sh->path);
+    stk__free(sh->index);
+    stk__free(sh->blocks);
+}
+
+void stk_dataset_close(stk_dataset *ds) {
+    if (!ds) return;
+    for (size_t i = 0; i < ds->nshards; i++) shard_release(&ds->shards[i]);
+    stk__free(ds->shards);
+    stk__schema_free(ds->fields, ds->nfields);
+    stk__free(ds->info);
+    stk__free(ds->attrs);
+    stk__free(ds->dir);
+    stk__free(ds);
+}
+
+#define SH_ERR(code, ...) \
+    (stk__err(err, code, __VA_ARGS__), stk__err_prefix(err, "%s: ", sh->path), code)
+
+/* Checks the index entries of one shard against its bounds and the schema. */
+static int check_entries(const stk_dataset *ds, const stk__shard *sh, stk_error *err) {
+    size_t F = ds->nfields;
+    uint64_t prev_end = sh->data_off;
+    for (uint64_t r = 0; r < sh->nrec; r++) {
+        const uint64_t *e = stk__entry(ds, sh, r);
+        unsigned long long grec = (unsigned long long)(sh->first + r);
+        for (size_t f = 0; f < F; f++) {
+            uint64_t off = e[1 + 3 * f], len = e[2 + 3 * f], rows = e[3 + 3 * f];
+            const stk__fieldinfo *fi = &ds->info[f];
+            const char *name = ds->fields[f].name;
+            if (off < prev_end || off > sh->data_end || len > sh->data_end - off)
+                return SH_ERR(STK_EBOUNDS,
+                              "record %llu (shard record %llu): field '%s' at "
+                              "[%llu, +%llu) lies outside the data region [%llu, "
+                              "%llu) or overlaps the previous field",
+                              grec, (unsigned long long)r, name,
+                              (unsigned long long)off, (unsigned long long)len,
+                              (unsigned long long)sh->data_off,
+                              (unsigned long long)sh->data_end);
+            if (off % ds->align)
+                return SH_ERR(STK_ECORRUPT,
+                              "record %llu: field '%s' at offset %llu is not "
+                              "aligned to %u",
+                              grec, name, (unsigned long long)off, ds->align);
+            uint64_t raw;
+            if (fi->fixed_rows != STK_RAGGED && rows != (uint64_t)fi->fixed_rows)
+                return SH_ERR(STK_ESCHEMA,
+                              "record %llu: field '%s' has %llu rows; the schema "
+                              "fixes %lld",
+                              grec, name, (unsigned long long)rows,
+                              (long long)fi->fixed_rows);
+            if (!stk__mul_ok(rows, fi->row_bytes, &raw))
+                return SH_ERR(STK_ESCHEMA, "record %llu: field '%s': %llu rows overflow",
+                              grec, name, (unsigned long long)rows);
+            if (ds->fields[f].codec == STK_CODEC_NONE && len != raw)
+                return SH_ERR(STK_ESCHEMA,
+                              "record %llu: field '%s' stores %llu bytes but %llu "
+                              "rows take %llu",
+                              grec, name, (unsigned long long)len,
+                              (unsigned long long)rows, (unsigned long long)raw);
+            prev_end = off + len;
+        }
+    }
+    return 0;
+}
+
+static int open_shard(stk_dataset *ds, stk__shard *sh, const stk__shard_entry *me,
+                      uint64_t schema_hash, stk_error *err) {
+    int fd = stk__open(sh->path, O_RDONLY, 0);
+    if (fd < 0)
+        return stk__err(err, fd, "%s: cannot open shard: %s", sh->path, stk_strerror(fd));
+    int rc = 0;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        rc = -errno;
+        stk__err(err, rc, "%s: %s", sh->path, stk_strerror(rc));
+        goto out;
+    }
+    sh->size = (uint64_t)st.st_size;
+    uint8_t h[STK__HEADER_USED];
+    ssize_t got = stk__pread_full(fd, h, sizeof h, 0);
+    if (got < 0) {
+        rc = (int)got;
+        stk__err(err, rc, "%s: reading the header: %s", sh->path, stk_strerror(rc));
+        goto out;
+    }
+    if ((size_t)got < 8 || memcmp(h, STK__MAGIC, 8) != 0) {
+        rc = SH_ERR(STK_EBADMAGIC, "not a stoker shard (bad magic)");
+        goto out;
+    }
+    if ((size_t)got < sizeof h) {
+        rc = SH_ERR(STK_ETRUNCATED, "the file ends inside its header (%zd bytes)", got);
+        goto out;
+    }
+    uint32_t version = stk__ld32(h + STK__H_VERSION);
+    if (version != STK_FORMAT_VERSION) {
+        rc = SH_ERR(STK_EVERSION, "format version %u; this stoker reads version %d",
+                    version, STK_FORMAT_VERSION);
+        goto out;
+    }
+    if (stk__ld32(h + STK__H_BOM) != STK__BOM) {
+        rc = SH_ERR(STK_ECORRUPT, "byte-order mark is wrong: not a little-endian shard");
+        goto out;
+    }
+    uint64_t hh = stk__ld64(h + STK__H_HEADER_HASH);
+    if (stk__hash(h, STK__H_HEADER_HASH) != hh) {
+        rc = SH_ERR(STK_ECHECKSUM, "header checksum mismatch: the header is damaged");
+        goto out;
+    }
+    if (hh != me->header_hash) {
+        rc = SH_ERR(STK_EMISMATCH,
+                    "header checksum %016" PRIx64 " differs from the manifest's %016" PRIx64
+                    ": the shard was replaced after the manifest was written",
+                    hh, me->header_hash);
+        goto out;
+    }
+    if (sh->size < me->bytes) {
+        rc = SH_ERR(STK_ETRUNCATED, "file has %llu bytes; the manifest says %llu",
+                    (unsigned long long)sh->size, (unsigned long long)me->bytes);
+        goto out;
+    }
+    if (sh->size != me->bytes) {
+        rc = SH_ERR(STK_EMISMATCH, "file has %llu bytes; the manifest says %llu",
+                    (unsigned long long)sh->size, (unsigned long long)me->bytes);
+        goto out;
+    }
+    sh->nrec = stk__ld64(h + STK__H_NRECORDS);
+    sh->data_off = stk__ld64(h + STK__H_DATA_OFF);
+    sh->data_end = stk__ld64(h + STK__H_DATA_END);
+    uint64_t index_off = stk__ld64(h + STK__H_INDEX_OFF);
+    uint64_t index_size = stk__ld64(h + STK__H_INDEX_SIZE);
+    uint64_t blocks_off = stk__ld64(h + STK__H_BLOCKS_OFF);
+    sh->nblocks = stk__ld64(h + STK__H_NBLOCKS);
+    sh->block_size = stk__ld32(h + STK__H_BLOCK_SIZE);
+    uint32_t nf = stk__ld32(h + STK__H_NFIELDS);
+    if (nf != ds->nfields || sh->nrec != me->records) {
+        rc = SH_ERR(STK_EMISMATCH,
+                    "holds %u fields and %llu records; the manifest says %zu and %llu",
+                    nf, (unsigned long long)sh->nrec, ds->nfields,
+                    (unsigned long long)me->records);
+        goto out;
+    }
+    if (stk__ld64(h + STK__H_SCHEMA_HASH) != schema_hash) {
+        rc = SH_ERR(STK_ESCHEMA, "was written with a different schema than the manifest's");
+        goto out;
+    }
+    if (stk__ld32(h + STK__H_ALIGN) != ds->align || sh->block_size != ds->block_size) {
+        rc = SH_ERR(STK_EMISMATCH, "alignment or block size differs from the manifest");
+        goto out;
+    }
+    /* The layout must chain exactly: header, data, index, blocks, end. */
+    size_t words = stk__entry_words(ds->nfields);
+    uint64_t want_index, want_blocks;
+    uint64_t data_len = sh->data_end - sh->data_off;
+    if (stk__ld32(h + STK__H_HSIZE) != STK__HEADER_SIZE ||
+        sh->data_off != STK__HEADER_SIZE || sh->data_end < sh->data_off ||
+        sh->data_end > sh->size ||
+        index_off != stk__align_up(sh->data_end, STK__INDEX_ALIGN) ||
+        !stk__mul_ok(sh->nrec, words * 8, &want_index) || index_size != want_index ||
+        blocks_off != index_off + index_size ||
+        sh->nblocks != (data_len + sh->block_size - 1) / sh->block_size ||
+        !stk__mul_ok(sh->nblocks, 8, &want_blocks) ||
+        blocks_off + want_blocks != sh->size) {
+        rc = SH_ERR(STK_ECORRUPT, "the header's layout is inconsistent (data [%llu, %llu), "
+                    "index at %llu, %llu blocks, file of %llu bytes)",
+                    (unsigned long long)sh->data_off, (unsigned long long)sh->data_end,
+                    (unsigned long long)index_off, (unsigned long long)sh->nblocks,
+                    (unsigned long long)sh->size);
+        goto out;
+    }
+    sh->index = stk__malloc((size_t)index_size);
+    sh->blocks = stk__malloc((size_t)want_blocks);
+    if (!sh->index || !sh->blocks) {
+        rc = stk__err(err, -ENOMEM, "%s: out of memory for the index", sh->path);
+        goto out;
+    }
+    if ((got = stk__pread_full(fd, sh->index, (size_t)index_size, index_off)) !=
+            (ssize_t)index_size ||
+        (got = stk__pread_full(fd, sh->blocks, (size_t)want_blocks, blocks_off)) !=
+            (ssize_t)want_blocks) {
+        rc = got < 0 ? (int)got : STK_ETRUNCATED;
+        stk__err(err, rc, "%s: reading the index: %s", sh->path, stk_strerror(rc));
+        goto out;
+    }
+    if (stk__hash(sh->index, (size_t)index_size) != stk__ld64(h + STK__H_INDEX_HASH)) {
+        rc = SH_ERR(STK_ECHECKSUM, "index checksum mismatch: the record index is damaged");
+        goto out;
+    }
+    if (stk__hash(sh->blocks, (size_t)want_blocks) != stk__ld64(h + STK__H_BLOCKS_HASH)) {
+        rc = SH_ERR(STK_ECHECKSUM, "block table checksum mismatch");
+        goto out;
+    }
+    if ((rc = check_entries(ds, sh, err))) goto out;
+    void *map = mmap(NULL, (size_t)sh->size, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) {
+        rc = -errno;
+        stk__err(err, rc, "%s: cannot map the shard: %s", sh->path, stk_strerror(rc));
+        goto out;
+    }
+    sh->map = map;
+out:
+    close(fd);
+    return rc;
+}
+
+int stk_dataset_open(const char *path, stk_dataset **out, stk_error *err) {
+    if (!path || !out) return stk__err(err, -EINVAL, "stk_dataset_open: NULL argument");
+    *out = NULL;
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        int rc = -errno;
+        return stk__err(err, rc, "%s: %s", path, stk_strerror(rc));
+    }
+    stk_dataset *ds = stk__calloc(1, sizeof *ds);
+    if (!ds) return stk__err(err, -ENOMEM, "out of memory");
+    char *mpath = NULL;
+    if (S_ISDIR(st.st_mode)) {
+        ds->dir = stk__strdup(path);
+        mpath = ds->dir ? stk__path_join(path, STK__MANIFEST) : NULL;
+    } else {
+        /* A manifest file was named: the dataset is its directory. */
+        mpath = stk__strdup(path);
+        const char *slash = strrchr(path, '/');
+        ds->dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path))
+                        : stk__strdup(".");
+    }
+    int rc = 0;
+    char *text = NULL;
+    size_t len = 0;
+    stk__manifest m;
+    memset(&m, 0, sizeof m);
+    if (!ds->dir || !mpath) {
+        rc = stk__err(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    if ((rc = stk__read_file(mpath, &text, &len))) {
+        if (rc == -ENOENT && S_ISDIR(st.st_mode)) rc = no_manifest(ds->dir, err);
+        else stk__err(err, rc, "%s: %s", mpath, stk_strerror(rc));
+        goto fail;
+    }
+    if ((rc = stk__manifest_parse(text, len, mpath, &m, err))) goto fail;
+    if (m.is_part) {
+        rc = stk__err(err, STK_EINCOMPLETE,
+                      "%s: is part %u of %u; merge the parts with `stoker merge`", mpath,
+                      m.part_index, m.part_count);
+        goto fail;
+    }
+    ds->fields = m.fields;
+    ds->nfields = m.nfields;
+    m.fields = NULL;
+    m.nfields = 0;
+    ds->attrs = m.attrs;
+    m.attrs = NULL;
+    ds->align = m.align;
+    ds->block_size = m.block_size;
+    ds->nrec = m.records;
+    ds->info = stk__calloc(ds->nfields, sizeof *ds->info);
+    ds->shards = stk__calloc(m.nshards ? m.nshards : 1, sizeof *ds->shards);
+    if (!ds->info || !ds->shards) {
+        rc = stk__err(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    stk__schema_check(ds->fields, ds->nfields, ds->info, NULL);
+    uint64_t schema_hash = stk__schema_hash(ds->fields, ds->nfields);
+    uint64_t first = 0;
+    for (size_t i = 0; i < m.nshards; i++) {
+        stk__shard *sh = &ds->shards[i];
+        ds->nshards = i + 1;
+        sh->first = first;
+        sh->path = stk__path_join(ds->dir, m.shards[i].file);
+        if (!sh->path) {
+            rc = stk__err(err, -ENOMEM, "out of memory");
+            goto fail;
+        }
+        if ((rc = open_shard(ds, sh, &m.shards[i], schema_hash, err))) goto fail;
+        first += sh->nrec;
+    }
+    stk__manifest_clear(&m);
+    stk__free(text);
+    stk__free(mpath);
+    *out = ds;
+    return 0;
+fail:
+    stk__manifest_clear(&m);
+    stk__free(text);
+    stk__free(mpath);
+    stk_dataset_close(ds);
+    return rc;
+}
+
+uint64_t stk_dataset_num_records(const stk_dataset *ds) { return ds ? ds->nrec : 0; }
+size_t stk_dataset_num_fields(const stk_dataset *ds) { return ds ? ds->nfields : 0; }
+size_t stk_dataset_num_shards(const stk_dataset *ds) { return ds ? ds->nshards : 0; }
+const char *stk_dataset_path(const stk_dataset *ds) { return ds ? ds->dir : NULL; }
+const char *stk_dataset_attrs(const stk_dataset *ds) { return ds ? ds->attrs : NULL; }
+
+const stk_field *stk_dataset_field(const stk_dataset *ds, size_t i) {
+    return ds && i < ds->nfields ? &ds->fields[i] : NULL;
+}
+
+int stk_dataset_find_field(const stk_dataset *ds, const char *name) {
+    if (!ds || !name) return -EINVAL;
+    for (size_t i = 0; i < ds->nfields; i++)
+        if (strcmp(ds->fields[i].name, name) == 0) return (int)i;
+    return -ENOENT;
+}
+
+int stk_dataset_shard(const stk_dataset *ds, size_t i, stk_shard_info *out) {
+    if (!ds || !out || i >= ds->nshards) return -EINVAL;
+    const stk__shard *sh = &ds->shards[i];
+    out->file = sh->path;
+    out->first_record = sh->first;
+    out->records = sh->nrec;
+    out->bytes = sh->size;
+    out->data_bytes = sh->data_end - sh->data_off;
+    return 0;
+}
+
+size_t stk__dataset_shard_of(const stk_dataset *ds, uint64_t rec) {
+    size_t lo = 0, hi = ds->nshards;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ds->shards[mid].first <= rec) lo = mid;
+        else hi = mid;
+    }
+    /* Skip empty shards that share a first id with the next one. */
+    while (lo + 1 < ds->nshards && ds->shards[lo].nrec == 0) lo++;
+    return lo;
+}
+
+static int check_args(const stk_dataset *ds, uint64_t record, size_t field,
+                      stk_error *err) {
+    if (!ds) return stk__err(err, -EINVAL, "NULL dataset");
+    if (record >= ds->nrec || field >= ds->nfields)
+        return stk__err(err, -EINVAL,
+                        "%s: record %llu field %zu is out of range (%llu records, %zu "
+                        "fields)",
+                        ds->dir, (unsigned long long)record, field,
+                        (unsigned long long)ds->nrec, ds->nfields);
+    return 0;
+}
+
+int stk_dataset_get(const stk_dataset *ds, uint64_t record, size_t field,
+                    stk_extent *out, stk_error *err) {
+    int rc = check_args(ds, record, field, err);
+    if (rc) return rc;
+    size_t s = stk__dataset_shard_of(ds, record);
+    const stk__shard *sh = &ds->shards[s];
+    const uint64_t *e = stk__entry(ds, sh, record - sh->first);
+    out->offset = e[1 + 3 * field];
+    out->stored_bytes = e[2 + 3 * field];
+    out->rows = e[3 + 3 * field];
+    out->raw_bytes = out->rows * ds->info[field].row_bytes;
+    out->codec = ds->fields[field].codec;
+    out->shard = (uint32_t)s;
+    out->data = sh->map + out->offset;
+    return 0;
+}
+
+int stk_dataset_read(const stk_dataset *ds, uint64_t record, size_t field, void *buf,
+                     size_t cap, size_t *len, unsigned flags, stk_error *err) {
+    stk_extent x;
+    int rc = stk_dataset_get(ds, record, field, &x, err);
+    if (rc) return rc;
+    if (len) *len = (size_t)x.raw_bytes;
+    if (x.raw_bytes > cap)
+        return stk__err(err, -ENOSPC,
+                        "record %llu field '%s' needs %llu bytes; the buffer has %zu",
+                        (unsigned long long)record, ds->fields[field].name,
+                        (unsigned long long)x.raw_bytes, cap);
+    const stk__shard *sh = &ds->shards[x.shard];
+    if (flags & STK_READ_VERIFY) {
+        const uint64_t *e = stk__entry(ds, sh, record - sh->first);
+        uint64_t a, b;
+        stk__record_span(ds, e, &a, &b);
+        if (stk__hash(sh->map + a, (size_t)(b - a)) != e[0])
+            return stk__err(err, STK_ECHECKSUM,
+                            "%s: record %llu (shard record %llu): checksum mismatch",
+                            sh->path, (unsigned long long)record,
+                            (unsigned long long)(record - sh->first));
+    }
+    if (x.codec == STK_CODEC_NONE) {
+        memcpy(buf, x.data, (size_t)x.raw_bytes);
+        return 0;
+    }
+    size_t r = ZSTD_decompress(buf, cap, x.data, (size_t)x.stored_bytes);
+    if (ZSTD_isError(r) || r != x.raw_bytes)
+        return stk__err(err, STK_ECODEC,
+                        "%s: record %llu field '%s': zstd frame does not decode to %llu "
+                        "bytes (%s)",
+                        sh->path, (unsigned long long)record, ds->fields[field].name,
+                        (unsigned long long)x.raw_bytes,
+                        ZSTD_isError(r) ? ZSTD_getErrorName(r) : "wrong size");
+    return 0;
+}
+
+/* ---- verify ---- */
+
+void stk_verify_options_init(stk_verify_options *o) {
+    memset(o, 0, sizeof *o);
+    o->threads = 0;
+    o->max_problems = 100;
+}
+
+typedef struct verify_job {
+    const stk_dataset *ds;
+    const stk_verify_options *opt;
+    atomic_size_t next_shard;
+    atomic_uint_fast64_t bytes_done;
+    uint64_t bytes_total;
+    atomic_uint_fast64_t records;
+    atomic_bool stop;
+    pthread_mutex_t lock; /* callbacks, problems and `first` */
+    uint64_t problems;
+    uint64_t progress_mark;
+    /* The first problem in dataset order. */
+    size_t first_shard;
+    uint64_t first_pos;
+    stk_error first;
+} verify_job;
+
+static void report(verify_job *j, size_t shard, uint64_t pos, const stk_error *e) {
+    pthread_mutex_lock(&j->lock);
+    if (j->problems < j->opt->max_problems || j->opt->max_problems == 0) {
+        j->problems++;
+        if (j->opt->on_problem) j->opt->on_problem(j->opt->ctx, e);
+        if (j->first.code == 0 || shard < j->first_shard ||
+            (shard == j->first_shard && pos < j->first_pos)) {
+            j->first = *e;
+            j->first_shard = shard;
+            j->first_pos = pos;
+        }
+    }
+    if (j->opt->max_problems && j->problems >= j->opt->max_problems) j->stop = true;
+    pthread_mutex_unlock(&j->lock);
+}
+
+static void progress(verify_job *j, uint64_t add) {
+    uint64_t done = atomic_fetch_add(&j->bytes_done, add) + add;
+    if (!j->opt->on_progress) return;
+    pthread_mutex_lock(&j->lock);
+    if (done >= j->progress_mark || done == j->bytes_total) {
+        j->opt->on_progress(j->opt->ctx, done, j->bytes_total);
+        j->progress_mark = done + (32u << 20);
+    }
+    pthread_mutex_unlock(&j->lock);
+}
+
+#define VERIFY_CHUNK (8u << 20)
+
+/* Checks one shard chunk by chunk, so that the block and record checksums
+ * of a chunk are computed while its bytes are still in cache. */
+static void verify_shard(verify_job *j, size_t s) {
+    const stk_dataset *ds = j->ds;
+    const stk__shard *sh = &ds->shards[s];
+    const uint8_t *map = sh->map;
+    uint64_t chunk = STK__MAX((uint64_t)VERIFY_CHUNK, sh->block_size);
+    uint64_t r = 0; /* next record to finish */
+    XXH3_state_t *st = stk__aligned_alloc(64, sizeof *st);
+    bool streaming = false;
+    uint64_t span_a = 0, span_b = 0;
+    if (!st) {
+        stk_error e;
+        stk__err(&e, -ENOMEM, "%s: out of memory", sh->path);
+        report(j, s, 0, &e);
+        return;
+    }
+    XXH3_INITSTATE(st);
+    madvise((void *)map, (size_t)sh->size, MADV_SEQUENTIAL);
+    for (uint64_t c0 = sh->data_off; c0 < sh->data_end && !j->stop; c0 += chunk) {
+        uint64_t c1 = STK__MIN(c0 + chunk, sh->data_end);
+        madvise((void *)(map + (c0 & ~(uint64_t)4095)),
+                (size_t)STK__MIN(chunk * 2, sh->size - (c0 & ~(uint64_t)4095)),
+                MADV_WILLNEED);
+        for (uint64_t b = c0; b < c1; b += sh->block_size) {
+            uint64_t bi = (b - sh->data_off) / sh->block_size;
+            uint64_t n = STK__MIN((uint64_t)sh->block_size, sh->data_end - b);
+            if (stk__hash(map + b, (size_t)n) != sh->blocks[bi]) {
+                stk_error e;
+                uint64_t rec = r; /* the record around this block, if any */
+                while (rec < sh->nrec) {
+                    uint64_t a, z;
+                    stk__record_span(ds, stk__entry(ds, sh, rec), &a, &z);
+                    if (z > b) break;
+                    rec++;
+                }
+                stk__err(&e, STK_ECHECKSUM,
+                         "%s: block %llu (bytes %llu..%llu, record %llu) checksum "
+                         "mismatch",
+                         sh->path, (unsigned long long)bi, (unsigned long long)b,
+                         (unsigned long long)(b + n),
+                         (unsigned long long)(sh->first + STK__MIN(rec, sh->nrec ? sh->nrec - 1 : 0)));
+                report(j, s, b, &e);
+            }
+        }
+        /* Records that end inside this chunk are finished; one that
+         * continues past it is hashed piecewise. */
+        while (r < sh->nrec) {
+            const uint64_t *e = stk__entry(ds, sh, r);
+            if (!streaming) stk__record_span(ds, e, &span_a, &span_b);
+            if (!streaming && span_b <= c1) {
+                uint64_t h = stk__hash(map + span_a, (size_t)(span_b - span_a));
+                if (h != e[0]) goto bad;
+                r++;
+                continue;
+            }
+            if (!streaming) {
+                XXH3_64bits_reset(st);
+                streaming = true;
+            }
+            uint64_t from = STK__MAX(span_a, c0), to = STK__MIN(span_b, c1);
+            if (to > from) XXH3_64bits_update(st, map + from, (size_t)(to - from));
+            if (span_b > c1) break;
+            streaming = false;
+            if (XXH3_64bits_digest(st) != e[0]) goto bad;
+            r++;
+            continue;
+        bad: {
+            stk_error er;
+            stk__err(&er, STK_ECHECKSUM,
+                     "%s: record %llu (shard record %llu): checksum mismatch", sh->path,
+                     (unsigned long long)(sh->first + r), (unsigned long long)r);
+            report(j, s, span_a, &er);
+            r++;
+        }
+        }
+        progress(j, c1 - c0);
+    }
+    /* Records with no bytes at the very end of the data region. */
+    while (r < sh->nrec && !j->stop) {
+        uint64_t a, z;
+        const uint64_t *e = stk__entry(ds, sh, r);
+        stk__record_span(ds, e, &a, &z);
+        if (stk__hash(map + a, (size_t)(z - a)) != e[0]) {
+            stk_error er;
+            stk__err(&er, STK_ECHECKSUM, "%s: record %llu: checksum mismatch", sh->path,
+                     (unsigned long long)(sh->first + r));
+            report(j, s, a, &er);
+        }
+        r++;
+    }
+    atomic_fetch_add(&j->records, sh->nrec);
+    madvise((void *)map, (size_t)sh->size, MADV_NORMAL);
+    stk__free(st);
+}
+
+static void *verify_thread(void *arg) {
+    verify_job *j = arg;
+    for (;;) {
+        size_t s = atomic_fetch_add(&j->next_shard, 1);
+        if (s >= j->ds->nshards || j->stop) break;
+        verify_shard(j, s);
+    }
+    return NULL;
+}
+
+int stk_dataset_verify(const stk_dataset *ds, const stk_verify_options *opts,
+                       stk_verify_report *rep, stk_error *err) {
+    if (!ds) return stk__err(err, -EINVAL, "NULL dataset");
+    stk_verify_options defaults;
+    if (!opts) {
+        stk_verify_options_init(&defaults);
+        opts = &defaults;
+    }
+    verify_job j;
+    memset(&j, 0, sizeof j);
+    j.ds = ds;
+    j.opt = opts;
+    atomic_init(&j.next_shard, 0);
+    atomic_init(&j.bytes_done, 0);
+    atomic_init(&j.records, 0);
+    atomic_init(&j.stop, false);
+    pthread_mutex_init(&j.lock, NULL);
+    for (size_t i = 0; i < ds->nshards; i++)
+        j.bytes_total += ds->shards[i].data_end - ds->shards[i].data_off;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t nt = opts->threads > 0 ? (size_t)opts->threads : (size_t)(ncpu > 0 ? ncpu : 1);
+    if (nt > ds->nshards) nt = ds->nshards ? ds->nshards : 1;
+    pthread_t tids[256];
+    if (nt > 256) nt = 256;
+    size_t started = 0;
+    for (size_t i = 1; i < nt; i++) {
+        if (pthread_create(&tids[i], NULL, verify_thread, &j) != 0) break;
+        started++;
+    }
+    verify_thread(&j);
+    for (size_t i = 0; i < started; i++) pthread_join(tids[i + 1], NULL);
+    pthread_mutex_destroy(&j.lock);
+    if (rep) {
+        rep->records_checked = atomic_load(&j.records);
+        rep->bytes_checked = atomic_load(&j.bytes_done);
+        rep->problems = j.problems;
+    }
+    if (j.first.code) {
+        if (err) *err = j.first;
+        return j.first.code;
+    }
+    return 0;
+}

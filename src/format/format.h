@@ -1,0 +1,192 @@
+/*
+ * format.h: the on-disk layout of format version 1, and the in-memory form
+ * of an open dataset.  docs/FORMAT.md specifies the same layout for people;
+ * the two must agree.
+ *
+ * Shard header (the first STK__HEADER_SIZE bytes of every shard file):
+ *
+ *   OFFSET SIZE  DESCRIPTION
+ *        0    8  magic "STKSHARD"
+ *        8    4  format version (1)
+ *       12    4  byte-order mark 0x01020304, stored little-endian
+ *       16    4  header size in bytes (4096); record data starts here
+ *       20    4  number of fields F
+ *       24    8  number of records R
+ *       32    8  data offset (= header size)
+ *       40    8  data end: one past the last byte of record data
+ *       48    8  index offset (data end rounded up to 64)
+ *       56    8  index size in bytes, R * (8 + 24 F)
+ *       64    8  block table offset (index offset + index size)
+ *       72    8  number of checksum blocks
+ *       80    4  block size in bytes
+ *       84    4  field alignment in bytes
+ *       88    8  schema hash: XXH3-64 of the canonical schema text
+ *       96    8  XXH3-64 of the index
+ *      104    8  XXH3-64 of the block table
+ *      112    8  reserved, 0
+ *      120    8  XXH3-64 of bytes 0..120 of this header
+ *      128 3968  zero
+ *
+ * Index entry of record r (at index offset + r * (8 + 24 F)):
+ *
+ *        0    8  XXH3-64 of the record's span: from field 0's offset to the
+ *                end of field F-1's stored bytes, padding included
+ *   8+24f     8  field f: byte offset of its stored bytes in the file
+ *  16+24f     8  field f: stored size in bytes
+ *  24+24f     8  field f: rows (first-dimension length)
+ *
+ * Block table: one XXH3-64 per block of `block size` bytes of the data region
+ * [data offset, data end); the last block may be short.
+ */
+#ifndef STK_FORMAT_H
+#define STK_FORMAT_H
+
+#include "../core/internal.h"
+
+#define STK__MAGIC "STKSHARD"
+#define STK__BOM 0x01020304u
+#define STK__HEADER_SIZE 4096u
+#define STK__HEADER_USED 128u
+#define STK__INDEX_ALIGN 64u
+#define STK__MANIFEST "manifest.json"
+#define STK__SHARD_EXT ".stk"
+
+/* Header field offsets. */
+enum {
+    STK__H_MAGIC = 0,
+    STK__H_VERSION = 8,
+    STK__H_BOM = 12,
+    STK__H_HSIZE = 16,
+    STK__H_NFIELDS = 20,
+    STK__H_NRECORDS = 24,
+    STK__H_DATA_OFF = 32,
+    STK__H_DATA_END = 40,
+    STK__H_INDEX_OFF = 48,
+    STK__H_INDEX_SIZE = 56,
+    STK__H_BLOCKS_OFF = 64,
+    STK__H_NBLOCKS = 72,
+    STK__H_BLOCK_SIZE = 80,
+    STK__H_ALIGN = 84,
+    STK__H_SCHEMA_HASH = 88,
+    STK__H_INDEX_HASH = 96,
+    STK__H_BLOCKS_HASH = 104,
+    STK__H_RESERVED = 112,
+    STK__H_HEADER_HASH = 120
+};
+
+/* u64 words per index entry. */
+static inline size_t stk__entry_words(size_t nfields) { return 1 + 3 * nfields; }
+
+static inline uint64_t stk__ld64(const uint8_t *p) {
+    uint64_t v;
+    __builtin_memcpy(&v, p, 8);
+    return v;
+}
+static inline uint32_t stk__ld32(const uint8_t *p) {
+    uint32_t v;
+    __builtin_memcpy(&v, p, 4);
+    return v;
+}
+static inline void stk__st64(uint8_t *p, uint64_t v) { __builtin_memcpy(p, &v, 8); }
+static inline void stk__st32(uint8_t *p, uint32_t v) { __builtin_memcpy(p, &v, 4); }
+
+/* ---- schema (format/schema.c) ---- */
+
+/* What the reader and the engine need of each field, derived once. */
+typedef struct stk__fieldinfo {
+    size_t itemsize;
+    uint64_t row_bytes; /* bytes of one row (one element for scalars) */
+    int64_t fixed_rows; /* shape[0] for a fixed first dimension, 1 for a
+                         * scalar, STK_RAGGED otherwise */
+} stk__fieldinfo;
+
+/* Checks a schema; fills `info` (nfields entries) when not NULL. */
+int stk__schema_check(const stk_field *fields, size_t nfields,
+                      stk__fieldinfo *info, stk_error *err);
+/* Deep copy: the names are duplicated. Free with stk__schema_free. */
+int stk__schema_copy(const stk_field *fields, size_t nfields, stk_field **out);
+void stk__schema_free(stk_field *fields, size_t nfields);
+/* XXH3-64 of the canonical text of the schema. */
+uint64_t stk__schema_hash(const stk_field *fields, size_t nfields);
+const char *stk__codec_name(stk_codec c);
+int stk__codec_parse(const char *name);
+
+/* ---- manifest (format/manifest.c) ---- */
+
+typedef struct stk__shard_entry {
+    char *file; /* name inside the dataset directory */
+    uint64_t records;
+    uint64_t bytes;
+    uint64_t header_hash;
+} stk__shard_entry;
+
+typedef struct stk__manifest {
+    int is_part;
+    uint32_t part_index, part_count;
+    uint64_t records;
+    uint32_t align, block_size;
+    stk_field *fields;
+    size_t nfields;
+    stk__shard_entry *shards;
+    size_t nshards;
+    char *attrs; /* compact JSON object */
+} stk__manifest;
+
+/* Serialises to JSON text from stk__malloc. */
+int stk__manifest_dump(const stk__manifest *m, char **out, size_t *len,
+                       stk_error *err);
+/* Parses and validates; `what` names the file in messages. */
+int stk__manifest_parse(const char *text, size_t len, const char *what,
+                        stk__manifest *out, stk_error *err);
+void stk__manifest_clear(stk__manifest *m);
+/* Checks that `attrs` is a JSON object and returns its compact form. */
+int stk__attrs_normalise(const char *attrs, char **out, stk_error *err);
+
+/* ---- an open dataset (format/dataset.c) ---- */
+
+typedef struct stk__shard {
+    char *path;
+    uint64_t first; /* global id of record 0 */
+    uint64_t nrec;
+    uint64_t size;
+    uint64_t data_off, data_end;
+    uint32_t block_size;
+    uint64_t nblocks;
+    uint64_t *blocks; /* nblocks block checksums */
+    uint64_t *index;  /* nrec entries of stk__entry_words(F) words */
+    const uint8_t *map; /* the whole file, read-only */
+} stk__shard;
+
+struct stk_dataset {
+    char *dir;
+    stk_field *fields;
+    stk__fieldinfo *info;
+    size_t nfields;
+    uint64_t nrec;
+    stk__shard *shards;
+    size_t nshards;
+    char *attrs;
+    uint32_t align;
+    uint32_t block_size;
+};
+
+/* The shard holding global record `rec` (rec < nrec). */
+size_t stk__dataset_shard_of(const stk_dataset *ds, uint64_t rec);
+
+static inline const uint64_t *stk__entry(const stk_dataset *ds,
+                                         const stk__shard *sh, uint64_t local) {
+    return sh->index + local * stk__entry_words(ds->nfields);
+}
+
+/* Span [*start, *end) of a record's stored bytes in its shard. */
+static inline void stk__record_span(const stk_dataset *ds, const uint64_t *e,
+                                    uint64_t *start, uint64_t *end) {
+    size_t F = ds->nfields;
+    *start = e[1];
+    *end = e[1 + 3 * (F - 1)] + e[2 + 3 * (F - 1)];
+}
+
+/* Files a dataset directory may hold. */
+bool stk__is_stoker_file(const char *name);
+
+#endif

@@ -1,0 +1,307 @@
+/*
+ * manifest.c: the dataset manifest (and part manifests) as JSON.
+ *
+ * The manifest is small and read once per open, so clarity wins over speed
+ * here.  64-bit checksums are written as 16 hex digits: JSON numbers lose
+ * precision past 2^53 in many readers.
+ */
+#include "format.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+void stk__manifest_clear(stk__manifest *m) {
+    if (!m) return;
+    stk__schema_free(m->fields, m->nfields);
+    for (size_t i = 0; i < m->nshards; i++) stk__free(m->shards[i].file);
+    stk__free(m->shards);
+    stk__free(m->attrs);
+    memset(m, 0, sizeof *m);
+}
+
+int stk__attrs_normalise(const char *attrs, char **out, stk_error *err) {
+    json_error_t je;
+    json_t *o = json_loads(attrs ? attrs : "{}", 0, &je);
+    if (!o || !json_is_object(o)) {
+        json_decref(o);
+        return stk__err(err, -EINVAL, "attrs must be a JSON object (%s)",
+                        o ? "not an object" : je.text);
+    }
+    char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(o);
+    if (!s) return stk__err(err, -ENOMEM, "out of memory");
+    *out = stk__strdup(s);
+    free(s);
+    return *out ? 0 : stk__err(err, -ENOMEM, "out of memory");
+}
+
+static json_t *field_json(const stk_field *f) {
+    json_t *shape = json_array();
+    for (int d = 0; d < f->ndim; d++)
+        json_array_append_new(shape, json_integer(f->shape[d]));
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(f->name));
+    json_object_set_new(o, "dtype", json_string(stk_dtype_name(f->dtype)));
+    json_object_set_new(o, "shape", shape);
+    json_object_set_new(o, "codec", json_string(stk__codec_name(f->codec)));
+    json_object_set_new(o, "codec_level", json_integer(f->codec_level));
+    return o;
+}
+
+int stk__manifest_dump(const stk__manifest *m, char **out, size_t *len,
+                       stk_error *err) {
+    json_t *root = json_object();
+    json_object_set_new(root, "format", json_string("stoker"));
+    json_object_set_new(root, "kind", json_string(m->is_part ? "part" : "dataset"));
+    json_object_set_new(root, "version", json_integer(STK_FORMAT_VERSION));
+    json_object_set_new(root, "writer", json_string("stoker " STK_VERSION_STRING));
+    if (m->is_part) {
+        json_t *p = json_object();
+        json_object_set_new(p, "index", json_integer(m->part_index));
+        json_object_set_new(p, "count", json_integer(m->part_count));
+        json_object_set_new(root, "part", p);
+    }
+    json_object_set_new(root, "records", json_integer((json_int_t)m->records));
+    json_object_set_new(root, "align", json_integer(m->align));
+    json_object_set_new(root, "block_size", json_integer(m->block_size));
+    json_t *fields = json_array();
+    for (size_t i = 0; i < m->nfields; i++)
+        json_array_append_new(fields, field_json(&m->fields[i]));
+    json_object_set_new(root, "fields", fields);
+    json_t *shards = json_array();
+    for (size_t i = 0; i < m->nshards; i++) {
+        const stk__shard_entry *s = &m->shards[i];
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016" PRIx64, s->header_hash);
+        json_t *o = json_object();
+        json_object_set_new(o, "file", json_string(s->file));
+        json_object_set_new(o, "records", json_integer((json_int_t)s->records));
+        json_object_set_new(o, "bytes", json_integer((json_int_t)s->bytes));
+        json_object_set_new(o, "header_xxh3", json_string(hex));
+        json_array_append_new(shards, o);
+    }
+    json_object_set_new(root, "shards", shards);
+    json_error_t je;
+    json_t *attrs = json_loads(m->attrs ? m->attrs : "{}", 0, &je);
+    json_object_set_new(root, "attrs", attrs ? attrs : json_object());
+    char *s = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    if (!s) return stk__err(err, -ENOMEM, "out of memory writing the manifest");
+    size_t n = strlen(s);
+    char *c = stk__malloc(n + 2);
+    if (!c) {
+        free(s);
+        return stk__err(err, -ENOMEM, "out of memory writing the manifest");
+    }
+    memcpy(c, s, n);
+    c[n] = '\n';
+    c[n + 1] = '\0';
+    free(s);
+    *out = c;
+    *len = n + 1;
+    return 0;
+}
+
+/* ---- parsing ---- */
+
+#define BAD(...) stk__err(err, STK_ECORRUPT, __VA_ARGS__)
+
+static int get_u64(json_t *o, const char *key, const char *what, const char *ctx,
+                   uint64_t *out, stk_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return BAD("%s: %s: \"%s\" must be a non-negative integer", what, ctx, key);
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+static int parse_field(json_t *o, size_t i, const char *what, stk_field *f,
+                       stk_error *err) {
+    char ctx[48];
+    snprintf(ctx, sizeof ctx, "field %zu", i);
+    if (!json_is_object(o)) return BAD("%s: %s is not an object", what, ctx);
+    const char *name = json_string_value(json_object_get(o, "name"));
+    const char *dtype = json_string_value(json_object_get(o, "dtype"));
+    const char *codec = json_string_value(json_object_get(o, "codec"));
+    json_t *shape = json_object_get(o, "shape");
+    json_t *level = json_object_get(o, "codec_level");
+    if (!name || !dtype || !codec || !json_is_array(shape))
+        return BAD("%s: %s needs string \"name\", \"dtype\", \"codec\" and "
+                   "array \"shape\"",
+                   what, ctx);
+    int d = stk_dtype_parse(dtype);
+    if (d < 0) return BAD("%s: %s: unknown dtype \"%s\"", what, ctx, dtype);
+    int c = stk__codec_parse(codec);
+    if (c < 0) return BAD("%s: %s: unknown codec \"%s\"", what, ctx, codec);
+    size_t nd = json_array_size(shape);
+    if (nd > STK_MAX_DIMS)
+        return BAD("%s: %s: more than %d dimensions", what, ctx, STK_MAX_DIMS);
+    memset(f, 0, sizeof *f);
+    f->name = stk__strdup(name);
+    if (!f->name) return stk__err(err, -ENOMEM, "out of memory");
+    f->dtype = (stk_dtype)d;
+    f->codec = (stk_codec)c;
+    f->codec_level = json_is_integer(level) ? (int)json_integer_value(level) : 0;
+    f->ndim = (int)nd;
+    for (size_t k = 0; k < nd; k++) {
+        json_t *v = json_array_get(shape, k);
+        if (!json_is_integer(v))
+            return BAD("%s: %s: shape entries must be integers", what, ctx);
+        f->shape[k] = (int64_t)json_integer_value(v);
+    }
+    return 0;
+}
+
+int stk__manifest_parse(const char *text, size_t len, const char *what,
+                        stk__manifest *m, stk_error *err) {
+    memset(m, 0, sizeof *m);
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return BAD("%s: not valid JSON (line %d: %s)", what, je.line, je.text);
+    int rc = 0;
+    if (!json_is_object(root)) {
+        rc = BAD("%s: the manifest is not a JSON object", what);
+        goto out;
+    }
+    const char *fmt = json_string_value(json_object_get(root, "format"));
+    if (!fmt || strcmp(fmt, "stoker") != 0) {
+        rc = stk__err(err, STK_EBADMAGIC,
+                      "%s: not a stoker manifest (\"format\" is not \"stoker\")",
+                      what);
+        goto out;
+    }
+    json_t *ver = json_object_get(root, "version");
+    if (!json_is_integer(ver)) {
+        rc = BAD("%s: \"version\" is missing", what);
+        goto out;
+    }
+    if (json_integer_value(ver) != STK_FORMAT_VERSION) {
+        rc = stk__err(err, STK_EVERSION,
+                      "%s: format version %lld; this stoker reads version %d",
+                      what, (long long)json_integer_value(ver), STK_FORMAT_VERSION);
+        goto out;
+    }
+    const char *kind = json_string_value(json_object_get(root, "kind"));
+    if (!kind || (strcmp(kind, "dataset") && strcmp(kind, "part"))) {
+        rc = BAD("%s: \"kind\" must be \"dataset\" or \"part\"", what);
+        goto out;
+    }
+    m->is_part = strcmp(kind, "part") == 0;
+    if (m->is_part) {
+        json_t *p = json_object_get(root, "part");
+        uint64_t pi, pc;
+        if (!json_is_object(p) || (rc = get_u64(p, "index", what, "part", &pi, err)) ||
+            (rc = get_u64(p, "count", what, "part", &pc, err)) || pc == 0 ||
+            pi >= pc || pc > UINT32_MAX) {
+            if (!rc) rc = BAD("%s: \"part\" must hold index < count", what);
+            goto out;
+        }
+        m->part_index = (uint32_t)pi;
+        m->part_count = (uint32_t)pc;
+    }
+    uint64_t align, bsize;
+    if ((rc = get_u64(root, "records", what, "manifest", &m->records, err)) ||
+        (rc = get_u64(root, "align", what, "manifest", &align, err)) ||
+        (rc = get_u64(root, "block_size", what, "manifest", &bsize, err)))
+        goto out;
+    if (!stk__is_pow2(align) || align > 4096 || !stk__is_pow2(bsize) ||
+        bsize < 4096 || bsize > (16u << 20)) {
+        rc = BAD("%s: \"align\" or \"block_size\" is out of range", what);
+        goto out;
+    }
+    m->align = (uint32_t)align;
+    m->block_size = (uint32_t)bsize;
+
+    json_t *fields = json_object_get(root, "fields");
+    if (!json_is_array(fields) || json_array_size(fields) == 0) {
+        rc = BAD("%s: \"fields\" must be a non-empty array", what);
+        goto out;
+    }
+    size_t nf = json_array_size(fields);
+    m->fields = stk__calloc(nf, sizeof *m->fields);
+    if (!m->fields) {
+        rc = stk__err(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < nf; i++) {
+        m->nfields = i + 1; /* so that clear frees what was parsed */
+        if ((rc = parse_field(json_array_get(fields, i), i, what, &m->fields[i], err)))
+            goto out;
+    }
+    if ((rc = stk__schema_check(m->fields, m->nfields, NULL, err))) {
+        stk__err_prefix(err, "%s: ", what);
+        rc = err ? (err->code = STK_ECORRUPT) : STK_ECORRUPT;
+        goto out;
+    }
+
+    json_t *shards = json_object_get(root, "shards");
+    if (!json_is_array(shards)) {
+        rc = BAD("%s: \"shards\" must be an array", what);
+        goto out;
+    }
+    size_t ns = json_array_size(shards);
+    m->shards = stk__calloc(ns ? ns : 1, sizeof *m->shards);
+    if (!m->shards) {
+        rc = stk__err(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < ns; i++) {
+        json_t *o = json_array_get(shards, i);
+        char ctx[48];
+        snprintf(ctx, sizeof ctx, "shard %zu", i);
+        stk__shard_entry *s = &m->shards[i];
+        m->nshards = i + 1;
+        const char *file = json_string_value(json_object_get(o, "file"));
+        const char *hex = json_string_value(json_object_get(o, "header_xxh3"));
+        if (!file || !hex) {
+            rc = BAD("%s: %s needs \"file\" and \"header_xxh3\"", what, ctx);
+            goto out;
+        }
+        /* A shard lives inside the dataset directory: no path separators. */
+        if (!*file || strchr(file, '/') || strcmp(file, ".") == 0 ||
+            strcmp(file, "..") == 0) {
+            rc = BAD("%s: %s: \"%s\" is not a file name", what, ctx, file);
+            goto out;
+        }
+        char *end = NULL;
+        if (strlen(hex) != 16 || (s->header_hash = strtoull(hex, &end, 16), *end)) {
+            rc = BAD("%s: %s: \"header_xxh3\" must be 16 hex digits", what, ctx);
+            goto out;
+        }
+        s->file = stk__strdup(file);
+        if (!s->file) {
+            rc = stk__err(err, -ENOMEM, "out of memory");
+            goto out;
+        }
+        if ((rc = get_u64(o, "records", what, ctx, &s->records, err)) ||
+            (rc = get_u64(o, "bytes", what, ctx, &s->bytes, err)))
+            goto out;
+        if (__builtin_add_overflow(total, s->records, &total)) {
+            rc = BAD("%s: record counts overflow", what);
+            goto out;
+        }
+    }
+    if (total != m->records) {
+        rc = BAD("%s: the shards hold %llu records but \"records\" says %llu", what,
+                 (unsigned long long)total, (unsigned long long)m->records);
+        goto out;
+    }
+    json_t *attrs = json_object_get(root, "attrs");
+    if (attrs && !json_is_object(attrs)) {
+        rc = BAD("%s: \"attrs\" must be an object", what);
+        goto out;
+    }
+    char *s = attrs ? json_dumps(attrs, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    m->attrs = stk__strdup(s ? s : "{}");
+    free(s);
+    if (!m->attrs) rc = stk__err(err, -ENOMEM, "out of memory");
+out:
+    json_decref(root);
+    if (rc) stk__manifest_clear(m);
+    return rc;
+}

@@ -1,0 +1,776 @@
+/*
+ * writer.c: packing records into shards, and publishing the manifest.
+ *
+ * A writer streams records into the current shard: each field's bytes are
+ * padded to the alignment and appended; their checksums (per record, and per
+ * block of the data region) are computed on the way, so every byte is written
+ * once and never read back.  Small pieces gather in a staging buffer; large
+ * ones go straight from the caller's memory to the file.  When a shard is full
+ * its index, block table and header are written, its write-back is started,
+ * and a new shard begins.  Nothing becomes visible as a dataset until finish()
+ * publishes the manifest.
+ */
+#define _GNU_SOURCE
+#include "format.h"
+#include "../core/hash.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#define STAGE_BYTES (1u << 20)   /* staging buffer for small pieces */
+#define DIRECT_BYTES (64u << 10) /* pieces this large skip the staging buffer */
+#define MAX_PENDING_SYNC 4       /* finished shards whose write-back runs */
+
+static const uint8_t zeros[4096];
+
+struct stk_writer {
+    /* First: XXH3 states want 64-byte alignment, and the struct is allocated
+     * with that alignment. */
+    XXH3_state_t rec_state;
+    XXH3_state_t blk_state;
+
+    char *dir;
+    stk_field *fields;
+    stk__fieldinfo *info;
+    size_t nfields;
+    stk_writer_options opt;
+    char *attrs;
+    uint64_t schema_hash;
+    char prefix[32];  /* "" or "part-00003-" */
+    char marker[48];  /* ".packing" or ".packing-part-00003" */
+
+    /* The shard being written. */
+    int fd;
+    char *shard_path;
+    uint64_t pos;
+    uint64_t *index;
+    size_t index_cap; /* in records */
+    uint64_t nrec_shard;
+    uint64_t blk_filled;
+    uint64_t *blocks;
+    size_t nblocks, blocks_cap;
+    uint8_t *buf;
+    size_t buf_len;
+    uint64_t buf_off;
+
+    /* Compression scratch: every compressed field of one record. */
+    ZSTD_CCtx *cctx;
+    uint8_t *zbuf;
+    size_t zcap;
+    const void **stored_ptr; /* per field, for the record being appended */
+    uint64_t *stored_len;
+
+    stk__shard_entry *shards;
+    size_t nshards, shards_cap;
+    int pending[MAX_PENDING_SYNC];
+    size_t npending;
+
+    uint64_t records;
+    uint64_t bytes_written;
+    bool failed, finished;
+};
+
+void stk_writer_options_init(stk_writer_options *o) {
+    memset(o, 0, sizeof *o);
+    o->shard_bytes = 256ull << 20;
+    o->align = 64;
+    o->block_size = 64u << 10;
+    o->part_index = 0;
+    o->part_count = 1;
+    o->overwrite = 0;
+    o->sync = 1;
+    o->attrs_json = NULL;
+}
+
+bool stk__is_stoker_file(const char *name) {
+    size_t n = strlen(name);
+    if (strcmp(name, STK__MANIFEST) == 0) return true;
+    if (strncmp(name, ".packing", 8) == 0) return true;
+    if (n > 4 && strcmp(name + n - 4, STK__SHARD_EXT) == 0) return true;
+    if (strncmp(name, "part-", 5) == 0 && n > 5 && strcmp(name + n - 5, ".json") == 0)
+        return true;
+    return false;
+}
+
+static int mkdir_p(const char *path) {
+    char *p = stk__strdup(path);
+    if (!p) return -ENOMEM;
+    int rc = 0;
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == '\0') {
+            char c = *s;
+            *s = '\0';
+            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+                rc = -errno;
+                break;
+            }
+            *s = c;
+            if (!c) break;
+        }
+    }
+    stk__free(p);
+    if (rc == 0) {
+        struct stat st;
+        if (stat(path, &st) != 0) return -errno;
+        if (!S_ISDIR(st.st_mode)) return -ENOTDIR;
+    }
+    return rc;
+}
+
+static bool exists_in(const char *dir, const char *name) {
+    char *p = stk__path_join(dir, name);
+    struct stat st;
+    bool e = p && stat(p, &st) == 0;
+    stk__free(p);
+    return e;
+}
+
+/* Removes the stoker files of `dir` whose names start with `prefix` (all of
+ * them when prefix is ""), except `keep`.  Returns how many remain that
+ * would have matched, or a negated errno. */
+static int remove_files(const char *dir, const char *prefix, bool only_count) {
+    DIR *d = opendir(dir);
+    if (!d) return -errno;
+    int count = 0, rc = 0;
+    struct dirent *e;
+    size_t plen = strlen(prefix);
+    while ((e = readdir(d)) != NULL) {
+        if (!stk__is_stoker_file(e->d_name)) continue;
+        if (plen && strncmp(e->d_name, prefix, plen) != 0) continue;
+        if (only_count) {
+            count++;
+            continue;
+        }
+        if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT) {
+            rc = -errno;
+            break;
+        }
+    }
+    closedir(d);
+    return rc ? rc : count;
+}
+
+static int werr(stk_writer *w, stk_error *err, int code, const char *fmt, ...)
+    STK__PRINTF(4, 5);
+static int werr(stk_writer *w, stk_error *err, int code, const char *fmt, ...) {
+    w->failed = true;
+    if (err) {
+        err->code = code;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static int check_options(const stk_writer_options *o, stk_error *err) {
+    if (o->shard_bytes < 4096)
+        return stk__err(err, -EINVAL, "shard_bytes must be at least 4096, not %llu",
+                        (unsigned long long)o->shard_bytes);
+    if (!stk__is_pow2(o->align) || o->align > 4096)
+        return stk__err(err, -EINVAL,
+                        "align must be a power of two from 1 to 4096, not %u",
+                        o->align);
+    if (!stk__is_pow2(o->block_size) || o->block_size < 4096 ||
+        o->block_size > (16u << 20))
+        return stk__err(err, -EINVAL,
+                        "block_size must be a power of two from 4096 to 16 MiB, "
+                        "not %u",
+                        o->block_size);
+    if (o->part_count == 0 || o->part_index >= o->part_count ||
+        o->part_count > 99999)
+        return stk__err(err, -EINVAL,
+                        "part %u of %u: parts are numbered 0..count-1, with "
+                        "count from 1 to 99999",
+                        o->part_index, o->part_count);
+    return 0;
+}
+
+int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
+                      const stk_writer_options *opts, stk_writer **out,
+                      stk_error *err) {
+    stk_writer_options defaults;
+    if (!opts) {
+        stk_writer_options_init(&defaults);
+        opts = &defaults;
+    }
+    if (!path || !*path || !out)
+        return stk__err(err, -EINVAL, "stk_writer_create: path and out are required");
+    *out = NULL;
+    int rc = check_options(opts, err);
+    if (rc) return rc;
+    if ((rc = stk__schema_check(fields, nfields, NULL, err))) return rc;
+
+    stk_writer *w = stk__aligned_alloc(64, sizeof *w);
+    if (!w) return stk__err(err, -ENOMEM, "out of memory");
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+    w->opt = *opts;
+    w->opt.attrs_json = NULL;
+    w->nfields = nfields;
+    bool part = opts->part_count > 1;
+    if (part) {
+        snprintf(w->prefix, sizeof w->prefix, "part-%05u-", opts->part_index);
+        snprintf(w->marker, sizeof w->marker, ".packing-part-%05u", opts->part_index);
+    } else {
+        snprintf(w->marker, sizeof w->marker, ".packing");
+    }
+    w->dir = stk__strdup(path);
+    w->info = stk__calloc(nfields, sizeof *w->info);
+    w->stored_ptr = stk__calloc(nfields, sizeof *w->stored_ptr);
+    w->stored_len = stk__calloc(nfields, sizeof *w->stored_len);
+    w->buf = stk__aligned_alloc(4096, STAGE_BYTES);
+    if (!w->dir || !w->info || !w->stored_ptr || !w->stored_len || !w->buf ||
+        stk__schema_copy(fields, nfields, &w->fields) != 0) {
+        stk_writer_free(w);
+        return stk__err(err, -ENOMEM, "out of memory");
+    }
+    stk__schema_check(w->fields, nfields, w->info, NULL);
+    w->schema_hash = stk__schema_hash(w->fields, nfields);
+    if ((rc = stk__attrs_normalise(opts->attrs_json, &w->attrs, err))) {
+        stk_writer_free(w);
+        return rc;
+    }
+
+    if ((rc = mkdir_p(path)) != 0) {
+        stk_writer_free(w);
+        return stk__err(err, rc, "%s: cannot create the dataset directory: %s", path,
+                        stk_strerror(rc));
+    }
+    char partman[32];
+    snprintf(partman, sizeof partman, "part-%05u.json", opts->part_index);
+    const char *own_manifest = part ? partman : STK__MANIFEST;
+    bool merged = exists_in(path, STK__MANIFEST);
+    int leftovers = remove_files(path, part ? w->prefix : "", true);
+    if (!opts->overwrite) {
+        const char *why = NULL;
+        if (merged)
+            why = part ? "a merged dataset already exists there"
+                       : "a dataset already exists there";
+        else if (exists_in(path, own_manifest))
+            why = "this part was already written";
+        else if (leftovers > 0 || exists_in(path, w->marker))
+            why = "it holds files of an interrupted pack";
+        if (why) {
+            stk_writer_free(w);
+            return stk__err(err, -EEXIST, "%s: %s (pass overwrite / --force to replace it)",
+                            path, why);
+        }
+    } else {
+        /* Unpublish first, so that a crash from here on leaves a dataset that
+         * reads as incomplete rather than a manifest over missing shards. */
+        char *m = stk__path_join(path, part && !merged ? partman : STK__MANIFEST);
+        if (m && unlink(m) != 0 && errno != ENOENT) rc = -errno;
+        stk__free(m);
+        if (!rc && opts->sync) rc = stk__fsync_dir(path);
+        if (!rc) {
+            int r = remove_files(path, part && !merged ? w->prefix : "", false);
+            rc = r < 0 ? r : 0;
+        }
+        if (rc) {
+            stk_writer_free(w);
+            return stk__err(err, rc, "%s: cannot remove the old dataset: %s", path,
+                            stk_strerror(rc));
+        }
+    }
+    char note[128];
+    int n = snprintf(note, sizeof note, "stoker pack in progress, pid %ld, started %lld\n",
+                     (long)getpid(), (long long)time(NULL));
+    if ((rc = stk__write_file_atomic(path, w->marker, note, (size_t)n, opts->sync))) {
+        stk_writer_free(w);
+        return stk__err(err, rc, "%s: cannot write %s: %s", path, w->marker,
+                        stk_strerror(rc));
+    }
+    *out = w;
+    return 0;
+}
+
+/* ---- the shard being written ---- */
+
+static int flush_stage(stk_writer *w) {
+    if (!w->buf_len) return 0;
+    int rc = stk__pwrite_full(w->fd, w->buf, w->buf_len, w->buf_off);
+    if (rc) return rc;
+    w->bytes_written += w->buf_len;
+    w->buf_off += w->buf_len;
+    w->buf_len = 0;
+    return 0;
+}
+
+static int push_block(stk_writer *w) {
+    if (w->nblocks == w->blocks_cap) {
+        size_t cap = w->blocks_cap ? w->blocks_cap * 2 : 256;
+        uint64_t *b = stk__realloc(w->blocks, cap * sizeof *b);
+        if (!b) return -ENOMEM;
+        w->blocks = b;
+        w->blocks_cap = cap;
+    }
+    w->blocks[w->nblocks++] = XXH3_64bits_digest(&w->blk_state);
+    XXH3_64bits_reset(&w->blk_state);
+    w->blk_filled = 0;
+    return 0;
+}
+
+/* Appends n bytes to the data region, hashing them into the current block
+ * and, when in_record, into the record's checksum. */
+static int emit(stk_writer *w, const void *p, size_t n, bool in_record) {
+    if (!n) return 0;
+    if (in_record) XXH3_64bits_update(&w->rec_state, p, n);
+    const uint8_t *q = p;
+    size_t left = n;
+    while (left) {
+        size_t take = (size_t)STK__MIN((uint64_t)left, w->opt.block_size - w->blk_filled);
+        XXH3_64bits_update(&w->blk_state, q, take);
+        w->blk_filled += take;
+        q += take;
+        left -= take;
+        if (w->blk_filled == w->opt.block_size) {
+            int rc = push_block(w);
+            if (rc) return rc;
+        }
+    }
+    int rc;
+    if (n >= DIRECT_BYTES) {
+        if ((rc = flush_stage(w))) return rc;
+        if ((rc = stk__pwrite_full(w->fd, p, n, w->buf_off))) return rc;
+        w->bytes_written += n;
+        w->buf_off += n;
+    } else {
+        if (w->buf_len + n > STAGE_BYTES && (rc = flush_stage(w))) return rc;
+        memcpy(w->buf + w->buf_len, p, n);
+        w->buf_len += n;
+    }
+    w->pos += n;
+    return 0;
+}
+
+static int pad_to(stk_writer *w, uint64_t align, bool in_record) {
+    uint64_t target = stk__align_up(w->pos, align);
+    while (w->pos < target) {
+        int rc = emit(w, zeros, (size_t)STK__MIN(target - w->pos, sizeof zeros), in_record);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int open_shard(stk_writer *w, stk_error *err) {
+    char name[64];
+    snprintf(name, sizeof name, "%sshard-%06zu%s", w->prefix, w->nshards,
+             STK__SHARD_EXT);
+    stk__free(w->shard_path);
+    w->shard_path = stk__path_join(w->dir, name);
+    if (!w->shard_path) return werr(w, err, -ENOMEM, "out of memory");
+    int fd = stk__open(w->shard_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+        return werr(w, err, fd, "%s: cannot create shard: %s", w->shard_path,
+                    stk_strerror(fd));
+    w->fd = fd;
+    w->pos = STK__HEADER_SIZE;
+    w->buf_off = STK__HEADER_SIZE;
+    w->buf_len = 0;
+    w->nrec_shard = 0;
+    w->nblocks = 0;
+    w->blk_filled = 0;
+    XXH3_INITSTATE(&w->blk_state);
+    XXH3_64bits_reset(&w->blk_state);
+    return 0;
+}
+
+static int finish_shard(stk_writer *w, stk_error *err) {
+    int rc = flush_stage(w);
+    uint64_t data_end = w->pos;
+    if (!rc && w->blk_filled) rc = push_block(w);
+    if (rc) goto fail;
+    size_t words = stk__entry_words(w->nfields);
+    uint64_t index_off = stk__align_up(data_end, STK__INDEX_ALIGN);
+    uint64_t index_size = w->nrec_shard * words * 8;
+    uint64_t blocks_off = index_off + index_size;
+    uint64_t blocks_size = w->nblocks * 8;
+    if (index_off > data_end &&
+        (rc = stk__pwrite_full(w->fd, zeros, (size_t)(index_off - data_end), data_end)))
+        goto fail;
+    if ((rc = stk__pwrite_full(w->fd, w->index, (size_t)index_size, index_off)) ||
+        (rc = stk__pwrite_full(w->fd, w->blocks, (size_t)blocks_size, blocks_off)))
+        goto fail;
+
+    uint8_t h[STK__HEADER_USED] = {0};
+    memcpy(h + STK__H_MAGIC, STK__MAGIC, 8);
+    stk__st32(h + STK__H_VERSION, STK_FORMAT_VERSION);
+    stk__st32(h + STK__H_BOM, STK__BOM);
+    stk__st32(h + STK__H_HSIZE, STK__HEADER_SIZE);
+    stk__st32(h + STK__H_NFIELDS, (uint32_t)w->nfields);
+    stk__st64(h + STK__H_NRECORDS, w->nrec_shard);
+    stk__st64(h + STK__H_DATA_OFF, STK__HEADER_SIZE);
+    stk__st64(h + STK__H_DATA_END, data_end);
+    stk__st64(h + STK__H_INDEX_OFF, index_off);
+    stk__st64(h + STK__H_INDEX_SIZE, index_size);
+    stk__st64(h + STK__H_BLOCKS_OFF, blocks_off);
+    stk__st64(h + STK__H_NBLOCKS, w->nblocks);
+    stk__st32(h + STK__H_BLOCK_SIZE, w->opt.block_size);
+    stk__st32(h + STK__H_ALIGN, w->opt.align);
+    stk__st64(h + STK__H_SCHEMA_HASH, w->schema_hash);
+    stk__st64(h + STK__H_INDEX_HASH, stk__hash(w->index, (size_t)index_size));
+    stk__st64(h + STK__H_BLOCKS_HASH, stk__hash(w->blocks, (size_t)blocks_size));
+    uint64_t hh = stk__hash(h, STK__H_HEADER_HASH);
+    stk__st64(h + STK__H_HEADER_HASH, hh);
+    if ((rc = stk__pwrite_full(w->fd, h, sizeof h, 0))) goto fail;
+    w->bytes_written += (index_off - data_end) + index_size + blocks_size + STK__HEADER_SIZE;
+
+    if (w->nshards == w->shards_cap) {
+        size_t cap = w->shards_cap ? w->shards_cap * 2 : 16;
+        stk__shard_entry *s = stk__realloc(w->shards, cap * sizeof *s);
+        if (!s) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+        w->shards = s;
+        w->shards_cap = cap;
+    }
+    const char *base = strrchr(w->shard_path, '/');
+    stk__shard_entry *e = &w->shards[w->nshards];
+    e->file = stk__strdup(base ? base + 1 : w->shard_path);
+    if (!e->file) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    e->records = w->nrec_shard;
+    e->bytes = blocks_off + blocks_size;
+    e->header_hash = hh;
+    w->nshards++;
+
+    if (w->opt.sync) {
+        /* Start write-back now so that the final fsync finds little to do,
+         * and keep a few shards open to fsync them before publishing. */
+        sync_file_range(w->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+        if (w->npending == MAX_PENDING_SYNC) {
+            int old = w->pending[0];
+            memmove(w->pending, w->pending + 1, (MAX_PENDING_SYNC - 1) * sizeof(int));
+            w->npending--;
+            rc = stk__fsync(old);
+            close(old);
+            if (rc) {
+                close(w->fd);
+                w->fd = -1;
+                return werr(w, err, rc, "%s: fsync of an earlier shard failed: %s",
+                            w->dir, stk_strerror(rc));
+            }
+        }
+        w->pending[w->npending++] = w->fd;
+    } else {
+        close(w->fd);
+    }
+    w->fd = -1;
+    return 0;
+fail:
+    return werr(w, err, rc, "%s: writing shard failed: %s", w->shard_path,
+                stk_strerror(rc));
+}
+
+int stk_writer_append(stk_writer *w, const stk_value *values, stk_error *err) {
+    if (!w || !values) return stk__err(err, -EINVAL, "stk_writer_append: NULL argument");
+    if (w->failed || w->finished)
+        return stk__err(err, -EINVAL, "%s: the writer is %s and takes no more records",
+                        w->dir, w->finished ? "finished" : "failed");
+    uint64_t rec = w->records;
+    size_t zneed = 0;
+    uint64_t bound = w->opt.align; /* padding before the record */
+    for (size_t i = 0; i < w->nfields; i++) {
+        const stk_field *f = &w->fields[i];
+        const stk__fieldinfo *fi = &w->info[i];
+        uint64_t rows = values[i].rows;
+        if (fi->fixed_rows != STK_RAGGED && rows != (uint64_t)fi->fixed_rows)
+            return werr(w, err, STK_ESCHEMA,
+                        "%s: record %llu: field '%s' has %llu rows; its schema "
+                        "fixes %lld",
+                        w->dir, (unsigned long long)rec, f->name,
+                        (unsigned long long)rows, (long long)fi->fixed_rows);
+        uint64_t raw;
+        if (!stk__mul_ok(rows, fi->row_bytes, &raw) || raw > (UINT64_C(1) << 48))
+            return werr(w, err, -EINVAL, "%s: record %llu: field '%s' is too large",
+                        w->dir, (unsigned long long)rec, f->name);
+        if (raw && !values[i].data)
+            return werr(w, err, -EINVAL, "%s: record %llu: field '%s' has no data",
+                        w->dir, (unsigned long long)rec, f->name);
+        w->stored_ptr[i] = values[i].data;
+        w->stored_len[i] = raw;
+        if (f->codec == STK_CODEC_ZSTD) zneed += ZSTD_compressBound((size_t)raw);
+    }
+    if (zneed) {
+        if (zneed > w->zcap) {
+            uint8_t *z = stk__realloc(w->zbuf, zneed);
+            if (!z) return werr(w, err, -ENOMEM, "out of memory");
+            w->zbuf = z;
+            w->zcap = zneed;
+        }
+        if (!w->cctx && !(w->cctx = ZSTD_createCCtx()))
+            return werr(w, err, -ENOMEM, "out of memory");
+        size_t zpos = 0;
+        for (size_t i = 0; i < w->nfields; i++) {
+            const stk_field *f = &w->fields[i];
+            if (f->codec != STK_CODEC_ZSTD) continue;
+            size_t r = ZSTD_compressCCtx(w->cctx, w->zbuf + zpos, w->zcap - zpos,
+                                         values[i].data, (size_t)w->stored_len[i],
+                                         f->codec_level ? f->codec_level : 3);
+            if (ZSTD_isError(r))
+                return werr(w, err, STK_ECODEC, "%s: record %llu: field '%s': zstd: %s",
+                            w->dir, (unsigned long long)rec, f->name,
+                            ZSTD_getErrorName(r));
+            w->stored_ptr[i] = w->zbuf + zpos;
+            w->stored_len[i] = r;
+            zpos += r;
+        }
+    }
+    for (size_t i = 0; i < w->nfields; i++)
+        bound += stk__align_up(w->stored_len[i], w->opt.align);
+
+    int rc;
+    if (w->fd >= 0 && w->nrec_shard > 0 &&
+        (w->pos - STK__HEADER_SIZE) + bound > w->opt.shard_bytes &&
+        (rc = finish_shard(w, err)))
+        return rc;
+    if (w->fd < 0 && (rc = open_shard(w, err))) return rc;
+
+    size_t words = stk__entry_words(w->nfields);
+    if (w->nrec_shard == w->index_cap) {
+        size_t cap = w->index_cap ? w->index_cap * 2 : 1024;
+        uint64_t *ix = stk__realloc(w->index, cap * words * 8);
+        if (!ix) return werr(w, err, -ENOMEM, "out of memory");
+        w->index = ix;
+        w->index_cap = cap;
+    }
+    uint64_t *e = w->index + w->nrec_shard * words;
+    if ((rc = pad_to(w, w->opt.align, false))) goto fail;
+    XXH3_INITSTATE(&w->rec_state);
+    XXH3_64bits_reset(&w->rec_state);
+    for (size_t i = 0; i < w->nfields; i++) {
+        if (i && (rc = pad_to(w, w->opt.align, true))) goto fail;
+        e[1 + 3 * i] = w->pos;
+        e[2 + 3 * i] = w->stored_len[i];
+        e[3 + 3 * i] = values[i].rows;
+        if ((rc = emit(w, w->stored_ptr[i], (size_t)w->stored_len[i], true))) goto fail;
+    }
+    e[0] = XXH3_64bits_digest(&w->rec_state);
+    w->nrec_shard++;
+    w->records++;
+    return 0;
+fail:
+    return werr(w, err, rc, "%s: record %llu: writing failed: %s", w->shard_path,
+                (unsigned long long)rec, stk_strerror(rc));
+}
+
+uint64_t stk_writer_num_records(const stk_writer *w) { return w ? w->records : 0; }
+
+uint64_t stk_writer_bytes_written(const stk_writer *w) {
+    return w ? w->bytes_written + w->buf_len : 0;
+}
+
+static int publish(const char *dir, const char *name, const stk__manifest *m,
+                   bool sync, stk_error *err) {
+    char *text = NULL;
+    size_t len = 0;
+    int rc = stk__manifest_dump(m, &text, &len, err);
+    if (rc) return rc;
+    rc = stk__write_file_atomic(dir, name, text, len, sync);
+    stk__free(text);
+    if (rc)
+        return stk__err(err, rc, "%s: cannot write %s: %s", dir, name, stk_strerror(rc));
+    return 0;
+}
+
+int stk_writer_finish(stk_writer *w, stk_error *err) {
+    if (!w) return stk__err(err, -EINVAL, "stk_writer_finish: NULL writer");
+    if (w->failed || w->finished)
+        return stk__err(err, -EINVAL, "%s: the writer is %s", w->dir,
+                        w->finished ? "already finished" : "failed");
+    int rc;
+    if (w->fd >= 0 && (rc = finish_shard(w, err))) return rc;
+    while (w->npending) {
+        int fd = w->pending[--w->npending];
+        rc = stk__fsync(fd);
+        close(fd);
+        if (rc) return werr(w, err, rc, "%s: fsync of a shard failed: %s", w->dir,
+                            stk_strerror(rc));
+    }
+    stk__manifest m = {
+        .is_part = w->opt.part_count > 1,
+        .part_index = w->opt.part_index,
+        .part_count = w->opt.part_count,
+        .records = w->records,
+        .align = w->opt.align,
+        .block_size = w->opt.block_size,
+        .fields = w->fields,
+        .nfields = w->nfields,
+        .shards = w->shards,
+        .nshards = w->nshards,
+        .attrs = w->attrs,
+    };
+    char name[32];
+    if (m.is_part) snprintf(name, sizeof name, "part-%05u.json", w->opt.part_index);
+    else snprintf(name, sizeof name, "%s", STK__MANIFEST);
+    if ((rc = publish(w->dir, name, &m, w->opt.sync, err))) {
+        w->failed = true;
+        return rc;
+    }
+    char *marker = stk__path_join(w->dir, w->marker);
+    if (marker) unlink(marker);
+    stk__free(marker);
+    if (w->opt.sync) stk__fsync_dir(w->dir);
+    w->finished = true;
+    return 0;
+}
+
+void stk_writer_free(stk_writer *w) {
+    if (!w) return;
+    if (w->fd >= 0) close(w->fd);
+    for (size_t i = 0; i < w->npending; i++) close(w->pending[i]);
+    for (size_t i = 0; i < w->nshards; i++) stk__free(w->shards[i].file);
+    stk__free(w->shards);
+    stk__schema_free(w->fields, w->nfields);
+    stk__free(w->info);
+    stk__free(w->stored_ptr);
+    stk__free(w->stored_len);
+    stk__free(w->attrs);
+    stk__free(w->dir);
+    stk__free(w->shard_path);
+    stk__free(w->index);
+    stk__free(w->blocks);
+    stk__free(w->buf);
+    stk__free(w->zbuf);
+    ZSTD_freeCCtx(w->cctx);
+    stk__free(w);
+}
+
+/* ---- merging parts ---- */
+
+int stk_merge(const char *path, stk_error *err) {
+    if (!path) return stk__err(err, -EINVAL, "stk_merge: NULL path");
+    if (exists_in(path, STK__MANIFEST))
+        return stk__err(err, -EEXIST, "%s: already holds a merged dataset", path);
+    DIR *d = opendir(path);
+    if (!d) return stk__err(err, -errno, "%s: %s", path, stk_strerror(-errno));
+    stk__manifest *parts = NULL;
+    size_t nparts = 0, cap = 0;
+    int rc = 0;
+    struct dirent *e;
+    char unfinished[64] = "";
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, ".packing", 8) == 0 && !unfinished[0])
+            snprintf(unfinished, sizeof unfinished, "%s", e->d_name);
+        size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, "part-", 5) != 0 || n < 6 ||
+            strcmp(e->d_name + n - 5, ".json") != 0)
+            continue;
+        if (nparts == cap) {
+            cap = cap ? cap * 2 : 16;
+            stk__manifest *p = stk__realloc(parts, cap * sizeof *p);
+            if (!p) {
+                rc = stk__err(err, -ENOMEM, "out of memory");
+                break;
+            }
+            parts = p;
+        }
+        char *file = stk__path_join(path, e->d_name);
+        char *text = NULL;
+        size_t len = 0;
+        rc = file ? stk__read_file(file, &text, &len) : -ENOMEM;
+        if (rc) {
+            stk__err(err, rc, "%s: %s", file ? file : path, stk_strerror(rc));
+        } else {
+            rc = stk__manifest_parse(text, len, file, &parts[nparts], err);
+            if (!rc && !parts[nparts].is_part) {
+                stk__manifest_clear(&parts[nparts]);
+                rc = stk__err(err, STK_ECORRUPT, "%s: is not a part manifest", file);
+            }
+            if (!rc) nparts++;
+        }
+        stk__free(text);
+        stk__free(file);
+        if (rc) break;
+    }
+    closedir(d);
+    if (!rc && nparts == 0)
+        rc = stk__err(err, unfinished[0] ? STK_EINCOMPLETE : -ENOENT,
+                      "%s: no finished parts to merge%s%s", path,
+                      unfinished[0] ? "; an unfinished pack left " : "", unfinished);
+    uint32_t count = nparts ? parts[0].part_count : 0;
+    if (!rc) {
+        /* Sort by part index (insertion sort: parts are few). */
+        for (size_t i = 1; i < nparts; i++)
+            for (size_t j = i; j > 0 && parts[j - 1].part_index > parts[j].part_index; j--) {
+                stk__manifest t = parts[j];
+                parts[j] = parts[j - 1];
+                parts[j - 1] = t;
+            }
+        for (size_t i = 0; i < nparts && !rc; i++) {
+            if (parts[i].part_count != count)
+                rc = stk__err(err, STK_ESCHEMA,
+                              "%s: part %u says there are %u parts, part %u says %u",
+                              path, parts[i].part_index, parts[i].part_count,
+                              parts[0].part_index, count);
+            else if (i && parts[i].part_index == parts[i - 1].part_index)
+                rc = stk__err(err, STK_ECORRUPT, "%s: part %u appears twice", path,
+                              parts[i].part_index);
+            else if (stk__schema_hash(parts[i].fields, parts[i].nfields) !=
+                         stk__schema_hash(parts[0].fields, parts[0].nfields) ||
+                     parts[i].align != parts[0].align ||
+                     parts[i].block_size != parts[0].block_size)
+                rc = stk__err(err, STK_ESCHEMA,
+                              "%s: part %u has a different schema or layout than "
+                              "part %u",
+                              path, parts[i].part_index, parts[0].part_index);
+        }
+        if (!rc && nparts != count) {
+            uint32_t missing = 0;
+            for (size_t i = 0; i < nparts; i++, missing++)
+                if (parts[i].part_index != missing) break;
+            rc = stk__err(err, STK_EINCOMPLETE,
+                          "%s: %zu of %u parts are finished; part %u "
+                          "(part-%05u.json) is missing",
+                          path, nparts, count, missing, missing);
+        }
+    }
+    if (!rc) {
+        stk__manifest m = parts[0];
+        m.is_part = 0;
+        m.part_index = 0;
+        m.part_count = 1;
+        m.records = 0;
+        m.nshards = 0;
+        for (size_t i = 0; i < nparts; i++) {
+            m.records += parts[i].records;
+            m.nshards += parts[i].nshards;
+        }
+        m.shards = stk__calloc(m.nshards ? m.nshards : 1, sizeof *m.shards);
+        if (!m.shards) {
+            rc = stk__err(err, -ENOMEM, "out of memory");
+        } else {
+            size_t k = 0;
+            for (size_t i = 0; i < nparts; i++)
+                for (size_t j = 0; j < parts[i].nshards; j++) m.shards[k++] = parts[i].shards[j];
+            rc = publish(path, STK__MANIFEST, &m, true, err);
+            stk__free(m.shards);
+        }
+        if (!rc) {
+            for (uint32_t i = 0; i < count; i++) {
+                char name[32];
+                snprintf(name, sizeof name, "part-%05u.json", i);
+                char *p = stk__path_join(path, name);
+                if (p) unlink(p);
+                stk__free(p);
+            }
+            stk__fsync_dir(path);
+        }
+    }
+    for (size_t i = 0; i < nparts; i++) stk__manifest_clear(&parts[i]);
+    stk__free(parts);
+    return rc;
+}

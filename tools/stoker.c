@@ -1,0 +1,894 @@
+/*
+ * stoker: the command line.  It uses only the public API in stoker.h.
+ *
+ *   stoker pack    pack files into a dataset
+ *   stoker merge   join the parts of a split pack
+ *   stoker inspect show a dataset's schema, shards and counts
+ *   stoker verify  check every checksum of a dataset
+ *   stoker cat     print one record
+ */
+#include "stoker.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Exit codes: 0 success, 1 the data is bad (verify found damage), 2 usage or
+ * operational error. */
+enum { EXIT_DAMAGED = 1, EXIT_ERROR = 2 };
+
+static const char *prog = "stoker";
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+static void die_usage(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s %s: ", prog, cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nTry '%s %s --help'.\n", prog, cmd);
+    va_end(ap);
+    exit(EXIT_ERROR);
+}
+
+static int fail(const stk_error *e) {
+    fprintf(stderr, "%s: error: %s\n", prog, e->message);
+    return EXIT_ERROR;
+}
+
+static void human_bytes(double b, char *out, size_t cap) {
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024 && i < 4) {
+        b /= 1024;
+        i++;
+    }
+    snprintf(out, cap, i ? "%.2f %s" : "%.0f %s", b, u[i]);
+}
+
+static bool parse_size(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0) return false;
+    double mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end == 'i' && end[1] == 'B') end += 2;
+    else if (*end == 'B') end++;
+    if (*end) return false;
+    *out = (uint64_t)(v * mul);
+    return true;
+}
+
+static bool parse_u64(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-') return false;
+    *out = v;
+    return true;
+}
+
+/* ---- progress bar: only when stderr is a terminal ---- */
+
+typedef struct progress {
+    bool on;
+    const char *what;
+    double start, last;
+} progress;
+
+static void progress_init(progress *p, const char *what, bool quiet) {
+    p->on = !quiet && isatty(2);
+    p->what = what;
+    p->start = p->last = now_s();
+}
+
+static void progress_show(progress *p, uint64_t done, uint64_t total, const char *unit_is_bytes) {
+    if (!p->on) return;
+    double t = now_s();
+    if (t - p->last < 0.1 && done < total) return;
+    p->last = t;
+    double frac = total ? (double)done / (double)total : 1.0;
+    int width = 30, fill = (int)(frac * width);
+    char bar[64];
+    for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+    bar[width] = '\0';
+    double el = t - p->start;
+    char rate[48] = "";
+    if (el > 0 && unit_is_bytes) {
+        char hb[32];
+        human_bytes((double)done / el, hb, sizeof hb);
+        snprintf(rate, sizeof rate, "%s/s", hb);
+    } else if (el > 0) {
+        snprintf(rate, sizeof rate, "%.0f/s", (double)done / el);
+    }
+    fprintf(stderr, "\r%-8s [%s] %5.1f%% %s   ", p->what, bar, frac * 100, rate);
+    fflush(stderr);
+}
+
+static void progress_end(progress *p) {
+    if (p->on) fprintf(stderr, "\r%*s\r", 72, "");
+}
+
+/* ---- collecting input files ---- */
+
+typedef struct strvec {
+    char **v;
+    size_t n, cap;
+} strvec;
+
+static void sv_push(strvec *s, const char *x) {
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 64;
+        s->v = realloc(s->v, s->cap * sizeof *s->v);
+        if (!s->v) {
+            perror("realloc");
+            exit(EXIT_ERROR);
+        }
+    }
+    s->v[s->n] = strdup(x);
+    if (!s->v[s->n]) {
+        perror("strdup");
+        exit(EXIT_ERROR);
+    }
+    s->n++;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool has_suffix(const char *s, const char *suf) {
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && strcmp(s + n - m, suf) == 0;
+}
+
+/* Adds the files ending in `ext` under `dir`, recursively, in sorted order. */
+static int collect_dir(const char *dir, const char *ext, strvec *out) {
+    DIR *d = opendir(dir);
+    if (!d) return -errno;
+    strvec here = {0};
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        sv_push(&here, path);
+    }
+    closedir(d);
+    qsort(here.v, here.n, sizeof *here.v, cmp_str);
+    int rc = 0;
+    for (size_t i = 0; i < here.n; i++) {
+        struct stat st;
+        if (rc == 0 && stat(here.v[i], &st) == 0) {
+            if (S_ISDIR(st.st_mode)) rc = collect_dir(here.v[i], ext, out);
+            else if (has_suffix(here.v[i], ext)) sv_push(out, here.v[i]);
+        }
+        free(here.v[i]);
+    }
+    free(here.v);
+    return rc;
+}
+
+/* ---- pack ---- */
+
+static const char pack_help[] =
+    "Usage: stoker pack --from npy PATH... -o DATASET [options]\n"
+    "\n"
+    "Packs files into a stoker dataset: indexed shard files and a manifest.\n"
+    "A PATH that is a directory contributes every .npy file below it, sorted.\n"
+    "\n"
+    "  --from FORMAT      input format: npy\n"
+    "  -o, --output DIR   the dataset directory to create\n"
+    "  --field NAME       name of the single field (default x)\n"
+    "  --split-axis0      cut each array into records along axis 0, instead of\n"
+    "                     one record per file\n"
+    "  --ragged           make the first dimension ragged even if every file\n"
+    "                     has the same length (default: ragged only if they differ)\n"
+    "  --compress zstd[:LEVEL]  compress the field per record\n"
+    "  --shard-size SIZE  roll over to a new shard at this size (default 256M)\n"
+    "  --align N          align every field to N bytes (default 64)\n"
+    "  --part I/N         write part I of N (0-based) of the inputs; join the\n"
+    "                     parts afterwards with `stoker merge DATASET`\n"
+    "  --force            replace an existing dataset\n"
+    "  --no-sync          skip fsync (faster; not durable across power loss)\n"
+    "  -q, --quiet        no progress bar and no summary\n"
+    "\n"
+    "Examples:\n"
+    "  stoker pack --from npy clips/ -o clips.stk\n"
+    "  stoker pack --from npy big.npy --split-axis0 --field rows -o rows.stk\n"
+    "  for i in 0 1 2 3; do stoker pack --from npy data/ -o ds --part $i/4 & done; wait\n"
+    "  stoker merge ds\n";
+
+typedef struct npy_file {
+    stk_npy_header h;
+    uint64_t first_row; /* split mode: global index of its first record */
+} npy_file;
+
+static int read_npy_header(const char *path, stk_npy_header *h, uint64_t *fsize,
+                           stk_error *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        err->code = -errno;
+        snprintf(err->message, sizeof err->message, "%s: %s", path, strerror(errno));
+        return err->code;
+    }
+    struct stat st;
+    fstat(fd, &st);
+    *fsize = (uint64_t)st.st_size;
+    size_t cap = 4096;
+    char *buf = malloc(cap);
+    ssize_t n = buf ? pread(fd, buf, cap, 0) : -1;
+    int rc = n < 0 ? -EIO : stk_npy_parse(buf, (size_t)n, path, h, err);
+    if (rc == STK_ETRUNCATED && (uint64_t)n == cap && st.st_size > (off_t)cap) {
+        /* A long header (many dimensions or padding): read up to 1 MiB. */
+        cap = (size_t)(st.st_size < (1 << 20) ? st.st_size : (1 << 20));
+        char *b2 = realloc(buf, cap);
+        if (b2) {
+            buf = b2;
+            n = pread(fd, buf, cap, 0);
+            rc = n < 0 ? -EIO : stk_npy_parse(buf, (size_t)n, path, h, err);
+        }
+    }
+    if (n < 0) snprintf(err->message, sizeof err->message, "%s: read failed", path);
+    free(buf);
+    close(fd);
+    if (rc == 0 && h->data_offset + h->data_bytes > *fsize) {
+        err->code = rc = STK_ETRUNCATED;
+        snprintf(err->message, sizeof err->message,
+                 "%s: the header promises %" PRIu64 " bytes of data but the file ends "
+                 "%" PRIu64 " bytes early",
+                 path, h->data_bytes, h->data_offset + h->data_bytes - *fsize);
+    }
+    return rc;
+}
+
+static bool same_tail(const stk_npy_header *a, const stk_npy_header *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int d = 1; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return false;
+    return true;
+}
+
+static void shape_str(const int64_t *shape, int ndim, char *out, size_t cap) {
+    size_t k = (size_t)snprintf(out, cap, "(");
+    for (int d = 0; d < ndim && k < cap; d++)
+        k += (size_t)snprintf(out + k, cap - k, d ? ", %lld" : "%lld", (long long)shape[d]);
+    if (k < cap) snprintf(out + k, cap - k, ")");
+}
+
+static int cmd_pack(int argc, char **argv) {
+    const char *from = NULL, *output = NULL, *field = "x", *compress = NULL;
+    bool split = false, ragged = false, quiet = false;
+    stk_writer_options wo;
+    stk_writer_options_init(&wo);
+    strvec inputs = {0};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+#define NEXT() (i + 1 < argc ? argv[++i] : (die_usage("pack", "%s needs a value", a), ""))
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(pack_help, stdout);
+            return 0;
+        } else if (!strcmp(a, "--from")) from = NEXT();
+        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) output = NEXT();
+        else if (!strcmp(a, "--field")) field = NEXT();
+        else if (!strcmp(a, "--split-axis0")) split = true;
+        else if (!strcmp(a, "--ragged")) ragged = true;
+        else if (!strcmp(a, "--compress")) compress = NEXT();
+        else if (!strcmp(a, "--shard-size")) {
+            const char *v = NEXT();
+            if (!parse_size(v, &wo.shard_bytes)) die_usage("pack", "bad --shard-size '%s'", v);
+        } else if (!strcmp(a, "--align")) {
+            uint64_t v;
+            const char *s = NEXT();
+            if (!parse_u64(s, &v) || v > 4096) die_usage("pack", "bad --align '%s'", s);
+            wo.align = (uint32_t)v;
+        } else if (!strcmp(a, "--part")) {
+            const char *v = NEXT();
+            unsigned pi, pc;
+            char extra;
+            if (sscanf(v, "%u/%u%c", &pi, &pc, &extra) != 2 || pc == 0 || pi >= pc)
+                die_usage("pack", "--part wants I/N with 0 <= I < N, not '%s'", v);
+            wo.part_index = pi;
+            wo.part_count = pc;
+        } else if (!strcmp(a, "--force")) wo.overwrite = 1;
+        else if (!strcmp(a, "--no-sync")) wo.sync = 0;
+        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) quiet = true;
+        else if (a[0] == '-' && a[1]) die_usage("pack", "unknown option '%s'", a);
+        else sv_push(&inputs, a);
+#undef NEXT
+    }
+    if (!from) die_usage("pack", "--from is required (npy)");
+    if (strcmp(from, "npy") != 0)
+        die_usage("pack", "--from %s is not supported by this build (npy is)", from);
+    if (!output) die_usage("pack", "-o DATASET is required");
+    if (!inputs.n) die_usage("pack", "no input paths given");
+
+    stk_field f;
+    memset(&f, 0, sizeof f);
+    f.name = field;
+    if (compress) {
+        int level = 0;
+        if (strncmp(compress, "zstd", 4) != 0 ||
+            (compress[4] && (compress[4] != ':' || sscanf(compress + 5, "%d", &level) != 1)))
+            die_usage("pack", "--compress wants zstd or zstd:LEVEL, not '%s'", compress);
+        f.codec = STK_CODEC_ZSTD;
+        f.codec_level = level;
+    }
+
+    strvec files = {0};
+    for (size_t i = 0; i < inputs.n; i++) {
+        struct stat st;
+        if (stat(inputs.v[i], &st) != 0) {
+            fprintf(stderr, "%s: error: %s: %s\n", prog, inputs.v[i], strerror(errno));
+            return EXIT_ERROR;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            int rc = collect_dir(inputs.v[i], ".npy", &files);
+            if (rc) {
+                fprintf(stderr, "%s: error: %s: %s\n", prog, inputs.v[i], strerror(-rc));
+                return EXIT_ERROR;
+            }
+        } else {
+            sv_push(&files, inputs.v[i]);
+        }
+    }
+    if (!files.n) {
+        fprintf(stderr, "%s: error: no .npy files found in the given paths\n", prog);
+        return EXIT_ERROR;
+    }
+
+    /* Every part reads every header, so that all parts infer one schema. */
+    stk_error err = {0};
+    npy_file *nf = calloc(files.n, sizeof *nf);
+    uint64_t total_rows = 0, total_bytes = 0;
+    bool same_len = true;
+    for (size_t i = 0; i < files.n; i++) {
+        uint64_t fsize;
+        if (read_npy_header(files.v[i], &nf[i].h, &fsize, &err)) return fail(&err);
+        const stk_npy_header *h = &nf[i].h, *h0 = &nf[0].h;
+        if (h->dtype != h0->dtype || !same_tail(h, h0)) {
+            char s0[128], s1[128];
+            shape_str(h0->shape, h0->ndim, s0, sizeof s0);
+            shape_str(h->shape, h->ndim, s1, sizeof s1);
+            fprintf(stderr,
+                    "%s: error: %s: dtype %s shape %s does not fit %s's dtype %s shape %s "
+                    "(all files must share dtype and every dimension but the first)\n",
+                    prog, files.v[i], stk_dtype_name(h->dtype), s1, files.v[0],
+                    stk_dtype_name(h0->dtype), s0);
+            return EXIT_ERROR;
+        }
+        if (split && h->ndim == 0) {
+            fprintf(stderr, "%s: error: %s: --split-axis0 needs arrays of at least one dimension\n",
+                    prog, files.v[i]);
+            return EXIT_ERROR;
+        }
+        if (h->ndim && h->shape[0] != h0->shape[0]) same_len = false;
+        nf[i].first_row = total_rows;
+        total_rows += split ? (uint64_t)h->shape[0] : 1;
+        total_bytes += h->data_bytes;
+    }
+    const stk_npy_header *h0 = &nf[0].h;
+    f.dtype = h0->dtype;
+    if (split) {
+        f.ndim = h0->ndim - 1;
+        for (int d = 1; d < h0->ndim; d++) f.shape[d - 1] = h0->shape[d];
+    } else {
+        f.ndim = h0->ndim;
+        for (int d = 0; d < h0->ndim; d++) f.shape[d] = h0->shape[d];
+        if (h0->ndim && (ragged || !same_len)) f.shape[0] = STK_RAGGED;
+    }
+
+    uint64_t lo = total_rows * wo.part_index / wo.part_count;
+    uint64_t hi = total_rows * (wo.part_index + 1) / wo.part_count;
+
+    stk_writer *w = NULL;
+    if (stk_writer_create(output, &f, 1, &wo, &w, &err)) return fail(&err);
+    progress pb;
+    progress_init(&pb, "pack", quiet);
+    double t0 = now_s();
+    uint64_t in_bytes = 0;
+    size_t cap = 0;
+    char *buf = NULL;
+    int rc = 0;
+    for (size_t i = 0; i < files.n && rc == 0; i++) {
+        const stk_npy_header *h = &nf[i].h;
+        uint64_t nrows = split ? (uint64_t)h->shape[0] : 1;
+        uint64_t a = nf[i].first_row, b = a + nrows;
+        if (b <= lo || a >= hi) continue;
+        int fd = open(files.v[i], O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            fprintf(stderr, "%s: error: %s: %s\n", prog, files.v[i], strerror(errno));
+            rc = EXIT_ERROR;
+            break;
+        }
+        if (!split) {
+            if (h->data_bytes > cap) {
+                cap = (size_t)h->data_bytes;
+                free(buf);
+                buf = malloc(cap);
+                if (!buf) {
+                    perror("malloc");
+                    exit(EXIT_ERROR);
+                }
+            }
+            size_t got = 0;
+            while (got < h->data_bytes) {
+                ssize_t r = pread(fd, buf + got, (size_t)h->data_bytes - got,
+                                  (off_t)(h->data_offset + got));
+                if (r <= 0) break;
+                got += (size_t)r;
+            }
+            if (got != h->data_bytes) {
+                fprintf(stderr, "%s: error: %s: could not read %" PRIu64 " bytes of data "
+                        "(the file changed or is truncated)\n", prog, files.v[i], h->data_bytes);
+                rc = EXIT_ERROR;
+            } else {
+                stk_value v = {buf, h->ndim ? (uint64_t)h->shape[0] : 1};
+                if (stk_writer_append(w, &v, &err)) rc = fail(&err);
+            }
+            in_bytes += h->data_bytes;
+        } else {
+            size_t len = (size_t)(h->data_offset + h->data_bytes);
+            uint8_t *map = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+            if (len && map == MAP_FAILED) {
+                fprintf(stderr, "%s: error: %s: mmap: %s\n", prog, files.v[i], strerror(errno));
+                rc = EXIT_ERROR;
+            } else {
+                madvise(map, len, MADV_SEQUENTIAL);
+                uint64_t row_bytes = nrows ? h->data_bytes / nrows : 0;
+                uint64_t r0 = (lo > a ? lo : a) - a, r1 = (hi < b ? hi : b) - a;
+                for (uint64_t r = r0; r < r1 && rc == 0; r++) {
+                    stk_value v = {map + h->data_offset + r * row_bytes,
+                                   f.ndim ? (uint64_t)f.shape[0] : 1};
+                    if (stk_writer_append(w, &v, &err)) rc = fail(&err);
+                    in_bytes += row_bytes;
+                    if ((r & 1023) == 0) progress_show(&pb, in_bytes, total_bytes, "b");
+                }
+                if (len) munmap(map, len);
+            }
+        }
+        close(fd);
+        progress_show(&pb, in_bytes, total_bytes * (hi - lo) / (total_rows ? total_rows : 1), "b");
+    }
+    free(buf);
+    if (rc == 0 && stk_writer_finish(w, &err)) rc = fail(&err);
+    double el = now_s() - t0;
+    progress_end(&pb);
+    uint64_t nrec = stk_writer_num_records(w), written = stk_writer_bytes_written(w);
+    stk_writer_free(w);
+    if (rc) {
+        fprintf(stderr, "%s: the dataset at %s is left incomplete\n", prog, output);
+        return rc;
+    }
+    if (!quiet) {
+        char hb[32], hr[32];
+        human_bytes((double)written, hb, sizeof hb);
+        human_bytes(el > 0 ? (double)in_bytes / el : 0, hr, sizeof hr);
+        printf("packed %" PRIu64 " records (%s) into %s%s in %.2f s: %s/s\n", nrec, hb, output,
+               wo.part_count > 1 ? " (one part)" : "", el, hr);
+    }
+    for (size_t i = 0; i < files.n; i++) free(files.v[i]);
+    for (size_t i = 0; i < inputs.n; i++) free(inputs.v[i]);
+    free(files.v);
+    free(inputs.v);
+    free(nf);
+    return 0;
+}
+
+/* ---- merge ---- */
+
+static const char merge_help[] =
+    "Usage: stoker merge DATASET\n"
+    "\n"
+    "Joins the parts written by `stoker pack --part I/N` into DATASET into one\n"
+    "dataset.  Every part 0..N-1 must have finished.  Records keep the order\n"
+    "of the parts.\n"
+    "\n"
+    "Example:\n"
+    "  stoker pack --from npy data/ -o ds --part 0/2\n"
+    "  stoker pack --from npy data/ -o ds --part 1/2\n"
+    "  stoker merge ds\n";
+
+static int cmd_merge(int argc, char **argv) {
+    const char *path = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(merge_help, stdout);
+            return 0;
+        }
+        if (argv[i][0] == '-') die_usage("merge", "unknown option '%s'", argv[i]);
+        if (path) die_usage("merge", "one DATASET only");
+        path = argv[i];
+    }
+    if (!path) die_usage("merge", "DATASET is required");
+    stk_error err = {0};
+    if (stk_merge(path, &err)) return fail(&err);
+    stk_dataset *ds = NULL;
+    if (stk_dataset_open(path, &ds, &err)) return fail(&err);
+    printf("merged %s: %" PRIu64 " records in %zu shards\n", path, stk_dataset_num_records(ds),
+           stk_dataset_num_shards(ds));
+    stk_dataset_close(ds);
+    return 0;
+}
+
+/* ---- inspect ---- */
+
+static const char inspect_help[] =
+    "Usage: stoker inspect DATASET [--all]\n"
+    "\n"
+    "Shows a dataset's schema, its shards, and its record and byte counts.\n"
+    "Opening validates every shard header and index (not the record bytes;\n"
+    "see `stoker verify`).\n"
+    "\n"
+    "  --all   list every shard (default: the first 10)\n"
+    "\n"
+    "Example:\n"
+    "  stoker inspect basins.stk\n";
+
+static void field_shape(const stk_field *f, char *out, size_t cap) {
+    size_t k = (size_t)snprintf(out, cap, "[");
+    for (int d = 0; d < f->ndim && k < cap; d++) {
+        if (f->shape[d] == STK_RAGGED) k += (size_t)snprintf(out + k, cap - k, d ? ", *" : "*");
+        else k += (size_t)snprintf(out + k, cap - k, d ? ", %lld" : "%lld", (long long)f->shape[d]);
+    }
+    if (k < cap) snprintf(out + k, cap - k, "]");
+}
+
+static int cmd_inspect(int argc, char **argv) {
+    const char *path = NULL;
+    bool all = false;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(inspect_help, stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--all")) all = true;
+        else if (argv[i][0] == '-') die_usage("inspect", "unknown option '%s'", argv[i]);
+        else path = argv[i];
+    }
+    if (!path) die_usage("inspect", "DATASET is required");
+    stk_error err = {0};
+    stk_dataset *ds = NULL;
+    if (stk_dataset_open(path, &ds, &err)) return fail(&err);
+    size_t ns = stk_dataset_num_shards(ds);
+    uint64_t bytes = 0, data = 0;
+    for (size_t i = 0; i < ns; i++) {
+        stk_shard_info si;
+        stk_dataset_shard(ds, i, &si);
+        bytes += si.bytes;
+        data += si.data_bytes;
+    }
+    char hb[32], hd[32];
+    human_bytes((double)bytes, hb, sizeof hb);
+    human_bytes((double)data, hd, sizeof hd);
+    printf("dataset  %s\n", stk_dataset_path(ds));
+    printf("format   stoker version %d\n", STK_FORMAT_VERSION);
+    printf("records  %" PRIu64 "\n", stk_dataset_num_records(ds));
+    printf("shards   %zu, %s on disk (%s of record data)\n", ns, hb, hd);
+    printf("fields   %zu\n", stk_dataset_num_fields(ds));
+    printf("  %-20s %-6s %-20s %s\n", "name", "dtype", "shape", "codec");
+    for (size_t i = 0; i < stk_dataset_num_fields(ds); i++) {
+        const stk_field *f = stk_dataset_field(ds, i);
+        char sh[128];
+        field_shape(f, sh, sizeof sh);
+        printf("  %-20s %-6s %-20s %s\n", f->name, stk_dtype_name(f->dtype), sh,
+               f->codec == STK_CODEC_ZSTD ? "zstd" : "none");
+    }
+    printf("attrs    %s\n", stk_dataset_attrs(ds));
+    if (ns) {
+        printf("  %-36s %12s %10s %12s\n", "shard", "first", "records", "bytes");
+        size_t show = all ? ns : (ns < 10 ? ns : 10);
+        for (size_t i = 0; i < show; i++) {
+            stk_shard_info si;
+            stk_dataset_shard(ds, i, &si);
+            const char *base = strrchr(si.file, '/');
+            printf("  %-36s %12" PRIu64 " %10" PRIu64 " %12" PRIu64 "\n", base ? base + 1 : si.file,
+                   si.first_record, si.records, si.bytes);
+        }
+        if (show < ns) printf("  ... %zu more (--all lists them)\n", ns - show);
+    }
+    stk_dataset_close(ds);
+    return 0;
+}
+
+/* ---- verify ---- */
+
+static const char verify_help[] =
+    "Usage: stoker verify DATASET [--threads N] [-q]\n"
+    "\n"
+    "Reads every shard in full and checks every checksum: shard headers, record\n"
+    "indexes, blocks of record data and every record.  Exits 0 when the dataset\n"
+    "is intact, 1 when damage was found (each damaged record is named), and 2\n"
+    "when the dataset cannot be opened at all.\n"
+    "\n"
+    "  --threads N  shards checked at once (default: one per CPU)\n"
+    "  -q, --quiet  print problems only\n"
+    "\n"
+    "Example:\n"
+    "  stoker verify basins.stk\n";
+
+static void on_problem(void *ctx, const stk_error *e) {
+    (void)ctx;
+    fprintf(stderr, "%s: damaged: %s\n", prog, e->message);
+}
+
+static void on_progress(void *ctx, uint64_t done, uint64_t total) {
+    progress_show(ctx, done, total, "b");
+}
+
+static int cmd_verify(int argc, char **argv) {
+    const char *path = NULL;
+    bool quiet = false;
+    stk_verify_options vo;
+    stk_verify_options_init(&vo);
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(verify_help, stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            uint64_t v;
+            if (!parse_u64(argv[++i], &v) || v > 256) die_usage("verify", "bad --threads");
+            vo.threads = (int)v;
+        } else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) quiet = true;
+        else if (argv[i][0] == '-') die_usage("verify", "unknown option '%s'", argv[i]);
+        else path = argv[i];
+    }
+    if (!path) die_usage("verify", "DATASET is required");
+    stk_error err = {0};
+    stk_dataset *ds = NULL;
+    double t0 = now_s();
+    int rc = stk_dataset_open(path, &ds, &err);
+    if (rc) {
+        fprintf(stderr, "%s: error: %s\n", prog, err.message);
+        /* Damage found while opening is still damage. */
+        return rc == -ENOENT || rc == -EACCES || rc == -ENOMEM ? EXIT_ERROR : EXIT_DAMAGED;
+    }
+    progress pb;
+    progress_init(&pb, "verify", quiet);
+    vo.on_problem = on_problem;
+    vo.on_progress = on_progress;
+    vo.ctx = &pb;
+    stk_verify_report rep;
+    rc = stk_dataset_verify(ds, &vo, &rep, &err);
+    progress_end(&pb);
+    double el = now_s() - t0;
+    stk_dataset_close(ds);
+    if (rc && rep.problems == 0) return fail(&err);
+    if (rc) {
+        fprintf(stderr, "%s: %s is damaged: %" PRIu64 " problem%s; the first: %s\n", prog, path,
+                rep.problems, rep.problems == 1 ? "" : "s", err.message);
+        return EXIT_DAMAGED;
+    }
+    if (!quiet) {
+        char hb[32], hr[32];
+        human_bytes((double)rep.bytes_checked, hb, sizeof hb);
+        human_bytes(el > 0 ? (double)rep.bytes_checked / el : 0, hr, sizeof hr);
+        printf("%s is intact: %" PRIu64 " records, %s checked in %.2f s (%s/s)\n", path,
+               rep.records_checked, hb, el, hr);
+    }
+    return 0;
+}
+
+/* ---- cat ---- */
+
+static const char cat_help[] =
+    "Usage: stoker cat DATASET RECORD [--field NAME] [--limit N]\n"
+    "\n"
+    "Prints the fields of record RECORD (0-based), after checking its checksum.\n"
+    "\n"
+    "  --field NAME  print only this field\n"
+    "  --limit N     print at most N values per field (default 64; 0: all)\n"
+    "\n"
+    "Example:\n"
+    "  stoker cat basins.stk 17 --field x --limit 32\n";
+
+static double half_to_double(uint16_t h) {
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024, e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+static double value_at(const uint8_t *p, stk_dtype t) {
+    union {
+        uint8_t b[8];
+        uint16_t u16;
+        uint32_t u32;
+        uint64_t u64;
+        int16_t i16;
+        int32_t i32;
+        int64_t i64;
+        float f;
+        double d;
+    } u;
+    memcpy(u.b, p, stk_dtype_size(t));
+    switch (t) {
+    case STK_U8: case STK_BYTES: return p[0];
+    case STK_I8: return (int8_t)p[0];
+    case STK_U16: return u.u16;
+    case STK_I16: return u.i16;
+    case STK_U32: return u.u32;
+    case STK_I32: return u.i32;
+    case STK_U64: return (double)u.u64;
+    case STK_I64: return (double)u.i64;
+    case STK_F16: return half_to_double(u.u16);
+    case STK_BF16: {
+        uint32_t b = (uint32_t)u.u16 << 16;
+        float f;
+        memcpy(&f, &b, 4);
+        return f;
+    }
+    case STK_F32: return u.f;
+    case STK_F64: return u.d;
+    }
+    return 0;
+}
+
+static void print_value(const uint8_t *p, stk_dtype t) {
+    if (t == STK_U64) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        printf("%" PRIu64, v);
+    } else if (t == STK_I64) {
+        int64_t v;
+        memcpy(&v, p, 8);
+        printf("%" PRId64, v);
+    } else {
+        printf("%.9g", value_at(p, t));
+    }
+}
+
+static int cmd_cat(int argc, char **argv) {
+    const char *path = NULL, *rec_s = NULL, *only = NULL;
+    uint64_t limit = 64;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(cat_help, stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--field") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--limit") && i + 1 < argc) {
+            if (!parse_u64(argv[++i], &limit)) die_usage("cat", "bad --limit '%s'", argv[i]);
+        } else if (argv[i][0] == '-') die_usage("cat", "unknown option '%s'", argv[i]);
+        else if (!path) path = argv[i];
+        else if (!rec_s) rec_s = argv[i];
+        else die_usage("cat", "unexpected argument '%s'", argv[i]);
+    }
+    uint64_t rec;
+    if (!path || !rec_s) die_usage("cat", "DATASET and RECORD are required");
+    if (!parse_u64(rec_s, &rec)) die_usage("cat", "RECORD must be a number, not '%s'", rec_s);
+    stk_error err = {0};
+    stk_dataset *ds = NULL;
+    if (stk_dataset_open(path, &ds, &err)) return fail(&err);
+    if (rec >= stk_dataset_num_records(ds)) {
+        fprintf(stderr, "%s: error: record %" PRIu64 " is out of range: %s has %" PRIu64
+                " records\n", prog, rec, path, stk_dataset_num_records(ds));
+        stk_dataset_close(ds);
+        return EXIT_ERROR;
+    }
+    int only_i = -1;
+    if (only && (only_i = stk_dataset_find_field(ds, only)) < 0) {
+        fprintf(stderr, "%s: error: %s has no field '%s'\n", prog, path, only);
+        stk_dataset_close(ds);
+        return EXIT_ERROR;
+    }
+    int rc = 0;
+    printf("record %" PRIu64 "\n", rec);
+    for (size_t i = 0; i < stk_dataset_num_fields(ds) && rc == 0; i++) {
+        if (only_i >= 0 && (size_t)only_i != i) continue;
+        const stk_field *f = stk_dataset_field(ds, i);
+        stk_extent x;
+        if (stk_dataset_get(ds, rec, i, &x, &err)) {
+            rc = fail(&err);
+            break;
+        }
+        uint8_t *buf = malloc(x.raw_bytes ? (size_t)x.raw_bytes : 1);
+        size_t len;
+        if (!buf) {
+            perror("malloc");
+            exit(EXIT_ERROR);
+        }
+        if (stk_dataset_read(ds, rec, i, buf, (size_t)x.raw_bytes, &len, STK_READ_VERIFY, &err)) {
+            rc = fail(&err);
+            free(buf);
+            break;
+        }
+        char sh[128];
+        int64_t real[STK_MAX_DIMS];
+        memcpy(real, f->shape, sizeof real);
+        if (f->ndim) real[0] = (int64_t)x.rows;
+        shape_str(real, f->ndim, sh, sizeof sh);
+        printf("%s: %s %s\n", f->name, stk_dtype_name(f->dtype), sh);
+        size_t isz = stk_dtype_size(f->dtype);
+        uint64_t n = len / isz, show = limit && limit < n ? limit : n;
+        if (f->dtype == STK_BYTES) {
+            printf("  b\"");
+            for (uint64_t k = 0; k < show; k++) {
+                uint8_t c = buf[k];
+                if (c >= 32 && c < 127 && c != '"' && c != '\\') putchar(c);
+                else printf("\\x%02x", c);
+            }
+            printf("\"%s\n", show < n ? "..." : "");
+        } else {
+            uint64_t per_row = 1;
+            for (int d = 1; d < f->ndim; d++) per_row *= (uint64_t)f->shape[d];
+            if (f->ndim < 2) per_row = n ? n : 1; /* a vector prints on one line */
+            for (uint64_t k = 0; k < show; k++) {
+                if (k % per_row == 0) printf(k ? "\n  " : "  ");
+                else printf(" ");
+                print_value(buf + k * isz, f->dtype);
+            }
+            printf("%s\n", show < n ? " ..." : "");
+            if (show < n)
+                printf("  (%" PRIu64 " of %" PRIu64 " values shown; --limit 0 shows all)\n", show, n);
+        }
+        free(buf);
+    }
+    stk_dataset_close(ds);
+    return rc;
+}
+
+/* ---- main ---- */
+
+static const char main_help[] =
+    "Usage: stoker COMMAND [options]\n"
+    "\n"
+    "stoker packs training data into indexed shards and reads it back fast.\n"
+    "\n"
+    "Commands:\n"
+    "  pack      pack .npy files into a dataset\n"
+    "  merge     join the parts of a split pack\n"
+    "  inspect   show a dataset's schema, shards and counts\n"
+    "  verify    check every checksum of a dataset\n"
+    "  cat       print one record\n"
+    "  version   print the library and format versions\n"
+    "\n"
+    "Run 'stoker COMMAND --help' for a command's options and an example.\n"
+    "\n"
+    "Example:\n"
+    "  stoker pack --from npy series/ -o series.stk && stoker verify series.stk\n";
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ||
+        !strcmp(argv[1], "help")) {
+        fputs(main_help, argc < 2 ? stderr : stdout);
+        return argc < 2 ? EXIT_ERROR : 0;
+    }
+    const char *cmd = argv[1];
+    int n = argc - 2;
+    char **rest = argv + 2;
+    if (!strcmp(cmd, "pack")) return cmd_pack(n, rest);
+    if (!strcmp(cmd, "merge")) return cmd_merge(n, rest);
+    if (!strcmp(cmd, "inspect")) return cmd_inspect(n, rest);
+    if (!strcmp(cmd, "verify")) return cmd_verify(n, rest);
+    if (!strcmp(cmd, "cat")) return cmd_cat(n, rest);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("stoker %s (format version %d)\n", stk_version(), STK_FORMAT_VERSION);
+        return 0;
+    }
+    fprintf(stderr, "%s: unknown command '%s'\n\n%s", prog, cmd, main_help);
+    return EXIT_ERROR;
+}
