@@ -1,0 +1,52 @@
+# The front door.  On a fresh machine:
+#   make test   installs what is missing, builds, and runs every test
+#   make demo   runs the main job on generated data
+# Everything else is here for developers.
+
+BUILD ?= build
+PY := .venv/bin/python
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+.PHONY: all deps build test test-c test-py sanitize tsan demo bench clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD)
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j2
+	STOKER_BUILD=$(BUILD) $(PY) -m pytest -q tests/python
+
+test-c: build
+	ctest --test-dir $(BUILD) --output-on-failure -j2
+
+test-py: build
+	STOKER_BUILD=$(BUILD) $(PY) -m pytest -q tests/python
+
+# The C tests under AddressSanitizer and UndefinedBehaviorSanitizer.
+sanitize: deps
+	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+		-DSTK_SANITIZE=address,undefined >/dev/null
+	@cmake --build build-asan
+	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j2
+
+# The C tests under ThreadSanitizer.
+tsan: deps
+	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+		-DSTK_SANITIZE=thread >/dev/null
+	@cmake --build build-tsan
+	ctest --test-dir build-tsan --output-on-failure -j2
+
+demo: build
+	@STOKER_BUILD=$(BUILD) scripts/demo.sh
+
+bench: build
+	STOKER_BUILD=$(BUILD) $(PY) bench/pack_verify.py
+
+clean:
+	rm -rf $(BUILD) build-asan build-tsan

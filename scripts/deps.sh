@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what building and testing stoker needs, and only what is missing:
+# Debian packages through apt-get, Python tools into the project's .venv.
+# Safe to run again; a second run on a ready machine takes a second.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(gcc g++ make pkg-config ninja-build libzstd-dev liburing-dev libxxhash-dev
+      libjansson-dev python3-venv)
+command -v cmake >/dev/null 2>&1 || PKGS+=(cmake)
+
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# python3-venv is not needed where python3 already has a working venv module.
+if [ ${#missing[@]} -gt 0 ] && python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    missing=("${missing[@]/python3-venv}")
+    read -r -a missing <<<"${missing[*]}"
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "deps: installing Debian packages: ${missing[*]}"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# The virtual environment for the Python tests and tools; rebuilt when the
+# requirements change.
+REQ=requirements-dev.txt
+STAMP=.venv/.requirements.sha
+want=$(sha256sum "$REQ" | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
+    echo "deps: preparing .venv from $REQ"
+    [ -x .venv/bin/python ] || python3 -m venv .venv
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -r "$REQ"
+    echo "$want" >"$STAMP"
+fi
