@@ -421,6 +421,242 @@ STK_API int stk_dataset_verify(const stk_dataset *ds,
                                stk_verify_report *report, stk_error *err);
 
 /* ------------------------------------------------------------------------ */
+/* The loader: shuffled batches at the speed of the hardware                 */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A loader turns a dataset into a stream of batches for one rank of a
+ * (possibly distributed) training job.
+ *
+ * Samples.  A sample is a whole record, or (with `window` > 0) a window of
+ * `window` consecutive rows of a record whose first dimension is time, at
+ * starts 0, stride, 2*stride, ... that fit in the record.  The time fields
+ * are the selected fields with a ragged first dimension (or a fixed first
+ * dimension of at least `window` rows); every time field of a record must
+ * have the same number of rows.  Other selected fields are per-record values
+ * (fixed shape) and are repeated for each window of their record.  Windows
+ * are counted per record with prefix sums: memory grows with records, not
+ * with samples.
+ *
+ * Orders.  The epoch's order of samples is a pure function of (order, seed,
+ * epoch) that does not depend on the world size, and any position in it is
+ * computed directly, without replaying those before:
+ *   STK_ORDER_SEQUENTIAL  sample ids in order;
+ *   STK_ORDER_RANDOM      a uniform permutation (a keyed Feistel network
+ *                         with cycle walking): O(1) memory;
+ *   STK_ORDER_BLOCK       blocks of consecutive samples in a permuted order,
+ *                         taken `block_group` blocks at a time, the samples
+ *                         of each group permuted among themselves.  The
+ *                         group's bytes are read with large sequential reads
+ *                         and the batches are cut from memory: `block_group`
+ *                         trades I/O locality against mixing.
+ *
+ * Ranks.  The global order is dealt to `world_size` ranks by interleaving:
+ * rank r takes positions r, r + W, r + 2W, ...  Every rank gets the same
+ * number of samples: floor(N / W), the remainder dropped; or with `pad`,
+ * ceil(N / W), the missing ones taken again from the start of the order.
+ * Every rank therefore yields the same number of batches.
+ *
+ * Resume.  The state is (seed, epoch, position), position counting global
+ * samples consumed by all ranks together.  Restoring it, with the same or a
+ * different world size, continues the same global order exactly.
+ *
+ * Batches.  Field i of a batch of n samples is a dense array [n, ...], or
+ * [n, window, ...] for a time field, or, for a ragged field in record mode,
+ * its rows concatenated with int64 offsets [n + 1] (in rows).  Batches come
+ * out in the same order, with the same bytes, whatever the thread count or
+ * I/O backend.
+ */
+typedef struct stk_loader stk_loader;
+typedef struct stk_batch stk_batch;
+
+typedef enum stk_order {
+    STK_ORDER_SEQUENTIAL = 0,
+    STK_ORDER_RANDOM = 1,
+    STK_ORDER_BLOCK = 2
+} stk_order;
+
+typedef enum stk_backend {
+    STK_BACKEND_AUTO = 0, /* mmap when the shards are in the page cache at
+                           * open (or set_epoch), io_uring otherwise, the
+                           * thread pool where io_uring is unavailable */
+    STK_BACKEND_URING = 1, /* io_uring, one ring per worker thread */
+    STK_BACKEND_POOL = 2,  /* pread(2) from the worker threads */
+    STK_BACKEND_MMAP = 3   /* copies from a read-only mapping */
+} stk_backend;
+
+typedef enum stk_valid {
+    STK_VALID_ALL = 0,     /* every window start is valid */
+    STK_VALID_MASK = 1,    /* valid_field's row at the window's last row has
+                            * no zero element */
+    STK_VALID_NOT_NAN = 2  /* valid_field's row at the window's last row has
+                            * no NaN (f16, bf16, f32, f64 fields) */
+} stk_valid;
+
+/* Returned by stk_loader_next when the epoch has no more batches. */
+#define STK_END 1
+
+typedef struct stk_loader_options {
+    uint32_t batch_size;       /* samples per batch; default 32; >= 1 */
+    const char *const *fields; /* names of the fields to load; NULL: all */
+    size_t nfields;            /* entries in `fields` */
+    uint64_t window;           /* rows per window; 0 (default): whole records */
+    uint64_t stride;           /* rows between window starts; default 1 */
+    const char *valid_field;   /* field tested by `valid`; NULL: none */
+    stk_valid valid;           /* default STK_VALID_ALL */
+    stk_order order;           /* default STK_ORDER_BLOCK */
+    uint64_t seed;             /* default 0 */
+    uint64_t epoch;            /* the first epoch; default 0 */
+    uint64_t block_bytes;      /* block order: bytes read per block; default 4 MiB */
+    uint64_t block_samples;    /* block order: samples per block; 0 (default):
+                                * derived from block_bytes */
+    uint32_t block_group;      /* block order: blocks per group (K); default 16 */
+    uint32_t rank;             /* default 0 */
+    uint32_t world_size;       /* default 1 */
+    int pad;                   /* 1: pad ranks by wrapping around; default 0:
+                                * drop the remainder */
+    int drop_last;             /* 1: drop a last, partial batch; default 0 */
+    stk_backend backend;       /* default STK_BACKEND_AUTO */
+    int direct;                /* 1: O_DIRECT reads (cold streaming); default 0 */
+    int threads;               /* worker threads; 0 (default): one per CPU, at most 8 */
+    uint32_t prefetch;         /* batch buffers in the ring; 0 (default): from
+                                * the memory budget, 2..8 */
+    uint32_t queue_depth;      /* io_uring entries per worker; default 64 */
+    uint64_t memory_budget;    /* bytes for batch buffers, group caches and
+                                * staging; default 1 GiB */
+} stk_loader_options;
+
+/* Fills `opts` with the defaults above. */
+STK_API void stk_loader_options_init(stk_loader_options *opts);
+
+/*
+ * Opens a loader over `ds`, which must stay open until the loader is closed.
+ * The loader starts at (opts->seed, opts->epoch, position 0) and begins
+ * reading at once, in the background.
+ * Returns 0 and sets *out, or:
+ *   -EINVAL   an option that makes no sense (batch of 0, window longer than
+ *             every record, rank >= world_size, an unknown field, a
+ *             compressed time field, a budget below what one batch needs...);
+ *             the message names the option and says why;
+ *   STK_ESCHEMA  time fields whose row counts differ in some record (named);
+ *   -ENOMEM, -EMFILE, or errors from opening the shard files.
+ * Thread-safety: a loader is driven by one consumer thread at a time; its
+ * own threads are internal.
+ */
+STK_API int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts,
+                            stk_loader **out, stk_error *err);
+
+/*
+ * Waits for the next batch of this rank and sets *out.  Returns 0, STK_END
+ * when the epoch has no more batches (and again on every call until
+ * stk_loader_set_epoch or stk_loader_restore), or a negative code for an
+ * error met by any of the loader's threads: the message names the shard file
+ * and the record.  After an error every call returns it again; close the
+ * loader.  Returns -EBUSY if the consumer holds every batch buffer.
+ * The batch stays valid, and its memory untouched, until
+ * stk_loader_release(); hold several at once if needed.
+ */
+STK_API int stk_loader_next(stk_loader *ld, stk_batch **out, stk_error *err);
+
+/* Gives a batch's buffer back for reuse.  Accepts NULL.  The batch and every
+ * pointer into it are invalid afterwards. */
+STK_API void stk_loader_release(stk_loader *ld, stk_batch *b);
+
+/* Samples in the batch (batch_size, or fewer for a last partial batch). */
+STK_API uint32_t stk_batch_size(const stk_batch *b);
+/* The batch's number within this rank's epoch, from 0. */
+STK_API uint64_t stk_batch_index(const stk_batch *b);
+/* The global sample ids of the batch's samples, in batch order: record ids,
+ * or window ids (numbered record by record).  Valid until release. */
+STK_API const uint64_t *stk_batch_samples(const stk_batch *b);
+
+typedef struct stk_batch_field {
+    const char *name;  /* valid while the loader is open */
+    stk_dtype dtype;
+    int ndim;
+    int64_t shape[STK_MAX_DIMS + 2]; /* of the batch array (values, if ragged) */
+    void *data;        /* valid until release; 64-byte aligned */
+    uint64_t bytes;    /* size of data */
+    const int64_t *offsets; /* ragged: [n + 1] offsets in rows; else NULL */
+} stk_batch_field;
+
+/* Describes field `i` (in the loader's field order).  Returns 0 or -EINVAL. */
+STK_API int stk_batch_field_get(const stk_batch *b, size_t i, stk_batch_field *out);
+
+/* Fields the loader yields, and the index of one by name (or -ENOENT). */
+STK_API size_t stk_loader_num_fields(const stk_loader *ld);
+STK_API int stk_loader_find_field(const stk_loader *ld, const char *name);
+
+/* Samples in the whole epoch (all ranks), samples and batches of this rank. */
+STK_API uint64_t stk_loader_epoch_samples(const stk_loader *ld);
+STK_API uint64_t stk_loader_rank_samples(const stk_loader *ld);
+STK_API uint64_t stk_loader_rank_batches(const stk_loader *ld);
+/* The backend actually in use (never STK_BACKEND_AUTO). */
+STK_API stk_backend stk_loader_backend(const stk_loader *ld);
+STK_API const char *stk_backend_name(stk_backend b);
+
+/*
+ * Starts epoch `epoch` from its beginning.  Batches the consumer still holds
+ * stay valid; batches read ahead for the old epoch are discarded.
+ * Returns 0, or the loader's error if it has failed.
+ */
+STK_API int stk_loader_set_epoch(stk_loader *ld, uint64_t epoch, stk_error *err);
+
+/*
+ * The resume state.  `position` counts global samples consumed by all ranks
+ * (those of the batches returned by next so far, times the world size).
+ * `fingerprint` pins what the order depends on (dataset, fields, window,
+ * order and block parameters, batch size); restoring into a loader whose
+ * fingerprint differs fails with -EINVAL.
+ */
+typedef struct stk_loader_state {
+    uint64_t seed;
+    uint64_t epoch;
+    uint64_t position;
+    uint64_t fingerprint;
+} stk_loader_state;
+
+STK_API void stk_loader_save(const stk_loader *ld, stk_loader_state *out);
+
+/* Continues from `st`: the next batch starts at st->position of epoch
+ * st->epoch, dealt over this loader's world size.  The loader's seed becomes
+ * st->seed.  Returns 0, -EINVAL (fingerprint or position mismatch), or the
+ * loader's error. */
+STK_API int stk_loader_restore(stk_loader *ld, const stk_loader_state *st,
+                               stk_error *err);
+
+/* Counters of one pipeline stage. */
+typedef struct stk_stage_stats {
+    uint64_t count;   /* operations: samples planned, reads, batches */
+    uint64_t bytes;   /* bytes moved by the stage */
+    uint64_t busy_ns; /* time spent in the stage, summed over threads */
+} stk_stage_stats;
+
+typedef struct stk_loader_stats {
+    stk_stage_stats plan;     /* turning samples into reads */
+    stk_stage_stats io;       /* reads (or copies from the mapping) */
+    stk_stage_stats assemble; /* batches completed: decode, copy, offsets */
+    stk_stage_stats wait;     /* consumer: calls to next and time blocked */
+    uint64_t batches;         /* batches handed to the consumer */
+    uint64_t samples;
+    uint64_t elapsed_ns;      /* since open (or the last reset) */
+    uint64_t ready_sum;       /* sum over next() calls of batches ready */
+    uint32_t ring_slots;      /* batch buffers in the ring */
+    uint32_t threads;
+    uint64_t groups_loaded;   /* block order: groups read */
+    uint64_t max_inflight;    /* most reads in flight at once */
+} stk_loader_stats;
+
+/* Copies the counters.  Safe at any time from the consumer thread. */
+STK_API void stk_loader_stats_get(const stk_loader *ld, stk_loader_stats *out);
+/* Zeroes the counters and restarts elapsed time. */
+STK_API void stk_loader_stats_reset(stk_loader *ld);
+
+/* Stops the threads (waiting for reads in flight to land), frees every
+ * buffer and descriptor.  Safe at any moment.  Accepts NULL. */
+STK_API void stk_loader_close(stk_loader *ld);
+
+/* ------------------------------------------------------------------------ */
 /* NumPy .npy files                                                          */
 /* ------------------------------------------------------------------------ */
 

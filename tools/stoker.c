@@ -649,7 +649,9 @@ static int cmd_verify(int argc, char **argv) {
             fputs(verify_help, stdout);
             return 0;
         }
-        if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+        if (!strcmp(argv[i], "--threads") && i + 1 == argc)
+            die_usage("verify", "--threads needs a value");
+        if (!strcmp(argv[i], "--threads")) {
             uint64_t v;
             if (!parse_u64(argv[++i], &v) || v > 256) die_usage("verify", "bad --threads");
             vo.threads = (int)v;
@@ -664,8 +666,11 @@ static int cmd_verify(int argc, char **argv) {
     int rc = stk_dataset_open(path, &ds, &err);
     if (rc) {
         fprintf(stderr, "%s: error: %s\n", prog, err.message);
-        /* Damage found while opening is still damage. */
-        return rc == -ENOENT || rc == -EACCES || rc == -ENOMEM ? EXIT_ERROR : EXIT_DAMAGED;
+        /* Damage found while opening is still damage; an unfinished or
+         * unmerged pack is not damage, it just cannot be opened yet. */
+        return rc == -ENOENT || rc == -EACCES || rc == -ENOMEM || rc == STK_EINCOMPLETE
+                   ? EXIT_ERROR
+                   : EXIT_DAMAGED;
     }
     progress pb;
     progress_init(&pb, "verify", quiet);
@@ -769,8 +774,10 @@ static int cmd_cat(int argc, char **argv) {
             fputs(cat_help, stdout);
             return 0;
         }
-        if (!strcmp(argv[i], "--field") && i + 1 < argc) only = argv[++i];
-        else if (!strcmp(argv[i], "--limit") && i + 1 < argc) {
+        if ((!strcmp(argv[i], "--field") || !strcmp(argv[i], "--limit")) && i + 1 == argc)
+            die_usage("cat", "%s needs a value", argv[i]);
+        if (!strcmp(argv[i], "--field")) only = argv[++i];
+        else if (!strcmp(argv[i], "--limit")) {
             if (!parse_u64(argv[++i], &limit)) die_usage("cat", "bad --limit '%s'", argv[i]);
         } else if (argv[i][0] == '-') die_usage("cat", "unknown option '%s'", argv[i]);
         else if (!path) path = argv[i];
@@ -851,6 +858,173 @@ static int cmd_cat(int argc, char **argv) {
     return rc;
 }
 
+
+/* ---- read ---- */
+
+static const char read_help[] =
+    "Usage: stoker read DATASET [options]\n"
+    "\n"
+    "Iterates epochs of batches the way a training loop would (taking each\n"
+    "batch and giving it back at once) and reports samples/s, GB/s of batch\n"
+    "data delivered, and the stall: the share of time spent waiting in next().\n"
+    "\n"
+    "  --batch B            samples per batch (default 32)\n"
+    "  --window L           windows of L rows over the time fields (default: whole records)\n"
+    "  --stride S           rows between window starts (default 1)\n"
+    "  --valid-field F      field tested to keep a window (with --valid)\n"
+    "  --valid mask|notnan  keep windows whose last row of F is nonzero / not NaN\n"
+    "  --shuffle MODE       sequential, random or block (default block)\n"
+    "  --block-group K      blocks opened together in block mode (default 16)\n"
+    "  --block-bytes SIZE   bytes per block in block mode (default 4M)\n"
+    "  --seed N, --epoch N  the order's seed and first epoch (default 0)\n"
+    "  --epochs N           epochs to run (default 1)\n"
+    "  --fields a,b,...     fields to load (default: all)\n"
+    "  --rank R --world-size W   read one rank's share\n"
+    "  --backend auto|uring|pool|mmap   I/O backend (default auto)\n"
+    "  --direct             O_DIRECT reads\n"
+    "  --threads N          worker threads (default: one per CPU)\n"
+    "  --budget SIZE        memory budget (default 1G)\n"
+    "  --prefetch N         batch buffers in the ring (default: from the budget)\n"
+    "  --stats              print per-stage statistics\n"
+    "\n"
+    "Example:\n"
+    "  stoker read basins.stk --window 365 --batch 256 --shuffle random\n";
+
+static int split_list(char *s, const char **out, int max) {
+    int n = 0;
+    for (char *tok = strtok(s, ","); tok && n < max; tok = strtok(NULL, ",")) out[n++] = tok;
+    return n;
+}
+
+static int cmd_read(int argc, char **argv) {
+    const char *path = NULL;
+    stk_loader_options o;
+    stk_loader_options_init(&o);
+    uint64_t epochs = 1;
+    bool stats = false;
+    const char *fields[64];
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        uint64_t v = 0;
+#define VAL() (i + 1 < argc ? argv[++i] : (die_usage("read", "%s needs a value", a), ""))
+#define NUM() (parse_u64(VAL(), &v) ? v : (die_usage("read", "%s wants a number", a), 0))
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(read_help, stdout);
+            return 0;
+        } else if (!strcmp(a, "--batch")) o.batch_size = (uint32_t)NUM();
+        else if (!strcmp(a, "--window")) o.window = NUM();
+        else if (!strcmp(a, "--stride")) o.stride = NUM();
+        else if (!strcmp(a, "--valid-field")) o.valid_field = VAL();
+        else if (!strcmp(a, "--valid")) {
+            const char *m = VAL();
+            if (!strcmp(m, "mask")) o.valid = STK_VALID_MASK;
+            else if (!strcmp(m, "notnan")) o.valid = STK_VALID_NOT_NAN;
+            else die_usage("read", "--valid wants mask or notnan, not '%s'", m);
+        } else if (!strcmp(a, "--shuffle")) {
+            const char *m = VAL();
+            if (!strcmp(m, "sequential")) o.order = STK_ORDER_SEQUENTIAL;
+            else if (!strcmp(m, "random")) o.order = STK_ORDER_RANDOM;
+            else if (!strcmp(m, "block")) o.order = STK_ORDER_BLOCK;
+            else die_usage("read", "--shuffle wants sequential, random or block, not '%s'", m);
+        } else if (!strcmp(a, "--block-group")) o.block_group = (uint32_t)NUM();
+        else if (!strcmp(a, "--block-bytes")) {
+            const char *m = VAL();
+            if (!parse_size(m, &o.block_bytes)) die_usage("read", "bad --block-bytes '%s'", m);
+        } else if (!strcmp(a, "--seed")) o.seed = NUM();
+        else if (!strcmp(a, "--epoch")) o.epoch = NUM();
+        else if (!strcmp(a, "--epochs")) epochs = NUM();
+        else if (!strcmp(a, "--fields")) {
+            char *list = strdup(VAL());
+            o.nfields = (size_t)split_list(list, fields, 64);
+            o.fields = fields;
+        } else if (!strcmp(a, "--rank")) o.rank = (uint32_t)NUM();
+        else if (!strcmp(a, "--world-size")) o.world_size = (uint32_t)NUM();
+        else if (!strcmp(a, "--backend")) {
+            const char *m = VAL();
+            if (!strcmp(m, "auto")) o.backend = STK_BACKEND_AUTO;
+            else if (!strcmp(m, "uring") || !strcmp(m, "io_uring")) o.backend = STK_BACKEND_URING;
+            else if (!strcmp(m, "pool")) o.backend = STK_BACKEND_POOL;
+            else if (!strcmp(m, "mmap")) o.backend = STK_BACKEND_MMAP;
+            else die_usage("read", "--backend wants auto, uring, pool or mmap, not '%s'", m);
+        } else if (!strcmp(a, "--direct")) o.direct = 1;
+        else if (!strcmp(a, "--threads")) o.threads = (int)NUM();
+        else if (!strcmp(a, "--prefetch")) o.prefetch = (uint32_t)NUM();
+        else if (!strcmp(a, "--budget")) {
+            const char *m = VAL();
+            if (!parse_size(m, &o.memory_budget)) die_usage("read", "bad --budget '%s'", m);
+        } else if (!strcmp(a, "--stats")) stats = true;
+        else if (a[0] == '-') die_usage("read", "unknown option '%s'", a);
+        else path = a;
+#undef VAL
+#undef NUM
+    }
+    if (!path) die_usage("read", "DATASET is required");
+    stk_error err = {0};
+    stk_dataset *ds = NULL;
+    if (stk_dataset_open(path, &ds, &err)) return fail(&err);
+    stk_loader *ld = NULL;
+    if (stk_loader_open(ds, &o, &ld, &err)) {
+        stk_dataset_close(ds);
+        return fail(&err);
+    }
+    double t0 = now_s();
+    uint64_t samples = 0, bytes = 0, batches = 0;
+    int rc = 0;
+    for (uint64_t e = 0; e < epochs && rc == 0; e++) {
+        if (e && stk_loader_set_epoch(ld, o.epoch + e, &err)) {
+            rc = fail(&err);
+            break;
+        }
+        for (;;) {
+            stk_batch *b;
+            int r = stk_loader_next(ld, &b, &err);
+            if (r == STK_END) break;
+            if (r) {
+                rc = fail(&err);
+                break;
+            }
+            samples += stk_batch_size(b);
+            batches++;
+            for (size_t f = 0; f < stk_loader_num_fields(ld); f++) {
+                stk_batch_field bf;
+                stk_batch_field_get(b, f, &bf);
+                bytes += bf.bytes;
+            }
+            stk_loader_release(ld, b);
+        }
+    }
+    double el = now_s() - t0;
+    stk_loader_stats st;
+    stk_loader_stats_get(ld, &st);
+    if (rc == 0) {
+        printf("read %" PRIu64 " samples in %" PRIu64 " batches over %" PRIu64 " epoch%s in %.3f s\n",
+               samples, batches, epochs, epochs == 1 ? "" : "s", el);
+        printf("  %.0f samples/s, %.3f GB/s of batch data, stall %.1f%% (%s backend, %u threads, "
+               "%u buffers)\n",
+               el > 0 ? (double)samples / el : 0, el > 0 ? (double)bytes / el / 1e9 : 0,
+               el > 0 ? 100.0 * (double)st.wait.busy_ns / 1e9 / el : 0,
+               stk_backend_name(stk_loader_backend(ld)), st.threads, st.ring_slots);
+        if (stats) {
+            printf("  plan      %12" PRIu64 " samples  %9.3f s busy\n", st.plan.count,
+                   (double)st.plan.busy_ns / 1e9);
+            printf("  io        %12" PRIu64 " reads    %9.3f s busy  %.3f GB (max %" PRIu64
+                   " in flight)\n",
+                   st.io.count, (double)st.io.busy_ns / 1e9, (double)st.io.bytes / 1e9,
+                   st.max_inflight);
+            printf("  assemble  %12" PRIu64 " batches  %9.3f s busy  %.3f GB\n", st.assemble.count,
+                   (double)st.assemble.busy_ns / 1e9, (double)st.assemble.bytes / 1e9);
+            printf("  wait      %12" PRIu64 " calls    %9.3f s blocked, %.2f batches ready on "
+                   "average\n",
+                   st.wait.count, (double)st.wait.busy_ns / 1e9,
+                   st.wait.count ? (double)st.ready_sum / (double)st.wait.count : 0);
+            if (st.groups_loaded) printf("  groups    %12" PRIu64 " loaded\n", st.groups_loaded);
+        }
+    }
+    stk_loader_close(ld);
+    stk_dataset_close(ds);
+    return rc;
+}
+
 /* ---- main ---- */
 
 static const char main_help[] =
@@ -864,6 +1038,7 @@ static const char main_help[] =
     "  inspect   show a dataset's schema, shards and counts\n"
     "  verify    check every checksum of a dataset\n"
     "  cat       print one record\n"
+    "  read      iterate batches and report the throughput and the stall\n"
     "  version   print the library and format versions\n"
     "\n"
     "Run 'stoker COMMAND --help' for a command's options and an example.\n"
@@ -885,6 +1060,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(n, rest);
     if (!strcmp(cmd, "verify")) return cmd_verify(n, rest);
     if (!strcmp(cmd, "cat")) return cmd_cat(n, rest);
+    if (!strcmp(cmd, "read")) return cmd_read(n, rest);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("stoker %s (format version %d)\n", stk_version(), STK_FORMAT_VERSION);
         return 0;

@@ -137,7 +137,9 @@ static int open_shard(stk_dataset *ds, stk__shard *sh, const stk__shard_entry *m
         stk__err(err, rc, "%s: reading the header: %s", sh->path, stk_strerror(rc));
         goto out;
     }
-    if ((size_t)got < 8 || memcmp(h, STK__MAGIC, 8) != 0) {
+    /* A file that ends inside the magic (an empty one included) is a
+     * truncated shard, not a foreign file. */
+    if (memcmp(h, STK__MAGIC, (size_t)STK__MIN((size_t)got, (size_t)8)) != 0) {
         rc = SH_ERR(STK_EBADMAGIC, "not a stoker shard (bad magic)");
         goto out;
     }
@@ -433,7 +435,8 @@ int stk_dataset_read(const stk_dataset *ds, uint64_t record, size_t field, void 
                             (unsigned long long)(record - sh->first));
     }
     if (x.codec == STK_CODEC_NONE) {
-        memcpy(buf, x.data, (size_t)x.raw_bytes);
+        /* buf may be NULL for an empty field; memcpy must not see it. */
+        if (x.raw_bytes) memcpy(buf, x.data, (size_t)x.raw_bytes);
         return 0;
     }
     size_t r = ZSTD_decompress(buf, cap, x.data, (size_t)x.stored_bytes);
@@ -530,20 +533,40 @@ static void verify_shard(verify_job *j, size_t s) {
             uint64_t n = STK__MIN((uint64_t)sh->block_size, sh->data_end - b);
             if (stk__hash(map + b, (size_t)n) != sh->blocks[bi]) {
                 stk_error e;
-                uint64_t rec = r; /* the record around this block, if any */
-                while (rec < sh->nrec) {
+                /* The records that overlap this block: [lo, hi).  A block
+                 * may hold many small records; the block checksum cannot
+                 * tell which of them is damaged (the record checksums do),
+                 * so name them all rather than just the first. */
+                uint64_t lo = r, hi;
+                while (lo < sh->nrec) {
                     uint64_t a, z;
-                    stk__record_span(ds, stk__entry(ds, sh, rec), &a, &z);
+                    stk__record_span(ds, stk__entry(ds, sh, lo), &a, &z);
                     if (z > b) break;
-                    rec++;
+                    lo++;
                 }
+                for (hi = lo; hi < sh->nrec; hi++) {
+                    uint64_t a, z;
+                    stk__record_span(ds, stk__entry(ds, sh, hi), &a, &z);
+                    if (a >= b + n) break;
+                }
+                char which[64];
+                if (hi == lo)
+                    snprintf(which, sizeof which, "no record");
+                else if (hi - lo == 1)
+                    snprintf(which, sizeof which, "record %llu",
+                             (unsigned long long)(sh->first + lo));
+                else
+                    snprintf(which, sizeof which, "records %llu..%llu",
+                             (unsigned long long)(sh->first + lo),
+                             (unsigned long long)(sh->first + hi - 1));
                 stk__err(&e, STK_ECHECKSUM,
-                         "%s: block %llu (bytes %llu..%llu, record %llu) checksum "
-                         "mismatch",
+                         "%s: block %llu (bytes %llu..%llu, %s) checksum mismatch",
                          sh->path, (unsigned long long)bi, (unsigned long long)b,
-                         (unsigned long long)(b + n),
-                         (unsigned long long)(sh->first + STK__MIN(rec, sh->nrec ? sh->nrec - 1 : 0)));
-                report(j, s, b, &e);
+                         (unsigned long long)(b + n), which);
+                /* Ordered at the block's end: damage inside a record is
+                 * also a record problem, which names the one record and
+                 * so comes first. */
+                report(j, s, b + n, &e);
             }
         }
         /* Records that end inside this chunk are finished; one that

@@ -1,0 +1,1409 @@
+/*
+ * loader.c: the pipeline.  Worker threads turn this rank's batches, in any
+ * order among themselves, into filled buffers of a ring; the consumer takes
+ * them in batch order.
+ *
+ *   order -> plan (per batch) -> reads (io_uring | pread | mmap) -> ring -> next()
+ *
+ * A worker claims the lowest batch number not yet claimed, when a ring slot
+ * is free and the batch is at most `ring size` ahead of the consumer.  It
+ * computes the batch's samples (positions dealt to this rank, their sample
+ * ids in the epoch's order, their records and rows), plans one read per
+ * sample and field straight into the sample's place in the slot (merging
+ * reads that are contiguous both in the file and in the slot), and executes
+ * them through its own I/O engine.  With O_DIRECT, reads are widened to 4 KiB
+ * boundaries and land in a staging area first; compressed fields are read
+ * to staging and decompressed into place.  Because a batch's contents depend
+ * only on its number, the stream is the same whatever the thread count or
+ * backend.
+ *
+ * Block order reads differently: the K blocks of a group are read whole, in
+ * large sequential reads, into a group buffer, and the group's batches are
+ * cut from memory.  Group buffers are shared by the workers and counted by
+ * users; one is evicted only when no batch still to be filled needs it.  A
+ * worker that finishes a batch loads the next group ahead of need.
+ *
+ * Epoch changes and restores bump a generation number: work of an older
+ * generation is discarded when it completes, and batches the consumer still
+ * holds stay valid until released.
+ */
+#define _GNU_SOURCE
+#include "../format/format.h"
+#include "../io/io.h"
+#include "../sample/sample.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#define MAX_WORKERS 8
+#define MAX_GROUP_SLOTS (MAX_WORKERS + 2)
+#define DIRECT_ALIGN 4096u
+#define SPAN_CHUNK (4u << 20) /* group reads are cut into pieces this big */
+
+enum { F_TIME, F_DENSE, F_RAGGED };
+enum { S_FREE, S_FILLING, S_READY, S_HELD };
+enum { G_EMPTY, G_LOADING, G_READY, G_FAILED };
+enum { POST_NONE, POST_COPY, POST_ZSTD };
+
+typedef struct lfield {
+    size_t dsf;
+    const stk_field *f;
+    const stk__fieldinfo *fi;
+    int kind;
+    uint64_t sample_bytes; /* F_TIME / F_DENSE: output bytes per sample */
+    uint64_t cap;          /* bytes reserved in a slot */
+    uint64_t data_off;     /* in slot memory */
+    uint64_t offs_off;     /* F_RAGGED: offsets array in slot memory */
+    uint64_t max_stored;   /* compressed: largest stored size */
+} lfield;
+
+struct stk_batch {
+    stk_loader *ld;
+    int state;
+    uint64_t b;
+    uint64_t gen;
+    uint32_t n;
+    uint8_t *mem;
+    uint64_t *samples;
+    uint64_t *ragged_rows; /* per loader field */
+    int err;
+    stk_error e;
+};
+
+typedef struct span {
+    uint32_t shard;
+    uint64_t lo, hi; /* bytes [lo, hi) of the shard that the block needs */
+    uint64_t base;   /* file offset that buf + buf_off holds (lo, or lo
+                      * rounded down for O_DIRECT) */
+    uint64_t buf_off;
+} span;
+
+typedef struct group {
+    int state;
+    uint64_t g, gen;
+    int users;
+    uint64_t last_batch; /* the last batch (of this rank) that needs it */
+    uint8_t *buf;
+    span *spans;
+    size_t nspans, spans_cap;
+    uint64_t block_first[1]; /* flexible: K + 1 span indexes, allocated */
+} group;
+
+typedef struct post {
+    int kind;
+    const uint8_t *src; /* in staging (or the mapping) */
+    uint8_t *dst;
+    uint64_t len;     /* bytes to copy, or stored bytes for zstd */
+    uint64_t raw;     /* zstd: decoded size */
+    uint64_t rec;
+    size_t field;
+    const uint8_t **srcp; /* where src will be known after the read */
+} post;
+
+typedef struct worker {
+    stk_loader *ld;
+    pthread_t tid;
+    int started;
+    stk__io *io;
+    stk__ioreq *reqs;
+    size_t reqs_cap;
+    post *posts;
+    size_t posts_cap;
+    uint8_t *stage;
+    uint64_t stage_cap;
+    ZSTD_DCtx *dctx;
+    uint64_t *ids; /* 3 * batch_size: records, rows and groups of a batch */
+} worker;
+
+struct stk_loader {
+    stk_dataset *ds;
+    stk_loader_options opt;
+    lfield *f;
+    size_t nf;
+    stk__space space;
+    uint64_t fingerprint;
+    uint64_t block_samples;
+    uint64_t max_group_bytes;
+
+    /* Epoch state: changes only under mu, with gen. */
+    stk__order order;
+    stk__deal deal;
+    uint64_t seed, epoch;
+    uint64_t nbatches;
+    uint64_t gen;
+
+    stk_batch *slots;
+    uint32_t R;
+    uint64_t slot_bytes;
+    uint8_t *slot_mem;
+    uint64_t next_fill, next_take;
+
+    bool use_groups;
+    group *groups[MAX_GROUP_SLOTS];
+    int ngroups;
+    uint8_t *group_mem;
+    uint64_t group_cap;
+
+    worker w[MAX_WORKERS];
+    int nw;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop;
+    int failed;
+    stk_error ferr;
+
+    stk__files files;
+    int *fds;
+    stk_backend backend;
+
+    /* Statistics. */
+    _Atomic uint64_t st_plan_n, st_plan_ns, st_io_n, st_io_bytes, st_io_ns, st_asm_n,
+        st_asm_bytes, st_asm_ns, st_wait_n, st_wait_ns, st_batches, st_samples, st_ready_sum,
+        st_groups, st_inflight;
+    uint64_t st_t0;
+};
+
+/* ------------------------------------------------------------------------ */
+
+void stk_loader_options_init(stk_loader_options *o) {
+    memset(o, 0, sizeof *o);
+    o->batch_size = 32;
+    o->stride = 1;
+    o->valid = STK_VALID_ALL;
+    o->order = STK_ORDER_BLOCK;
+    o->block_bytes = 4u << 20;
+    o->block_group = 16;
+    o->world_size = 1;
+    o->backend = STK_BACKEND_AUTO;
+    o->queue_depth = 64;
+    o->memory_budget = 1ull << 30;
+}
+
+const char *stk_backend_name(stk_backend b) {
+    switch (b) {
+    case STK_BACKEND_AUTO: return "auto";
+    case STK_BACKEND_URING: return "io_uring";
+    case STK_BACKEND_POOL: return "pool";
+    case STK_BACKEND_MMAP: return "mmap";
+    }
+    return "unknown";
+}
+
+static inline uint64_t now_ns(void) { return stk__now_ns(); }
+
+/* ---- batches and samples ---- */
+
+static uint32_t batch_len(const stk_loader *ld, uint64_t b) {
+    uint64_t first = b * ld->opt.batch_size;
+    return (uint32_t)STK__MIN((uint64_t)ld->opt.batch_size, ld->deal.per_rank - first);
+}
+
+static void set_epoch_locked(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t start) {
+    ld->seed = seed;
+    ld->epoch = epoch;
+    stk__order_init(&ld->order, ld->opt.order, ld->space.n, seed, epoch, ld->block_samples,
+                    ld->opt.block_group);
+    stk__deal_init(&ld->deal, ld->space.n, start, ld->opt.world_size, ld->opt.rank,
+                   ld->opt.pad != 0);
+    uint64_t B = ld->opt.batch_size;
+    ld->nbatches = ld->opt.drop_last ? ld->deal.per_rank / B : (ld->deal.per_rank + B - 1) / B;
+    ld->gen++;
+    ld->next_fill = ld->next_take = 0;
+}
+
+/* Bytes [lo, hi) of the shard that sample (rec, t) needs across the
+ * loader's fields. */
+static void sample_span(const stk_loader *ld, uint64_t rec, uint64_t t0, uint64_t t1,
+                        size_t *shard, uint64_t *lo, uint64_t *hi) {
+    const stk_dataset *ds = ld->ds;
+    size_t s = stk__dataset_shard_of(ds, rec);
+    const stk__shard *sh = &ds->shards[s];
+    const uint64_t *e = stk__entry(ds, sh, rec - sh->first);
+    uint64_t a = UINT64_MAX, z = 0;
+    for (size_t i = 0; i < ld->nf; i++) {
+        const lfield *lf = &ld->f[i];
+        uint64_t off = e[1 + 3 * lf->dsf], len = e[2 + 3 * lf->dsf];
+        if (lf->kind == F_TIME) {
+            uint64_t rb = lf->fi->row_bytes;
+            a = STK__MIN(a, off + t0 * rb);
+            z = STK__MAX(z, off + STK__MIN(t1 * rb, len));
+        } else {
+            a = STK__MIN(a, off);
+            z = STK__MAX(z, off + len);
+        }
+    }
+    *shard = s;
+    *lo = a;
+    *hi = z;
+}
+
+static uint64_t time_rows(const stk_loader *ld, uint64_t rec) {
+    for (size_t i = 0; i < ld->nf; i++)
+        if (ld->f[i].kind == F_TIME) {
+            stk_extent x;
+            stk_dataset_get(ld->ds, rec, ld->f[i].dsf, &x, NULL);
+            return x.rows;
+        }
+    return 0;
+}
+
+/* Appends the spans block `blk` needs to `g` (merging within a shard). */
+static int block_spans(const stk_loader *ld, uint64_t blk, group *g) {
+    uint64_t B = ld->block_samples, n = ld->space.n;
+    uint64_t s0 = blk * B, s1 = STK__MIN(s0 + B, n) - 1;
+    uint64_t r0, t0, r1, t1;
+    stk__space_locate(&ld->space, s0, &r0, &t0);
+    stk__space_locate(&ld->space, s1, &r1, &t1);
+    size_t first = g->nspans;
+    for (uint64_t r = r0; r <= r1; r++) {
+        uint64_t a = r == r0 ? t0 : 0;
+        uint64_t z = r == r1 ? t1 + ld->space.L : time_rows(ld, r);
+        if (!ld->space.windows) a = z = 0;
+        size_t shard;
+        uint64_t lo, hi;
+        sample_span(ld, r, a, z, &shard, &lo, &hi);
+        if (g->nspans > first && g->spans[g->nspans - 1].shard == shard) {
+            span *sp = &g->spans[g->nspans - 1];
+            sp->hi = STK__MAX(sp->hi, hi);
+            continue;
+        }
+        if (g->nspans == g->spans_cap) {
+            size_t cap = g->spans_cap ? g->spans_cap * 2 : 64;
+            span *ns = stk__realloc(g->spans, cap * sizeof *ns);
+            if (!ns) return -ENOMEM;
+            g->spans = ns;
+            g->spans_cap = cap;
+        }
+        g->spans[g->nspans++] = (span){(uint32_t)shard, lo, hi, lo, 0};
+    }
+    return 0;
+}
+
+/* ---- groups (block order) ---- */
+
+static uint64_t group_last_batch(const stk_loader *ld, uint64_t g) {
+    uint64_t start, size;
+    stk__order_group_range(&ld->order, g, &start, &size);
+    const stk__deal *d = &ld->deal;
+    uint64_t end = start + size; /* exclusive, global positions */
+    if (end <= d->start + d->rank) return 0;
+    uint64_t i = (end - 1 - d->start - d->rank) / d->world; /* last local index */
+    if (i >= d->per_rank) i = d->per_rank ? d->per_rank - 1 : 0;
+    return i / ld->opt.batch_size;
+}
+
+/* The lowest batch number that some worker may still fill. */
+static uint64_t lowest_unfilled(const stk_loader *ld) {
+    uint64_t low = ld->next_fill;
+    for (uint32_t i = 0; i < ld->R; i++)
+        if (ld->slots[i].state == S_FILLING && ld->slots[i].gen == ld->gen)
+            low = STK__MIN(low, ld->slots[i].b);
+    return low;
+}
+
+static bool group_evictable(const stk_loader *ld, const group *gr) {
+    if (gr->state == G_EMPTY) return true;
+    if (gr->users || gr->state == G_LOADING) return false;
+    if (gr->gen != ld->gen || gr->state == G_FAILED) return true;
+    return gr->last_batch < lowest_unfilled(ld);
+}
+
+/* Reads the spans of group `gr` (already laid out) into its buffer. */
+static int group_read(stk_loader *ld, worker *w, group *gr, stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    if (ld->backend == STK_BACKEND_MMAP) {
+        for (size_t i = 0; i < gr->nspans; i++) {
+            const span *sp = &gr->spans[i];
+            uint64_t a = sp->lo & ~(uint64_t)4095;
+            madvise((void *)(ds->shards[sp->shard].map + a), (size_t)(sp->hi - a), MADV_WILLNEED);
+        }
+        return 0;
+    }
+    size_t nreq = 0;
+    for (size_t i = 0; i < gr->nspans; i++) {
+        const span *sp = &gr->spans[i];
+        uint64_t end = ld->files.direct ? stk__align_up(sp->hi, DIRECT_ALIGN) : sp->hi;
+        nreq += (size_t)((end - sp->base + SPAN_CHUNK - 1) / SPAN_CHUNK);
+    }
+    if (nreq > w->reqs_cap) {
+        stk__ioreq *r = stk__realloc(w->reqs, nreq * sizeof *r);
+        if (!r) return stk__err(err, -ENOMEM, "out of memory");
+        w->reqs = r;
+        w->reqs_cap = nreq;
+    }
+    size_t k = 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < gr->nspans; i++) {
+        const span *sp = &gr->spans[i];
+        uint64_t end = ld->files.direct ? stk__align_up(sp->hi, DIRECT_ALIGN) : sp->hi;
+        uint64_t rec = ds->shards[sp->shard].first;
+        for (uint64_t off = sp->base; off < end; off += SPAN_CHUNK) {
+            uint64_t len = STK__MIN((uint64_t)SPAN_CHUNK, end - off);
+            uint64_t need = off + len <= sp->hi ? len : sp->hi > off ? sp->hi - off : 0;
+            w->reqs[k++] = (stk__ioreq){sp->shard, off, len, need,
+                                        gr->buf + sp->buf_off + (off - sp->base), rec};
+        }
+        bytes += end - sp->base;
+    }
+    uint64_t t = now_ns();
+    int rc = stk__io_exec(w->io, w->reqs, k, err);
+    ld->st_io_ns += now_ns() - t;
+    ld->st_io_n += k;
+    ld->st_io_bytes += bytes;
+    return rc;
+}
+
+/* Lays out group g's spans in `gr` and reads them. */
+static int group_load(stk_loader *ld, worker *w, group *gr, uint64_t g, stk_error *err) {
+    gr->nspans = 0;
+    uint64_t nblk = stk__order_group_blocks(&ld->order, g);
+    for (uint64_t m = 0; m < nblk; m++) {
+        gr->block_first[m] = gr->nspans;
+        if (block_spans(ld, stk__order_group_block(&ld->order, g, m), gr))
+            return stk__err(err, -ENOMEM, "out of memory");
+    }
+    gr->block_first[nblk] = gr->nspans;
+    uint64_t pos = 0;
+    for (size_t i = 0; i < gr->nspans; i++) {
+        span *sp = &gr->spans[i];
+        if (ld->files.direct) {
+            sp->base = sp->lo & ~(uint64_t)(DIRECT_ALIGN - 1);
+            sp->buf_off = pos;
+            pos += stk__align_up(sp->hi, DIRECT_ALIGN) - sp->base;
+        } else {
+            sp->base = sp->lo;
+            sp->buf_off = pos;
+            pos = stk__align_up(pos + (sp->hi - sp->lo), 64);
+        }
+    }
+    if (ld->backend != STK_BACKEND_MMAP && pos > ld->group_cap)
+        return stk__err(err, -ENOMEM,
+                        "%s: group %llu needs %llu bytes, more than the %llu reserved "
+                        "(lower block_bytes or block_group)",
+                        ld->ds->dir, (unsigned long long)g, (unsigned long long)pos,
+                        (unsigned long long)ld->group_cap);
+    return group_read(ld, w, gr, err);
+}
+
+/* Returns group g ready for reading, with a user counted; loads it when no
+ * one has.  Called and returns with mu held. */
+static group *group_acquire(stk_loader *ld, worker *w, uint64_t g, uint64_t gen,
+                            stk_error *err, int *rc) {
+    *rc = 0;
+    for (;;) {
+        if (ld->stop || ld->gen != gen) {
+            *rc = -ECANCELED;
+            return NULL;
+        }
+        group *found = NULL, *victim = NULL, *spare = NULL;
+        for (int i = 0; i < ld->ngroups; i++) {
+            group *gr = ld->groups[i];
+            if (gr->state != G_EMPTY && gr->g == g && gr->gen == gen) found = gr;
+            else if (!victim && group_evictable(ld, gr)) victim = gr;
+            else if (!spare && gr->state == G_READY && !gr->users && gr->g > g) spare = gr;
+        }
+        if (found && found->state == G_READY) {
+            found->users++;
+            return found;
+        }
+        if (found && found->state == G_LOADING) {
+            pthread_cond_wait(&ld->cv, &ld->mu);
+            continue;
+        }
+        if (found) found->state = G_EMPTY; /* failed earlier: try again */
+        /* A group loaded ahead for later batches may give way to one needed
+         * now; it will be read again when its turn comes. */
+        if (!victim) victim = spare;
+        if (!victim) {
+            pthread_cond_wait(&ld->cv, &ld->mu);
+            continue;
+        }
+        victim->state = G_LOADING;
+        victim->g = g;
+        victim->gen = gen;
+        victim->users = 1;
+        victim->last_batch = group_last_batch(ld, g);
+        pthread_mutex_unlock(&ld->mu);
+        int r = group_load(ld, w, victim, g, err);
+        pthread_mutex_lock(&ld->mu);
+        ld->st_groups++;
+        victim->state = r ? G_FAILED : G_READY;
+        pthread_cond_broadcast(&ld->cv);
+        if (r) {
+            victim->users = 0;
+            *rc = r;
+            return NULL;
+        }
+        return victim;
+    }
+}
+
+static void group_release(stk_loader *ld, group *gr) {
+    gr->users--;
+    pthread_cond_broadcast(&ld->cv);
+}
+
+/* Loads the group after the one the next batch starts in, if a buffer is
+ * free, so that batches never wait for it.  Called with mu held. */
+static void group_prefetch(stk_loader *ld, worker *w) {
+    if (!ld->use_groups || ld->next_fill >= ld->nbatches) return;
+    uint64_t gen = ld->gen;
+    uint64_t p = stk__deal_at(&ld->deal, ld->next_fill * ld->opt.batch_size);
+    uint64_t g = stk__order_group_of(&ld->order, p) + 1;
+    if (g >= ld->order.ngroups) return;
+    group *victim = NULL;
+    int free_slots = 0;
+    for (int i = 0; i < ld->ngroups; i++) {
+        group *gr = ld->groups[i];
+        if (gr->state != G_EMPTY && gr->g == g && gr->gen == gen) return;
+        if (group_evictable(ld, gr)) {
+            free_slots++;
+            if (!victim) victim = gr;
+        }
+    }
+    /* Keep one buffer for the group the batches in flight may still need. */
+    if (!victim || free_slots < 2) return;
+    stk_error err;
+    int rc;
+    group *gr = group_acquire(ld, w, g, gen, &err, &rc);
+    if (gr) group_release(ld, gr);
+}
+
+/* ---- filling one batch ---- */
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t c = STK__MAX(need, *cap * 2);
+    void *q = stk__realloc(*p, c * elem);
+    if (!q) return -ENOMEM;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+static int do_posts(stk_loader *ld, worker *w, size_t np, stk_error *err) {
+    for (size_t i = 0; i < np; i++) {
+        post *p = &w->posts[i];
+        if (p->kind == POST_COPY) {
+            memcpy(p->dst, p->src, (size_t)p->len);
+        } else if (p->kind == POST_ZSTD) {
+            size_t r = ZSTD_decompressDCtx(w->dctx, p->dst, (size_t)p->raw, p->src, (size_t)p->len);
+            if (ZSTD_isError(r) || r != p->raw) {
+                size_t s = stk__dataset_shard_of(ld->ds, p->rec);
+                return stk__err(err, STK_ECODEC,
+                                "%s: record %llu field '%s': the zstd frame does not decode "
+                                "to %llu bytes (%s)",
+                                ld->ds->shards[s].path, (unsigned long long)p->rec,
+                                ld->ds->fields[p->field].name, (unsigned long long)p->raw,
+                                ZSTD_isError(r) ? ZSTD_getErrorName(r) : "wrong size");
+            }
+        }
+    }
+    return 0;
+}
+
+/* Plans and executes the reads of samples that come straight from files. */
+static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *recs,
+                       const uint64_t *ts, stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    bool direct = ld->files.direct;
+    bool mm = ld->backend == STK_BACKEND_MMAP;
+    size_t nr = 0, np = 0;
+    uint64_t stage_pos = 0;
+    uint64_t t_plan = now_ns();
+    if (grow((void **)&w->reqs, &w->reqs_cap, (size_t)s->n * ld->nf, sizeof *w->reqs) ||
+        grow((void **)&w->posts, &w->posts_cap, (size_t)s->n * ld->nf, sizeof *w->posts))
+        return stk__err(err, -ENOMEM, "out of memory");
+    for (size_t fi = 0; fi < ld->nf; fi++) {
+        const lfield *lf = &ld->f[fi];
+        int64_t *offs = lf->kind == F_RAGGED ? (int64_t *)(s->mem + lf->offs_off) : NULL;
+        uint64_t rows_done = 0;
+        for (uint32_t j = 0; j < s->n; j++) {
+            uint64_t rec = recs[j];
+            size_t si = stk__dataset_shard_of(ds, rec);
+            const stk__shard *sh = &ds->shards[si];
+            const uint64_t *e = stk__entry(ds, sh, rec - sh->first);
+            uint64_t off = e[1 + 3 * lf->dsf], len = e[2 + 3 * lf->dsf], rows = e[3 + 3 * lf->dsf];
+            uint8_t *dst;
+            uint64_t raw;
+            if (lf->kind == F_TIME) {
+                off += ts[j] * lf->fi->row_bytes;
+                len = raw = ld->space.L * lf->fi->row_bytes;
+                dst = s->mem + lf->data_off + j * lf->sample_bytes;
+            } else if (lf->kind == F_DENSE) {
+                raw = lf->sample_bytes;
+                dst = s->mem + lf->data_off + j * lf->sample_bytes;
+            } else {
+                raw = rows * lf->fi->row_bytes;
+                offs[j] = (int64_t)rows_done;
+                dst = s->mem + lf->data_off + rows_done * lf->fi->row_bytes;
+                rows_done += rows;
+            }
+            if (lf->f->codec == STK_CODEC_ZSTD) {
+                post *p = &w->posts[np++];
+                *p = (post){POST_ZSTD, NULL, dst, len, raw, rec, lf->dsf, NULL};
+                if (mm) {
+                    p->src = sh->map + off;
+                    continue;
+                }
+                dst = NULL; /* read into staging below */
+            } else if (mm) {
+                /* Merge with the previous copy when contiguous on both sides. */
+                stk__ioreq *q = nr ? &w->reqs[nr - 1] : NULL;
+                if (q && q->shard == si && q->off + q->len == off && q->dst + q->len == dst) {
+                    q->len += len;
+                    q->need += len;
+                } else {
+                    w->reqs[nr++] = (stk__ioreq){(uint32_t)si, off, len, len, dst, rec};
+                }
+                continue;
+            }
+            if (!direct && dst) {
+                stk__ioreq *q = nr ? &w->reqs[nr - 1] : NULL;
+                if (q && q->shard == si && q->off + q->len == off && q->dst + q->len == dst) {
+                    q->len += len;
+                    q->need += len;
+                } else {
+                    w->reqs[nr++] = (stk__ioreq){(uint32_t)si, off, len, len, dst, rec};
+                }
+                continue;
+            }
+            /* Through staging: O_DIRECT (aligned) or compressed bytes. */
+            uint64_t lo = direct ? off & ~(uint64_t)(DIRECT_ALIGN - 1) : off;
+            uint64_t hi = direct ? stk__align_up(off + len, DIRECT_ALIGN) : off + len;
+            stk__ioreq *q = nr ? &w->reqs[nr - 1] : NULL;
+            const uint8_t *src;
+            if (direct && q && q->shard == si && lo >= q->off && lo <= q->off + q->len &&
+                q->dst >= w->stage && q->dst + q->len == w->stage + stage_pos) {
+                /* Overlaps or abuts the previous aligned read: extend it. */
+                uint64_t end = STK__MAX(q->off + q->len, hi);
+                uint64_t grow_by = end - (q->off + q->len);
+                if (stage_pos + grow_by > w->stage_cap)
+                    return stk__err(err, -ENOMEM, "staging area too small");
+                src = q->dst + (off - q->off);
+                q->len += grow_by;
+                stage_pos += grow_by;
+                q->need = STK__MIN(q->len, STK__MAX(q->need, off + len - q->off));
+            } else {
+                if (stage_pos + (hi - lo) > w->stage_cap)
+                    return stk__err(err, -ENOMEM, "staging area too small");
+                w->reqs[nr++] = (stk__ioreq){(uint32_t)si, lo, hi - lo, off + len - lo,
+                                             w->stage + stage_pos, rec};
+                src = w->stage + stage_pos + (off - lo);
+                stage_pos = stk__align_up(stage_pos + (hi - lo), direct ? DIRECT_ALIGN : 64);
+            }
+            if (lf->f->codec == STK_CODEC_ZSTD) {
+                w->posts[np - 1].src = src;
+            } else {
+                w->posts[np++] = (post){POST_COPY, src, dst, len, len, rec, lf->dsf, NULL};
+            }
+        }
+        if (offs) {
+            offs[s->n] = (int64_t)rows_done;
+            s->ragged_rows[fi] = rows_done;
+        }
+    }
+    uint64_t t_io = now_ns();
+    ld->st_plan_ns += t_io - t_plan;
+    int rc = stk__io_exec(w->io, w->reqs, nr, err);
+    uint64_t t_asm = now_ns();
+    ld->st_io_ns += t_asm - t_io;
+    ld->st_io_n += nr;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < nr; i++) bytes += w->reqs[i].len;
+    ld->st_io_bytes += bytes;
+    if (rc == 0) rc = do_posts(ld, w, np, err);
+    ld->st_asm_ns += now_ns() - t_asm;
+    return rc;
+}
+
+/* Copies samples out of group buffers (block order). */
+static int fill_groups(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *recs,
+                       const uint64_t *ts, const uint64_t *groups_of, uint64_t gen,
+                       stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    bool mm = ld->backend == STK_BACKEND_MMAP;
+    group *gr = NULL;
+    int rc = 0;
+    if (grow((void **)&w->posts, &w->posts_cap, ld->nf, sizeof *w->posts))
+        return stk__err(err, -ENOMEM, "out of memory");
+    uint64_t *rows_done = s->ragged_rows;
+    for (size_t fi = 0; fi < ld->nf; fi++) rows_done[fi] = 0;
+    for (uint32_t j = 0; j < s->n && rc == 0; j++) {
+        uint64_t g = groups_of[j];
+        if (!gr || gr->g != g) {
+            pthread_mutex_lock(&ld->mu);
+            if (gr) group_release(ld, gr);
+            gr = group_acquire(ld, w, g, gen, err, &rc);
+            pthread_mutex_unlock(&ld->mu);
+            if (!gr) break;
+        }
+        uint64_t t_asm = now_ns();
+        uint64_t blk = s->samples[j] / ld->block_samples;
+        uint64_t m = stk__perm_invert(&ld->order.perm, blk) - g * ld->order.K;
+        uint64_t rec = recs[j];
+        size_t si = stk__dataset_shard_of(ds, rec);
+        const stk__shard *sh = &ds->shards[si];
+        const uint64_t *e = stk__entry(ds, sh, rec - sh->first);
+        const span *sp = NULL;
+        for (uint64_t k = gr->block_first[m]; k < gr->block_first[m + 1]; k++)
+            if (gr->spans[k].shard == si) sp = &gr->spans[k];
+        size_t np = 0;
+        for (size_t fi = 0; fi < ld->nf && sp; fi++) {
+            const lfield *lf = &ld->f[fi];
+            uint64_t off = e[1 + 3 * lf->dsf], len = e[2 + 3 * lf->dsf], rows = e[3 + 3 * lf->dsf];
+            uint8_t *dst;
+            uint64_t raw;
+            if (lf->kind == F_TIME) {
+                off += ts[j] * lf->fi->row_bytes;
+                len = raw = ld->space.L * lf->fi->row_bytes;
+                dst = s->mem + lf->data_off + j * lf->sample_bytes;
+            } else if (lf->kind == F_DENSE) {
+                raw = lf->sample_bytes;
+                dst = s->mem + lf->data_off + j * lf->sample_bytes;
+            } else {
+                int64_t *offs = (int64_t *)(s->mem + lf->offs_off);
+                raw = rows * lf->fi->row_bytes;
+                offs[j] = (int64_t)rows_done[fi];
+                dst = s->mem + lf->data_off + rows_done[fi] * lf->fi->row_bytes;
+                rows_done[fi] += rows;
+            }
+            const uint8_t *src = mm ? sh->map + off : gr->buf + sp->buf_off + (off - sp->base);
+            w->posts[np++] = (post){lf->f->codec == STK_CODEC_ZSTD ? POST_ZSTD : POST_COPY, src,
+                                    dst, len, raw, rec, lf->dsf, NULL};
+        }
+        if (!sp)
+            rc = stk__err(err, -EFAULT, "%s: record %llu is missing from its block's spans",
+                          sh->path, (unsigned long long)rec);
+        if (rc == 0) rc = do_posts(ld, w, np, err);
+        ld->st_asm_ns += now_ns() - t_asm;
+    }
+    if (gr) {
+        pthread_mutex_lock(&ld->mu);
+        group_release(ld, gr);
+        pthread_mutex_unlock(&ld->mu);
+    }
+    for (size_t fi = 0; fi < ld->nf && rc == 0; fi++)
+        if (ld->f[fi].kind == F_RAGGED)
+            ((int64_t *)(s->mem + ld->f[fi].offs_off))[s->n] = (int64_t)rows_done[fi];
+    return rc;
+}
+
+static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error *err) {
+    uint64_t t0 = now_ns();
+    uint32_t n = s->n;
+    uint64_t *recs = w->ids, *ts = recs + n, *gs = ts + n;
+    uint64_t first = s->b * ld->opt.batch_size;
+    for (uint32_t j = 0; j < n; j++) {
+        uint64_t p = stk__deal_at(&ld->deal, first + j);
+        uint64_t id = stk__order_at(&ld->order, p);
+        s->samples[j] = id;
+        stk__space_locate(&ld->space, id, &recs[j], &ts[j]);
+        if (ld->use_groups) gs[j] = stk__order_group_of(&ld->order, p);
+    }
+    ld->st_plan_n += n;
+    ld->st_plan_ns += now_ns() - t0;
+    int rc = ld->use_groups ? fill_groups(ld, w, s, recs, ts, gs, gen, err)
+                            : fill_direct(ld, w, s, recs, ts, err);
+    if (rc == 0) {
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < ld->nf; i++)
+            bytes += ld->f[i].kind == F_RAGGED ? s->ragged_rows[i] * ld->f[i].fi->row_bytes
+                                               : n * ld->f[i].sample_bytes;
+        ld->st_asm_n++;
+        ld->st_asm_bytes += bytes;
+    }
+    return rc;
+}
+
+static stk_batch *claim(stk_loader *ld) {
+    if (ld->failed || ld->next_fill >= ld->nbatches || ld->next_fill >= ld->next_take + ld->R)
+        return NULL;
+    for (uint32_t i = 0; i < ld->R; i++) {
+        stk_batch *s = &ld->slots[i];
+        if (s->state != S_FREE) continue;
+        s->state = S_FILLING;
+        s->b = ld->next_fill++;
+        s->gen = ld->gen;
+        s->n = batch_len(ld, s->b);
+        s->err = 0;
+        return s;
+    }
+    return NULL;
+}
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    stk_loader *ld = w->ld;
+    pthread_mutex_lock(&ld->mu);
+    while (!ld->stop) {
+        stk_batch *s = claim(ld);
+        if (!s) {
+            group_prefetch(ld, w);
+            if (!ld->stop && !(s = claim(ld))) {
+                pthread_cond_wait(&ld->cv, &ld->mu);
+                continue;
+            }
+        }
+        uint64_t gen = s->gen;
+        pthread_mutex_unlock(&ld->mu);
+        stk_error err = {0};
+        int rc = fill(ld, w, s, gen, &err);
+        pthread_mutex_lock(&ld->mu);
+        if (s->gen != ld->gen || rc == -ECANCELED) {
+            s->state = S_FREE; /* an old epoch's batch: discard */
+        } else {
+            s->state = S_READY;
+            s->err = rc;
+            if (rc) s->e = err;
+        }
+        pthread_cond_broadcast(&ld->cv);
+        if (ld->use_groups && !ld->stop) group_prefetch(ld, w);
+    }
+    pthread_mutex_unlock(&ld->mu);
+    return NULL;
+}
+
+/* ---- open ---- */
+
+static int pick_fields(stk_loader *ld, const stk_loader_options *o, stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    size_t n = o->fields ? o->nfields : ds->nfields;
+    if (n == 0) return stk__err(err, -EINVAL, "fields: the list is empty");
+    ld->f = stk__calloc(n, sizeof *ld->f);
+    if (!ld->f) return stk__err(err, -ENOMEM, "out of memory");
+    ld->nf = n;
+    for (size_t i = 0; i < n; i++) {
+        int k = o->fields ? stk_dataset_find_field(ds, o->fields[i]) : (int)i;
+        if (k < 0) {
+            char names[256] = "";
+            size_t used = 0;
+            for (size_t j = 0; j < ds->nfields && used < sizeof names; j++)
+                used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", j ? ", " : "",
+                                         ds->fields[j].name);
+            return stk__err(err, -EINVAL, "fields: '%s' is not a field of %s (it has: %s)",
+                            o->fields[i] ? o->fields[i] : "(null)", ds->dir, names);
+        }
+        for (size_t j = 0; j < i; j++)
+            if (ld->f[j].dsf == (size_t)k)
+                return stk__err(err, -EINVAL, "fields: '%s' is listed twice", o->fields[i]);
+        lfield *lf = &ld->f[i];
+        lf->dsf = (size_t)k;
+        lf->f = &ds->fields[k];
+        lf->fi = &ds->info[k];
+        bool ragged = lf->f->ndim > 0 && lf->f->shape[0] == STK_RAGGED;
+        if (o->window) {
+            bool timeable = lf->f->ndim > 0 &&
+                            (ragged || (uint64_t)lf->f->shape[0] >= o->window);
+            lf->kind = timeable ? F_TIME : F_DENSE;
+            if (lf->kind == F_TIME && lf->f->codec != STK_CODEC_NONE)
+                return stk__err(err, -EINVAL,
+                                "window: field '%s' is compressed; windows read row ranges and "
+                                "need uncompressed time fields (repack without --compress)",
+                                lf->f->name);
+        } else {
+            lf->kind = ragged ? F_RAGGED : F_DENSE;
+        }
+        if (lf->kind == F_TIME) lf->sample_bytes = o->window * lf->fi->row_bytes;
+        else if (lf->kind == F_DENSE) {
+            if (ragged)
+                return stk__err(err, -EINVAL,
+                                "window: field '%s' is ragged but is not a time field",
+                                lf->f->name);
+            lf->sample_bytes = (uint64_t)lf->fi->fixed_rows * lf->fi->row_bytes;
+        }
+    }
+    return 0;
+}
+
+/* Largest stored size and rows per field, over the whole dataset. */
+static void field_maxima(stk_loader *ld, uint64_t *max_rows) {
+    const stk_dataset *ds = ld->ds;
+    for (size_t i = 0; i < ld->nf; i++) max_rows[i] = 0;
+    for (size_t s = 0; s < ds->nshards; s++) {
+        const stk__shard *sh = &ds->shards[s];
+        for (uint64_t r = 0; r < sh->nrec; r++) {
+            const uint64_t *e = stk__entry(ds, sh, r);
+            for (size_t i = 0; i < ld->nf; i++) {
+                lfield *lf = &ld->f[i];
+                lf->max_stored = STK__MAX(lf->max_stored, e[2 + 3 * lf->dsf]);
+                max_rows[i] = STK__MAX(max_rows[i], e[3 + 3 * lf->dsf]);
+            }
+        }
+    }
+}
+
+static uint64_t fingerprint(const stk_loader *ld) {
+    const stk_dataset *ds = ld->ds;
+    uint64_t h = stk__mix2(stk__schema_hash(ds->fields, ds->nfields), ds->nrec);
+    for (size_t s = 0; s < ds->nshards; s++) h = stk__mix2(h, ds->shards[s].size);
+    for (size_t i = 0; i < ld->nf; i++) h = stk__mix2(h, ld->f[i].dsf);
+    h = stk__mix2(h, ld->opt.window);
+    h = stk__mix2(h, ld->opt.stride);
+    h = stk__mix2(h, (uint64_t)ld->opt.valid);
+    h = stk__mix2(h, (uint64_t)ld->opt.order);
+    h = stk__mix2(h, ld->space.n);
+    if (ld->opt.order == STK_ORDER_BLOCK) {
+        h = stk__mix2(h, ld->block_samples);
+        h = stk__mix2(h, ld->opt.block_group);
+    }
+    return h;
+}
+
+static bool mostly_resident(const stk_dataset *ds) {
+    uint64_t resident = 0, total = 0;
+    unsigned char vec[4096];
+    long page = sysconf(_SC_PAGESIZE);
+    for (size_t s = 0; s < ds->nshards; s++) {
+        const stk__shard *sh = &ds->shards[s];
+        for (uint64_t off = 0; off < sh->size; off += (uint64_t)page * sizeof vec) {
+            size_t len = (size_t)STK__MIN((uint64_t)page * sizeof vec, sh->size - off);
+            if (mincore((void *)(sh->map + off), len, vec) != 0) return false;
+            size_t pages = (len + (size_t)page - 1) / (size_t)page;
+            for (size_t k = 0; k < pages; k++) resident += vec[k] & 1;
+            total += pages;
+        }
+    }
+    return total == 0 || resident * 10 >= total * 9;
+}
+
+static int open_files(stk_loader *ld, stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    ld->fds = stk__malloc((ds->nshards ? ds->nshards : 1) * sizeof *ld->fds);
+    if (!ld->fds) return stk__err(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < ds->nshards; i++) ld->fds[i] = -1;
+    ld->files.ds = ds;
+    ld->files.fds = ld->fds;
+    ld->files.direct = ld->opt.direct != 0;
+    if (ld->backend == STK_BACKEND_MMAP) return 0;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max &&
+        rl.rlim_cur < ds->nshards + 64) {
+        rl.rlim_cur = STK__MIN(rl.rlim_max, (rlim_t)ds->nshards + 256);
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    for (size_t i = 0; i < ds->nshards; i++) {
+        int fd = stk__open(ds->shards[i].path, O_RDONLY | (ld->opt.direct ? O_DIRECT : 0), 0);
+        if (fd < 0)
+            return stk__err(err, fd, "%s: cannot open shard%s: %s", ds->shards[i].path,
+                            ld->opt.direct ? " with O_DIRECT" : "", stk_strerror(fd));
+        ld->fds[i] = fd;
+    }
+    return 0;
+}
+
+static int check_options(const stk_dataset *ds, const stk_loader_options *o, stk_error *err) {
+    if (o->batch_size == 0) return stk__err(err, -EINVAL, "batch_size: must be at least 1");
+    if (o->world_size == 0) return stk__err(err, -EINVAL, "world_size: must be at least 1");
+    if (o->rank >= o->world_size)
+        return stk__err(err, -EINVAL, "rank: %u is not below world_size %u", o->rank,
+                        o->world_size);
+    if (o->order != STK_ORDER_SEQUENTIAL && o->order != STK_ORDER_RANDOM &&
+        o->order != STK_ORDER_BLOCK)
+        return stk__err(err, -EINVAL, "order: unknown value %d", (int)o->order);
+    if (o->backend < STK_BACKEND_AUTO || o->backend > STK_BACKEND_MMAP)
+        return stk__err(err, -EINVAL, "backend: unknown value %d", (int)o->backend);
+    if (o->direct && o->backend == STK_BACKEND_MMAP)
+        return stk__err(err, -EINVAL, "direct: O_DIRECT reads cannot use the mmap backend");
+    if (o->window && o->stride == 0) return stk__err(err, -EINVAL, "stride: must be at least 1");
+    if (!o->window && (o->valid != STK_VALID_ALL || o->valid_field))
+        return stk__err(err, -EINVAL, "valid: a validity rule needs windows (window > 0)");
+    if (o->valid != STK_VALID_ALL && !o->valid_field)
+        return stk__err(err, -EINVAL, "valid_field: the validity rule needs a field");
+    if (o->valid_field) {
+        int k = stk_dataset_find_field(ds, o->valid_field);
+        if (k < 0)
+            return stk__err(err, -EINVAL, "valid_field: '%s' is not a field of %s",
+                            o->valid_field, ds->dir);
+        stk_dtype t = ds->fields[k].dtype;
+        if (o->valid == STK_VALID_NOT_NAN && t != STK_F16 && t != STK_BF16 && t != STK_F32 &&
+            t != STK_F64)
+            return stk__err(err, -EINVAL,
+                            "valid_field: '%s' is %s; the not-NaN rule needs a float field",
+                            o->valid_field, stk_dtype_name(t));
+        if (ds->fields[k].codec != STK_CODEC_NONE || ds->fields[k].ndim == 0)
+            return stk__err(err, -EINVAL,
+                            "valid_field: '%s' must be an uncompressed field with rows",
+                            o->valid_field);
+    }
+    if (o->order == STK_ORDER_BLOCK && o->block_group == 0)
+        return stk__err(err, -EINVAL, "block_group: must be at least 1");
+    if (o->threads < 0 || o->threads > MAX_WORKERS)
+        return stk__err(err, -EINVAL, "threads: %d is not in 0..%d", o->threads, MAX_WORKERS);
+    return 0;
+}
+
+int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader **out,
+                    stk_error *err) {
+    stk_loader_options defaults;
+    if (!opts) {
+        stk_loader_options_init(&defaults);
+        opts = &defaults;
+    }
+    if (!ds || !out) return stk__err(err, -EINVAL, "stk_loader_open: NULL argument");
+    *out = NULL;
+    int rc = check_options(ds, opts, err);
+    if (rc) return rc;
+    stk_loader *ld = stk__calloc(1, sizeof *ld);
+    if (!ld) return stk__err(err, -ENOMEM, "out of memory");
+    ld->ds = ds;
+    ld->opt = *opts;
+    ld->opt.fields = NULL;
+    ld->opt.valid_field = NULL;
+    ld->opt.queue_depth = opts->queue_depth ? opts->queue_depth : 64;
+    pthread_mutex_init(&ld->mu, NULL);
+    pthread_cond_init(&ld->cv, NULL);
+    ld->st_t0 = now_ns();
+    uint64_t *max_rows = NULL;
+    size_t *time_fields = NULL;
+    if ((rc = pick_fields(ld, opts, err))) goto fail;
+
+    /* The sample space. */
+    time_fields = stk__calloc(ld->nf, sizeof *time_fields);
+    max_rows = stk__calloc(ld->nf, sizeof *max_rows);
+    if (!time_fields || !max_rows) {
+        rc = stk__err(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    size_t ntime = 0;
+    for (size_t i = 0; i < ld->nf; i++)
+        if (ld->f[i].kind == F_TIME) time_fields[ntime++] = ld->f[i].dsf;
+    if (opts->window && ntime == 0) {
+        rc = stk__err(err, -EINVAL,
+                      "window: none of the selected fields has a time axis (a ragged first "
+                      "dimension, or a fixed one of at least %llu rows)",
+                      (unsigned long long)opts->window);
+        goto fail;
+    }
+    stk__space_params sp = {opts->window, opts->stride, time_fields, ntime,
+                            opts->valid_field ? stk_dataset_find_field(ds, opts->valid_field) : -1,
+                            opts->valid};
+    if ((rc = stk__space_build(&ld->space, ds, &sp, err))) goto fail;
+    field_maxima(ld, max_rows);
+
+    /* Slot layout: per field, data then offsets, each 64-byte aligned. */
+    uint64_t B = opts->batch_size, pos = 0;
+    for (size_t i = 0; i < ld->nf; i++) {
+        lfield *lf = &ld->f[i];
+        lf->cap = lf->kind == F_RAGGED ? B * max_rows[i] * lf->fi->row_bytes : B * lf->sample_bytes;
+        lf->data_off = pos;
+        pos = stk__align_up(pos + lf->cap, 64);
+        if (lf->kind == F_RAGGED) {
+            lf->offs_off = pos;
+            pos = stk__align_up(pos + (B + 1) * 8, 64);
+        }
+    }
+    ld->slot_bytes = STK__MAX(pos, (uint64_t)64);
+
+    /* Backend. */
+    ld->backend = opts->backend;
+    if (ld->backend == STK_BACKEND_AUTO) {
+        if (!opts->direct && mostly_resident(ds)) ld->backend = STK_BACKEND_MMAP;
+        else ld->backend = stk__io_uring_available() ? STK_BACKEND_URING : STK_BACKEND_POOL;
+    } else if (ld->backend == STK_BACKEND_URING && !stk__io_uring_available()) {
+        rc = stk__err(err, -ENOSYS, "backend: io_uring is not available on this system");
+        goto fail;
+    }
+    if ((rc = open_files(ld, err))) goto fail;
+
+    /* Threads. */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    ld->nw = opts->threads ? opts->threads : (int)STK__MIN(STK__MAX(ncpu, 1L), (long)MAX_WORKERS);
+
+    /* Block order: block size in samples, and group buffers. */
+    uint64_t budget = opts->memory_budget, groups_bytes = 0;
+    if (opts->order == STK_ORDER_BLOCK) {
+        ld->use_groups = true;
+        if (ld->space.windows) {
+            uint64_t per_sample = 0;
+            for (size_t i = 0; i < ld->nf; i++)
+                if (ld->f[i].kind == F_TIME) per_sample += opts->stride * ld->f[i].fi->row_bytes;
+            /* Consecutive windows advance by `stride` rows; a block of B
+             * windows spans about B * stride rows plus one window. */
+            uint64_t win = 0;
+            for (size_t i = 0; i < ld->nf; i++)
+                if (ld->f[i].kind == F_TIME) win += ld->space.L * ld->f[i].fi->row_bytes;
+            per_sample = STK__MAX(per_sample, (uint64_t)1);
+            ld->block_samples = opts->block_bytes > win ? (opts->block_bytes - win) / per_sample + 1 : 1;
+        } else {
+            uint64_t avg = 0;
+            for (size_t s = 0; s < ds->nshards; s++)
+                avg += ds->shards[s].data_end - ds->shards[s].data_off;
+            avg = ds->nrec ? avg / ds->nrec : 1;
+            ld->block_samples = STK__MAX(opts->block_bytes / STK__MAX(avg, (uint64_t)1), (uint64_t)1);
+        }
+        if (opts->block_samples) ld->block_samples = opts->block_samples;
+        ld->ngroups = STK__MIN(MAX_GROUP_SLOTS, ld->nw + 2);
+        /* The largest group: K blocks, each as large as the largest block. */
+        set_epoch_locked(ld, opts->seed, opts->epoch, 0);
+        uint64_t nblocks = ld->order.nb, max_block = 0;
+        group *tmp = stk__calloc(1, sizeof *tmp);
+        if (!tmp) {
+            rc = stk__err(err, -ENOMEM, "out of memory");
+            goto fail;
+        }
+        for (uint64_t b = 0; b < nblocks; b++) {
+            tmp->nspans = 0;
+            if (block_spans(ld, b, tmp)) {
+                stk__free(tmp->spans);
+                stk__free(tmp);
+                rc = stk__err(err, -ENOMEM, "out of memory");
+                goto fail;
+            }
+            uint64_t bytes = 0;
+            for (size_t k = 0; k < tmp->nspans; k++)
+                bytes += tmp->spans[k].hi - tmp->spans[k].lo + 2 * DIRECT_ALIGN + 64;
+            max_block = STK__MAX(max_block, bytes);
+        }
+        stk__free(tmp->spans);
+        stk__free(tmp);
+        ld->group_cap = stk__align_up(max_block * STK__MIN((uint64_t)opts->block_group,
+                                                           STK__MAX(nblocks, (uint64_t)1)),
+                                      DIRECT_ALIGN);
+        if (ld->backend != STK_BACKEND_MMAP) groups_bytes = ld->group_cap * (uint64_t)ld->ngroups;
+    }
+
+    /* Ring size from what the budget leaves. */
+    uint64_t stage_cap = 0;
+    for (size_t i = 0; i < ld->nf; i++)
+        if (ld->f[i].f->codec == STK_CODEC_ZSTD) stage_cap += B * stk__align_up(ld->f[i].max_stored + 2 * DIRECT_ALIGN, 64);
+    if (opts->direct && !ld->use_groups) stage_cap += ld->slot_bytes + B * ld->nf * 2 * DIRECT_ALIGN;
+    stage_cap = stk__align_up(stage_cap, DIRECT_ALIGN);
+    uint64_t fixed = groups_bytes + stage_cap * (uint64_t)ld->nw;
+    uint64_t R = opts->prefetch;
+    if (!R) {
+        R = budget > fixed ? (budget - fixed) / ld->slot_bytes : 0;
+        R = STK__MIN(R, (uint64_t)STK__MAX(8, 2 * ld->nw));
+        if (R < 2) {
+            rc = stk__err(err, -EINVAL,
+                          "memory_budget: %llu bytes cannot hold two batch buffers of %llu "
+                          "bytes%s%s (need at least %llu)",
+                          (unsigned long long)budget, (unsigned long long)ld->slot_bytes,
+                          groups_bytes ? " besides the block groups' buffers" : "",
+                          stage_cap ? " and staging" : "",
+                          (unsigned long long)(fixed + 2 * ld->slot_bytes));
+            goto fail;
+        }
+    } else if (fixed + R * ld->slot_bytes > budget) {
+        rc = stk__err(err, -EINVAL,
+                      "memory_budget: %llu bytes cannot hold %llu batch buffers of %llu bytes "
+                      "(prefetch) plus %llu for groups and staging",
+                      (unsigned long long)budget, (unsigned long long)R,
+                      (unsigned long long)ld->slot_bytes, (unsigned long long)fixed);
+        goto fail;
+    }
+    ld->R = (uint32_t)R;
+    ld->slots = stk__calloc(R, sizeof *ld->slots);
+    ld->slot_mem = stk__aligned_alloc(4096, (size_t)(R * stk__align_up(ld->slot_bytes, 4096)));
+    if (!ld->slots || !ld->slot_mem) {
+        rc = stk__err(err, -ENOMEM, "out of memory for %llu batch buffers of %llu bytes",
+                      (unsigned long long)R, (unsigned long long)ld->slot_bytes);
+        goto fail;
+    }
+    for (uint32_t i = 0; i < R; i++) {
+        stk_batch *s = &ld->slots[i];
+        s->ld = ld;
+        s->mem = ld->slot_mem + i * stk__align_up(ld->slot_bytes, 4096);
+        s->samples = stk__calloc(B, sizeof *s->samples);
+        s->ragged_rows = stk__calloc(ld->nf, sizeof *s->ragged_rows);
+        if (!s->samples || !s->ragged_rows) {
+            rc = stk__err(err, -ENOMEM, "out of memory");
+            goto fail;
+        }
+    }
+    if (groups_bytes) {
+        ld->group_mem = stk__aligned_alloc(DIRECT_ALIGN, (size_t)groups_bytes);
+        if (!ld->group_mem) {
+            rc = stk__err(err, -ENOMEM, "out of memory for block groups (%llu bytes)",
+                          (unsigned long long)groups_bytes);
+            goto fail;
+        }
+    }
+    for (int i = 0; ld->use_groups && i < ld->ngroups; i++) {
+        group *gr = stk__calloc(1, sizeof *gr + (ld->opt.block_group + 1) * sizeof(uint64_t));
+        if (!gr) {
+            rc = stk__err(err, -ENOMEM, "out of memory");
+            goto fail;
+        }
+        gr->buf = ld->group_mem ? ld->group_mem + (uint64_t)i * ld->group_cap : NULL;
+        ld->groups[i] = gr;
+    }
+
+    set_epoch_locked(ld, opts->seed, opts->epoch, 0);
+    ld->fingerprint = fingerprint(ld);
+
+    for (int i = 0; i < ld->nw; i++) {
+        worker *w = &ld->w[i];
+        w->ld = ld;
+        w->stage_cap = stage_cap;
+        if (stage_cap && !(w->stage = stk__aligned_alloc(DIRECT_ALIGN, (size_t)stage_cap))) {
+            rc = stk__err(err, -ENOMEM, "out of memory for staging");
+            goto fail;
+        }
+        w->ids = stk__malloc(3 * B * sizeof *w->ids);
+        if (!w->ids || !(w->dctx = ZSTD_createDCtx())) {
+            rc = stk__err(err, -ENOMEM, "out of memory");
+            goto fail;
+        }
+        if (ld->backend == STK_BACKEND_URING) rc = stk__io_uring_open(&ld->files, ld->opt.queue_depth, &w->io, err);
+        else if (ld->backend == STK_BACKEND_POOL) rc = stk__io_pool_open(&ld->files, &w->io, err);
+        else rc = stk__io_mmap_open(&ld->files, &w->io, err);
+        if (rc) goto fail;
+    }
+    for (int i = 0; i < ld->nw; i++) {
+        if ((rc = -pthread_create(&ld->w[i].tid, NULL, worker_main, &ld->w[i]))) {
+            stk__err(err, rc, "cannot start a worker thread: %s", stk_strerror(rc));
+            goto fail;
+        }
+        ld->w[i].started = 1;
+    }
+    stk__free(max_rows);
+    stk__free(time_fields);
+    *out = ld;
+    return 0;
+fail:
+    stk__free(max_rows);
+    stk__free(time_fields);
+    stk_loader_close(ld);
+    return rc;
+}
+
+/* ---- consumer side ---- */
+
+int stk_loader_next(stk_loader *ld, stk_batch **out, stk_error *err) {
+    if (!ld || !out) return stk__err(err, -EINVAL, "stk_loader_next: NULL argument");
+    *out = NULL;
+    uint64_t t0 = now_ns();
+    int rc = 0;
+    pthread_mutex_lock(&ld->mu);
+    ld->st_wait_n++;
+    uint64_t ready = 0;
+    for (uint32_t i = 0; i < ld->R; i++)
+        ready += ld->slots[i].state == S_READY && ld->slots[i].gen == ld->gen;
+    ld->st_ready_sum += ready;
+    for (;;) {
+        if (ld->failed) {
+            rc = ld->failed;
+            if (err) *err = ld->ferr;
+            break;
+        }
+        if (ld->next_take >= ld->nbatches) {
+            rc = STK_END;
+            break;
+        }
+        stk_batch *found = NULL;
+        uint32_t held = 0;
+        for (uint32_t i = 0; i < ld->R; i++) {
+            stk_batch *s = &ld->slots[i];
+            held += s->state == S_HELD;
+            if (s->state == S_READY && s->gen == ld->gen && s->b == ld->next_take) found = s;
+        }
+        if (found) {
+            if (found->err) {
+                ld->failed = found->err;
+                ld->ferr = found->e;
+                found->state = S_FREE;
+                pthread_cond_broadcast(&ld->cv);
+                continue;
+            }
+            found->state = S_HELD;
+            ld->next_take++;
+            ld->st_batches++;
+            ld->st_samples += found->n;
+            *out = found;
+            pthread_cond_broadcast(&ld->cv);
+            break;
+        }
+        if (held == ld->R) {
+            rc = stk__err(err, -EBUSY,
+                          "every one of the %u batch buffers is held by the consumer; release "
+                          "one before asking for the next batch",
+                          ld->R);
+            break;
+        }
+        pthread_cond_wait(&ld->cv, &ld->mu);
+    }
+    pthread_mutex_unlock(&ld->mu);
+    ld->st_wait_ns += now_ns() - t0;
+    return rc;
+}
+
+void stk_loader_release(stk_loader *ld, stk_batch *b) {
+    if (!ld || !b) return;
+    pthread_mutex_lock(&ld->mu);
+    if (b->state == S_HELD) b->state = S_FREE;
+    pthread_cond_broadcast(&ld->cv);
+    pthread_mutex_unlock(&ld->mu);
+}
+
+uint32_t stk_batch_size(const stk_batch *b) { return b ? b->n : 0; }
+uint64_t stk_batch_index(const stk_batch *b) { return b ? b->b : 0; }
+const uint64_t *stk_batch_samples(const stk_batch *b) { return b ? b->samples : NULL; }
+
+int stk_batch_field_get(const stk_batch *b, size_t i, stk_batch_field *out) {
+    if (!b || !out || i >= b->ld->nf) return -EINVAL;
+    const stk_loader *ld = b->ld;
+    const lfield *lf = &ld->f[i];
+    const stk_field *f = lf->f;
+    memset(out, 0, sizeof *out);
+    out->name = f->name;
+    out->dtype = f->dtype;
+    out->data = b->mem + lf->data_off;
+    if (lf->kind == F_RAGGED) {
+        out->ndim = f->ndim;
+        out->shape[0] = (int64_t)b->ragged_rows[i];
+        for (int d = 1; d < f->ndim; d++) out->shape[d] = f->shape[d];
+        out->bytes = b->ragged_rows[i] * lf->fi->row_bytes;
+        out->offsets = (const int64_t *)(b->mem + lf->offs_off);
+        return 0;
+    }
+    out->shape[0] = b->n;
+    if (lf->kind == F_TIME) {
+        out->ndim = f->ndim + 1;
+        out->shape[1] = (int64_t)ld->space.L;
+        for (int d = 1; d < f->ndim; d++) out->shape[d + 1] = f->shape[d];
+    } else {
+        out->ndim = f->ndim + 1;
+        for (int d = 0; d < f->ndim; d++) out->shape[d + 1] = f->shape[d];
+    }
+    out->bytes = (uint64_t)b->n * lf->sample_bytes;
+    return 0;
+}
+
+size_t stk_loader_num_fields(const stk_loader *ld) { return ld ? ld->nf : 0; }
+
+int stk_loader_find_field(const stk_loader *ld, const char *name) {
+    if (!ld || !name) return -EINVAL;
+    for (size_t i = 0; i < ld->nf; i++)
+        if (strcmp(ld->f[i].f->name, name) == 0) return (int)i;
+    return -ENOENT;
+}
+
+uint64_t stk_loader_epoch_samples(const stk_loader *ld) { return ld ? ld->space.n : 0; }
+uint64_t stk_loader_rank_samples(const stk_loader *ld) { return ld ? ld->deal.per_rank : 0; }
+uint64_t stk_loader_rank_batches(const stk_loader *ld) { return ld ? ld->nbatches : 0; }
+stk_backend stk_loader_backend(const stk_loader *ld) { return ld ? ld->backend : STK_BACKEND_AUTO; }
+
+/* Moves to a new (seed, epoch, start); waits for no worker. */
+static int reposition(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t start,
+                      stk_error *err) {
+    pthread_mutex_lock(&ld->mu);
+    int rc = ld->failed;
+    if (rc) {
+        if (err) *err = ld->ferr;
+        pthread_mutex_unlock(&ld->mu);
+        return rc;
+    }
+    for (uint32_t i = 0; i < ld->R; i++)
+        if (ld->slots[i].state == S_READY) ld->slots[i].state = S_FREE;
+    set_epoch_locked(ld, seed, epoch, start);
+    pthread_cond_broadcast(&ld->cv);
+    pthread_mutex_unlock(&ld->mu);
+    return 0;
+}
+
+int stk_loader_set_epoch(stk_loader *ld, uint64_t epoch, stk_error *err) {
+    if (!ld) return stk__err(err, -EINVAL, "NULL loader");
+    return reposition(ld, ld->seed, epoch, 0, err);
+}
+
+void stk_loader_save(const stk_loader *ld, stk_loader_state *st) {
+    stk_loader *l = (stk_loader *)ld;
+    pthread_mutex_lock(&l->mu);
+    uint64_t consumed = STK__MIN(ld->next_take * ld->opt.batch_size, ld->deal.per_rank);
+    st->seed = ld->seed;
+    st->epoch = ld->epoch;
+    st->position = STK__MIN(ld->deal.start + consumed * ld->deal.world, ld->space.n);
+    st->fingerprint = ld->fingerprint;
+    pthread_mutex_unlock(&l->mu);
+}
+
+int stk_loader_restore(stk_loader *ld, const stk_loader_state *st, stk_error *err) {
+    if (!ld || !st) return stk__err(err, -EINVAL, "NULL argument");
+    if (st->fingerprint != ld->fingerprint)
+        return stk__err(err, -EINVAL,
+                        "state: it was saved by a loader over other data or with another "
+                        "sample space or order (fingerprint %016llx, this loader %016llx)",
+                        (unsigned long long)st->fingerprint, (unsigned long long)ld->fingerprint);
+    if (st->position > ld->space.n)
+        return stk__err(err, -EINVAL, "state: position %llu is past the epoch's %llu samples",
+                        (unsigned long long)st->position, (unsigned long long)ld->space.n);
+    return reposition(ld, st->seed, st->epoch, st->position, err);
+}
+
+void stk_loader_stats_get(const stk_loader *ld, stk_loader_stats *o) {
+    memset(o, 0, sizeof *o);
+    if (!ld) return;
+    o->plan = (stk_stage_stats){ld->st_plan_n, 0, ld->st_plan_ns};
+    o->io = (stk_stage_stats){ld->st_io_n, ld->st_io_bytes, ld->st_io_ns};
+    o->assemble = (stk_stage_stats){ld->st_asm_n, ld->st_asm_bytes, ld->st_asm_ns};
+    o->wait = (stk_stage_stats){ld->st_wait_n, 0, ld->st_wait_ns};
+    o->batches = ld->st_batches;
+    o->samples = ld->st_samples;
+    o->elapsed_ns = now_ns() - ld->st_t0;
+    o->ready_sum = ld->st_ready_sum;
+    o->ring_slots = ld->R;
+    o->threads = (uint32_t)ld->nw;
+    o->groups_loaded = ld->st_groups;
+    uint64_t m = 0;
+    for (int i = 0; i < ld->nw; i++)
+        if (ld->w[i].io) m = STK__MAX(m, ld->w[i].io->max_inflight);
+    o->max_inflight = m;
+}
+
+void stk_loader_stats_reset(stk_loader *ld) {
+    if (!ld) return;
+    ld->st_plan_n = ld->st_plan_ns = ld->st_io_n = ld->st_io_bytes = ld->st_io_ns = 0;
+    ld->st_asm_n = ld->st_asm_bytes = ld->st_asm_ns = ld->st_wait_n = ld->st_wait_ns = 0;
+    ld->st_batches = ld->st_samples = ld->st_ready_sum = ld->st_groups = 0;
+    ld->st_t0 = now_ns();
+}
+
+void stk_loader_close(stk_loader *ld) {
+    if (!ld) return;
+    pthread_mutex_lock(&ld->mu);
+    ld->stop = true;
+    ld->gen++;
+    pthread_cond_broadcast(&ld->cv);
+    pthread_mutex_unlock(&ld->mu);
+    for (int i = 0; i < ld->nw; i++) {
+        worker *w = &ld->w[i];
+        if (w->started) pthread_join(w->tid, NULL);
+        stk__io_close(w->io);
+        stk__free(w->reqs);
+        stk__free(w->posts);
+        stk__free(w->stage);
+        stk__free(w->ids);
+        ZSTD_freeDCtx(w->dctx);
+    }
+    for (int i = 0; i < ld->ngroups; i++) {
+        if (!ld->groups[i]) continue;
+        stk__free(ld->groups[i]->spans);
+        stk__free(ld->groups[i]);
+    }
+    stk__free(ld->group_mem);
+    if (ld->slots)
+        for (uint32_t i = 0; i < ld->R; i++) {
+            stk__free(ld->slots[i].samples);
+            stk__free(ld->slots[i].ragged_rows);
+        }
+    stk__free(ld->slots);
+    stk__free(ld->slot_mem);
+    if (ld->fds)
+        for (size_t i = 0; i < ld->ds->nshards; i++)
+            if (ld->fds[i] >= 0) close(ld->fds[i]);
+    stk__free(ld->fds);
+    stk__space_free(&ld->space);
+    stk__free(ld->f);
+    pthread_mutex_destroy(&ld->mu);
+    pthread_cond_destroy(&ld->cv);
+    stk__free(ld);
+}

@@ -1,0 +1,166 @@
+/*
+ * order.c: keyed permutations, the three orders, and dealing to ranks.
+ *
+ * The random order is a Feistel network over the smallest even bit width
+ * covering n; positions that land outside [0, n) walk the cycle again until
+ * they land inside, which keeps it a bijection of [0, n).  The domain is at
+ * most 4n, so a position takes fewer than four walks on average.
+ *
+ * The block order permutes blocks with the same network, cuts the block
+ * sequence into groups of K, and permutes the samples of each group with a
+ * network keyed by the group.  Only block nb-1 may be short; its position in
+ * the block order is found once per epoch by inverting the block network, so
+ * that every group's first position is known in O(1).
+ */
+#include "sample.h"
+
+#include <string.h>
+
+static inline uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+uint64_t stk__mix2(uint64_t a, uint64_t b) {
+    return mix64(mix64(a + 0x9e3779b97f4a7c15ull) ^ (b * 0xd6e8feb86659fd93ull + 1));
+}
+
+void stk__perm_init(stk__perm *p, uint64_t n, uint64_t key) {
+    p->n = n;
+    unsigned bits = 2;
+    while (bits < 64 && (UINT64_C(1) << bits) < n) bits += 2;
+    p->half = bits / 2;
+    p->mask = (UINT64_C(1) << p->half) - 1;
+    for (int i = 0; i < STK__FEISTEL_ROUNDS; i++) p->keys[i] = stk__mix2(key, (uint64_t)i + 1);
+}
+
+static inline uint64_t feistel(const stk__perm *p, uint64_t x) {
+    uint64_t l = x >> p->half, r = x & p->mask;
+    for (int i = 0; i < STK__FEISTEL_ROUNDS; i++) {
+        uint64_t t = l ^ (mix64(r ^ p->keys[i]) & p->mask);
+        l = r;
+        r = t;
+    }
+    return (l << p->half) | r;
+}
+
+static inline uint64_t feistel_inv(const stk__perm *p, uint64_t y) {
+    uint64_t l = y >> p->half, r = y & p->mask;
+    for (int i = STK__FEISTEL_ROUNDS - 1; i >= 0; i--) {
+        uint64_t t = r ^ (mix64(l ^ p->keys[i]) & p->mask);
+        r = l;
+        l = t;
+    }
+    return (l << p->half) | r;
+}
+
+uint64_t stk__perm_apply(const stk__perm *p, uint64_t x) {
+    if (p->n <= 1) return x;
+    do x = feistel(p, x);
+    while (x >= p->n);
+    return x;
+}
+
+uint64_t stk__perm_invert(const stk__perm *p, uint64_t y) {
+    if (p->n <= 1) return y;
+    do y = feistel_inv(p, y);
+    while (y >= p->n);
+    return y;
+}
+
+void stk__order_init(stk__order *o, stk_order mode, uint64_t n, uint64_t seed, uint64_t epoch,
+                     uint64_t block_samples, uint64_t block_group) {
+    memset(o, 0, sizeof *o);
+    o->mode = mode;
+    o->n = n;
+    o->key = stk__mix2(seed, epoch);
+    if (mode == STK_ORDER_RANDOM) {
+        stk__perm_init(&o->perm, n, o->key);
+    } else if (mode == STK_ORDER_BLOCK) {
+        o->B = block_samples ? block_samples : 1;
+        o->K = block_group ? block_group : 1;
+        o->nb = n ? (n + o->B - 1) / o->B : 0;
+        o->last_len = n ? n - (o->nb - 1) * o->B : 0;
+        o->ngroups = (o->nb + o->K - 1) / o->K;
+        stk__perm_init(&o->perm, o->nb, o->key);
+        o->has_short = n && o->last_len < o->B;
+        if (o->has_short) o->short_pos = stk__perm_invert(&o->perm, o->nb - 1);
+    }
+}
+
+void stk__order_group_range(const stk__order *o, uint64_t g, uint64_t *start, uint64_t *size) {
+    uint64_t deficit = o->B - o->last_len;
+    uint64_t first_block = g * o->K;
+    uint64_t nblk = STK__MIN(o->K, o->nb - first_block);
+    *start = first_block * o->B - (o->has_short && o->short_pos < first_block ? deficit : 0);
+    bool inside = o->has_short && o->short_pos >= first_block && o->short_pos < first_block + nblk;
+    *size = nblk * o->B - (inside ? deficit : 0);
+}
+
+uint64_t stk__order_group_of(const stk__order *o, uint64_t p) {
+    uint64_t g = p / (o->K * o->B);
+    if (g >= o->ngroups) g = o->ngroups - 1;
+    for (;;) {
+        uint64_t s, z;
+        stk__order_group_range(o, g, &s, &z);
+        if (p < s) {
+            g--;
+            continue;
+        }
+        if (p >= s + z && g + 1 < o->ngroups) {
+            g++;
+            continue;
+        }
+        return g;
+    }
+}
+
+uint64_t stk__order_group_blocks(const stk__order *o, uint64_t g) {
+    return STK__MIN(o->K, o->nb - g * o->K);
+}
+
+uint64_t stk__order_group_block(const stk__order *o, uint64_t g, uint64_t m) {
+    return stk__perm_apply(&o->perm, g * o->K + m);
+}
+
+uint64_t stk__order_at(const stk__order *o, uint64_t p) {
+    switch (o->mode) {
+    case STK_ORDER_SEQUENTIAL: return p;
+    case STK_ORDER_RANDOM: return stk__perm_apply(&o->perm, p);
+    case STK_ORDER_BLOCK: break;
+    }
+    uint64_t g = stk__order_group_of(o, p), start, size;
+    stk__order_group_range(o, g, &start, &size);
+    stk__perm inner;
+    stk__perm_init(&inner, size, stk__mix2(o->key, g + 0x51ed2701ull));
+    uint64_t x = stk__perm_apply(&inner, p - start);
+    /* x indexes the concatenation of the group's blocks, in block order. */
+    uint64_t first = g * o->K, m, off;
+    uint64_t ms = o->short_pos - first;
+    if (o->has_short && o->short_pos >= first && ms < o->K && x >= ms * o->B) {
+        if (x < ms * o->B + o->last_len) {
+            m = ms;
+            off = x - ms * o->B;
+        } else {
+            uint64_t y = x - ms * o->B - o->last_len;
+            m = ms + 1 + y / o->B;
+            off = y % o->B;
+        }
+    } else {
+        m = x / o->B;
+        off = x % o->B;
+    }
+    return stk__perm_apply(&o->perm, first + m) * o->B + off;
+}
+
+void stk__deal_init(stk__deal *d, uint64_t n, uint64_t start, uint64_t world, uint64_t rank,
+                    bool pad) {
+    d->n = n;
+    d->start = start > n ? n : start;
+    d->world = world ? world : 1;
+    d->rank = rank;
+    uint64_t left = n - d->start;
+    d->per_rank = pad ? (left + d->world - 1) / d->world : left / d->world;
+    if (pad && left == 0) d->per_rank = 0;
+}
