@@ -47,6 +47,7 @@ demo: build
 
 bench: build
 	STOKER_BUILD=$(BUILD) $(PY) bench/pack_verify.py
+	STOKER_BUILD=$(BUILD) $(PY) bench/engine.py
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan

@@ -8,7 +8,13 @@
  *       with a yearly cycle and noise, like a basin's forcings and discharge.
  *   stoker-gen blobs DIR [--count N] [--bytes B] [--seed S]
  *       N .npy files of B bytes of float32 data each.
+ *   stoker-gen events DATASET [--count N] [--min-rows R] [--max-rows R]
+ *                             [--features F] [--seed S]
+ *       a stoker dataset, written directly, of N variable-length events:
+ *       float32 [rows, F] with rows uniform in [min, max].
  */
+#include "stoker.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -59,7 +65,7 @@ int main(int argc, char **argv) {
     }
     const char *kind = argv[1], *dir = argv[2];
     rng_state = arg_u64(argc, argv, "--seed", 1);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    if (strcmp(kind, "events") && mkdir(dir, 0755) != 0 && errno != EEXIST) {
         perror(dir);
         return 2;
     }
@@ -122,6 +128,40 @@ int main(int argc, char **argv) {
             files++;
         }
         free(data);
+    } else if (!strcmp(kind, "events")) {
+        uint64_t n = arg_u64(argc, argv, "--count", 300000);
+        uint64_t lo = arg_u64(argc, argv, "--min-rows", 10);
+        uint64_t hi = arg_u64(argc, argv, "--max-rows", 190);
+        uint64_t nf = arg_u64(argc, argv, "--features", 6);
+        stk_field f = {.name = "x", .dtype = STK_F32, .ndim = 2, .shape = {STK_RAGGED, (int64_t)nf}};
+        stk_writer_options wo;
+        stk_writer_options_init(&wo);
+        wo.overwrite = 1;
+        wo.sync = 0;
+        stk_writer *w = NULL;
+        stk_error err;
+        if (stk_writer_create(dir, &f, 1, &wo, &w, &err)) {
+            fprintf(stderr, "stoker-gen: %s\n", err.message);
+            return 2;
+        }
+        float *rows = malloc(hi * nf * sizeof *rows);
+        for (uint64_t e = 0; e < n; e++) {
+            uint64_t r = lo + next_u64() % (hi - lo + 1);
+            for (uint64_t k = 0; k < r * nf; k++) rows[k] = (float)uniform();
+            stk_value v = {rows, r};
+            if (stk_writer_append(w, &v, &err)) {
+                fprintf(stderr, "stoker-gen: %s\n", err.message);
+                return 2;
+            }
+            total += r * nf * 4;
+            files++;
+        }
+        if (stk_writer_finish(w, &err)) {
+            fprintf(stderr, "stoker-gen: %s\n", err.message);
+            return 2;
+        }
+        stk_writer_free(w);
+        free(rows);
     } else {
         fprintf(stderr, "stoker-gen: unknown kind '%s'\n", kind);
         return 2;

@@ -886,6 +886,8 @@ static const char read_help[] =
     "  --budget SIZE        memory budget (default 1G)\n"
     "  --prefetch N         batch buffers in the ring (default: from the budget)\n"
     "  --stats              print per-stage statistics\n"
+    "  --max-batches N      stop each epoch after N batches\n"
+    "  --json               print the figures as one JSON object\n"
     "\n"
     "Example:\n"
     "  stoker read basins.stk --window 365 --batch 256 --shuffle random\n";
@@ -900,8 +902,8 @@ static int cmd_read(int argc, char **argv) {
     const char *path = NULL;
     stk_loader_options o;
     stk_loader_options_init(&o);
-    uint64_t epochs = 1;
-    bool stats = false;
+    uint64_t epochs = 1, max_batches = UINT64_MAX;
+    bool stats = false, json = false;
     const char *fields[64];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -953,6 +955,8 @@ static int cmd_read(int argc, char **argv) {
             const char *m = VAL();
             if (!parse_size(m, &o.memory_budget)) die_usage("read", "bad --budget '%s'", m);
         } else if (!strcmp(a, "--stats")) stats = true;
+        else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--max-batches")) max_batches = NUM();
         else if (a[0] == '-') die_usage("read", "unknown option '%s'", a);
         else path = a;
 #undef VAL
@@ -975,7 +979,7 @@ static int cmd_read(int argc, char **argv) {
             rc = fail(&err);
             break;
         }
-        for (;;) {
+        for (uint64_t k = 0; k < max_batches; k++) {
             stk_batch *b;
             int r = stk_loader_next(ld, &b, &err);
             if (r == STK_END) break;
@@ -996,7 +1000,13 @@ static int cmd_read(int argc, char **argv) {
     double el = now_s() - t0;
     stk_loader_stats st;
     stk_loader_stats_get(ld, &st);
-    if (rc == 0) {
+    if (rc == 0 && json) {
+        printf("{\"samples\": %" PRIu64 ", \"batches\": %" PRIu64 ", \"bytes\": %" PRIu64
+               ", \"seconds\": %.6f, \"wait_seconds\": %.6f, \"io_bytes\": %" PRIu64
+               ", \"io_reads\": %" PRIu64 ", \"backend\": \"%s\", \"threads\": %u}\n",
+               samples, batches, bytes, el, (double)st.wait.busy_ns / 1e9, st.io.bytes, st.io.count,
+               stk_backend_name(stk_loader_backend(ld)), st.threads);
+    } else if (rc == 0) {
         printf("read %" PRIu64 " samples in %" PRIu64 " batches over %" PRIu64 " epoch%s in %.3f s\n",
                samples, batches, epochs, epochs == 1 ? "" : "s", el);
         printf("  %.0f samples/s, %.3f GB/s of batch data, stall %.1f%% (%s backend, %u threads, "

@@ -59,3 +59,46 @@ uint64_t test_file_size(const char *path) {
     CHECK(stat(path, &st) == 0);
     return (uint64_t)st.st_size;
 }
+
+char *test_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    CHECK(fseek(f, 0, SEEK_END) == 0);
+    long n = ftell(f);
+    CHECK(n >= 0);
+    rewind(f);
+    char *buf = malloc((size_t)n + 1);
+    CHECK(buf != NULL);
+    CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    buf[n] = '\0';
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
+void test_write_file(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    CHECK(fwrite(data, 1, len, f) == len);
+    CHECK(fclose(f) == 0);
+}
+
+void test_copy_dir(const char *from, const char *to) {
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "cp -a '%s' '%s'", from, to);
+    CHECK(system(cmd) == 0);
+}
+
+int test_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+int test_names_record(const char *msg, uint64_t rec) {
+    char want[48];
+    snprintf(want, sizeof want, "record %llu", (unsigned long long)rec);
+    size_t n = strlen(want);
+    for (const char *p = strstr(msg, want); p; p = strstr(p + 1, want))
+        if (p[n] < '0' || p[n] > '9') return 1;
+    return 0;
+}

@@ -5,6 +5,7 @@
 
 #include "stoker.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,15 +32,15 @@ extern int stk_test_failures;
         }                                                                      \
     } while (0)
 
-/* Checks that a call failed with `code` and that its message mentions
+/* Checks that a call failed with code `want_` and that its message mentions
  * `needle` (a file name, a record number). */
-#define CHECK_ERR(call, code, needle)                                          \
+#define CHECK_ERR(call, want_, needle)                                        \
     do {                                                                       \
         memset(&err, 0, sizeof err);                                           \
         int rc_ = (call);                                                      \
-        if (rc_ != (code) || err.code != (code) || !strstr(err.message, (needle))) { \
+        if (rc_ != (want_) || err.code != (want_) || !strstr(err.message, (needle))) { \
             fprintf(stderr, "%s:%d: %s: wanted %d (%s) naming '%s', got %d: %s\n", \
-                    __FILE__, __LINE__, #call, (code), stk_strerror(code), (needle), \
+                    __FILE__, __LINE__, #call, (want_), stk_strerror(want_), (needle), \
                     rc_, err.message);                                         \
             exit(1);                                                           \
         }                                                                      \
@@ -56,5 +57,15 @@ void test_poke(const char *path, uint64_t off, const void *bytes, size_t n);
 void test_peek(const char *path, uint64_t off, void *bytes, size_t n);
 void test_truncate(const char *path, uint64_t size);
 uint64_t test_file_size(const char *path);
+
+/* Whole files: read (NUL-terminated, free() it) and write (replacing). */
+char *test_read_file(const char *path, size_t *len);
+void test_write_file(const char *path, const void *data, size_t len);
+/* Copies a directory tree (cp -a); `to` must not exist. */
+void test_copy_dir(const char *from, const char *to);
+/* Whether a file exists. */
+int test_exists(const char *path);
+/* Whether `msg` says "record N" for exactly this N (not a longer number). */
+int test_names_record(const char *msg, uint64_t rec);
 
 #endif

@@ -1,0 +1,168 @@
+/*
+ * stoker-limits: the hardware's limits, measured the way the benchmarks
+ * compare against them.
+ *
+ *   stoker-limits memcpy [MiB] [reps]      single-thread memcpy bandwidth
+ *   stoker-limits pageread FILE...         read(2) of cached files, 1 MiB reads
+ *   stoker-limits seqread FILE...          O_DIRECT sequential reads, 4 MiB, 4 in flight
+ *   stoker-limits randread SIZE N FILE...  O_DIRECT random reads of SIZE bytes, 32 in flight
+ *
+ * Each prints one line: "<what> <GB/s> <ops/s>".
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int do_memcpy(size_t mib, int reps) {
+    size_t n = mib << 20;
+    char *a = aligned_alloc(4096, n), *b = aligned_alloc(4096, n);
+    if (!a || !b) return 2;
+    memset(a, 1, n);
+    memset(b, 2, n);
+    double *t = calloc((size_t)reps, sizeof *t);
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        memcpy(b, a, n);
+        t[r] = now() - t0;
+        a[r % n] = b[(r * 7) % n]; /* keep the copies observable */
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_d);
+    double med = t[reps / 2];
+    printf("memcpy %.3f %.0f\n", (double)n / med / 1e9, 1 / med);
+    return 0;
+}
+
+static int do_pageread(int nf, char **files) {
+    size_t bs = 1 << 20;
+    char *buf = malloc(bs);
+    uint64_t total = 0;
+    double t0 = now();
+    for (int i = 0; i < nf; i++) {
+        int fd = open(files[i], O_RDONLY);
+        if (fd < 0) return perror(files[i]), 2;
+        ssize_t r;
+        while ((r = read(fd, buf, bs)) > 0) total += (uint64_t)r;
+        close(fd);
+    }
+    double el = now() - t0;
+    printf("pageread %.3f %.0f\n", (double)total / el / 1e9, (double)total / (double)bs / el);
+    return 0;
+}
+
+static int do_seqread(int nf, char **files) {
+    const unsigned qd = 4;
+    const size_t bs = 4 << 20;
+    struct io_uring ring;
+    if (io_uring_queue_init(qd, &ring, 0)) return 2;
+    char *buf = aligned_alloc(4096, bs * qd);
+    uint64_t total = 0, ops = 0;
+    double t0 = now();
+    for (int i = 0; i < nf; i++) {
+        int fd = open(files[i], O_RDONLY | O_DIRECT);
+        if (fd < 0) return perror(files[i]), 2;
+        struct stat st;
+        fstat(fd, &st);
+        uint64_t size = (uint64_t)st.st_size, off = 0;
+        unsigned inflight = 0;
+        while (off < size || inflight) {
+            while (inflight < qd && off < size) {
+                struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+                io_uring_prep_read(sqe, fd, buf + (off / bs % qd) * bs, (unsigned)bs, off);
+                off += bs;
+                inflight++;
+            }
+            io_uring_submit_and_wait(&ring, 1);
+            struct io_uring_cqe *cqe;
+            while (io_uring_peek_cqe(&ring, &cqe) == 0) {
+                if (cqe->res < 0) return fprintf(stderr, "read: %s\n", strerror(-cqe->res)), 2;
+                total += (uint64_t)cqe->res;
+                ops++;
+                inflight--;
+                io_uring_cqe_seen(&ring, cqe);
+            }
+        }
+        close(fd);
+    }
+    double el = now() - t0;
+    printf("seqread %.3f %.0f\n", (double)total / el / 1e9, (double)ops / el);
+    return 0;
+}
+
+static int do_randread(size_t size, long count, int nf, char **files) {
+    const unsigned qd = 32;
+    size_t span = (size + 4095) & ~(size_t)4095;
+    struct io_uring ring;
+    if (io_uring_queue_init(qd, &ring, 0)) return 2;
+    int *fds = calloc((size_t)nf, sizeof *fds);
+    uint64_t *sizes = calloc((size_t)nf, sizeof *sizes);
+    for (int i = 0; i < nf; i++) {
+        fds[i] = open(files[i], O_RDONLY | O_DIRECT);
+        if (fds[i] < 0) return perror(files[i]), 2;
+        struct stat st;
+        fstat(fds[i], &st);
+        sizes[i] = (uint64_t)st.st_size;
+    }
+    char *buf = aligned_alloc(4096, span * qd);
+    uint64_t x = 88172645463325252ull, total = 0;
+    long issued = 0, done = 0;
+    unsigned inflight = 0;
+    double t0 = now();
+    while (done < count) {
+        while (inflight < qd && issued < count) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            int f = (int)(x % (uint64_t)nf);
+            uint64_t slots = sizes[f] > span ? (sizes[f] - span) / 4096 : 0;
+            uint64_t off = slots ? (x >> 20) % slots * 4096 : 0;
+            struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+            io_uring_prep_read(sqe, fds[f], buf + (issued % qd) * span, (unsigned)span, off);
+            issued++;
+            inflight++;
+        }
+        io_uring_submit_and_wait(&ring, 1);
+        struct io_uring_cqe *cqe;
+        while (io_uring_peek_cqe(&ring, &cqe) == 0) {
+            if (cqe->res < 0) return fprintf(stderr, "read: %s\n", strerror(-cqe->res)), 2;
+            total += (uint64_t)cqe->res;
+            done++;
+            inflight--;
+            io_uring_cqe_seen(&ring, cqe);
+        }
+    }
+    double el = now() - t0;
+    printf("randread %.3f %.0f\n", (double)total / el / 1e9, (double)done / el);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: stoker-limits memcpy|pageread|seqread|randread ...\n");
+        return 2;
+    }
+    if (!strcmp(argv[1], "memcpy"))
+        return do_memcpy(argc > 2 ? (size_t)atol(argv[2]) : 256, argc > 3 ? atoi(argv[3]) : 9);
+    if (!strcmp(argv[1], "pageread")) return do_pageread(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "seqread")) return do_seqread(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "randread") && argc > 4)
+        return do_randread((size_t)atol(argv[2]), atol(argv[3]), argc - 4, argv + 4);
+    fprintf(stderr, "stoker-limits: bad arguments\n");
+    return 2;
+}

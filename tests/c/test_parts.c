@@ -1,0 +1,197 @@
+/*
+ * test_parts: split packing and stk_merge.
+ *
+ * Three parts (one of them empty, written out of order) merge into one
+ * dataset whose record i is the i-th record overall, in part order, and which
+ * verifies.  Before the merge the directory opens as STK_EINCOMPLETE; a merge
+ * with a part missing fails with STK_EINCOMPLETE naming that part; parts with
+ * different schemas fail with STK_ESCHEMA; a second merge gives -EEXIST.
+ */
+#include "util.h"
+
+#include <sys/stat.h>
+
+static const stk_field schema[2] = {
+    {.name = "id", .dtype = STK_U64, .ndim = 0},
+    {.name = "tokens", .dtype = STK_U16, .ndim = 1, .shape = {STK_RAGGED},
+     .codec = STK_CODEC_ZSTD},
+};
+
+/* Record `id` overall: its tokens. */
+static uint64_t ntokens(uint64_t id) { return (id * 11) % 300; }
+
+static void tokens(uint64_t id, uint16_t *t) {
+    for (uint64_t k = 0; k < ntokens(id); k++) t[k] = (uint16_t)(id * 31 + k % 17);
+}
+
+/* Writes part `index` of `count` holding records [first, first + n). */
+static void write_part(const char *dir, uint32_t index, uint32_t count, uint64_t first,
+                       uint64_t n, const stk_field *fields, size_t nfields) {
+    stk_error err = {0};
+    stk_writer_options o;
+    stk_writer_options_init(&o);
+    o.part_index = index;
+    o.part_count = count;
+    o.shard_bytes = 8192;
+    o.sync = 0;
+    stk_writer *w = NULL;
+    CHECK_OK(stk_writer_create(dir, fields, nfields, &o, &w, &err));
+    uint16_t t[600] = {0}; /* room for the u32 variant of the schema too */
+    for (uint64_t id = first; id < first + n; id++) {
+        tokens(id, t);
+        stk_value v[2] = {{&id, 1}, {t, ntokens(id)}};
+        CHECK_OK(stk_writer_append(w, v, &err));
+    }
+    CHECK_OK(stk_writer_finish(w, &err));
+    stk_writer_free(w);
+}
+
+static const char *in_dir(const char *dir, const char *name) {
+    static char p[4300];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return p;
+}
+
+static void merged(void) {
+    stk_error err = {0};
+    const char *dir = test_dir("parts-merge");
+    /* Part 0: 150 records, part 1: none, part 2: 90; written 2, 1, 0. */
+    write_part(dir, 2, 3, 150, 90, schema, 2);
+    write_part(dir, 1, 3, 150, 0, schema, 2);
+
+    stk_dataset *ds = NULL;
+    CHECK_ERR(stk_dataset_open(dir, &ds, &err), STK_EINCOMPLETE, "merge");
+    CHECK(ds == NULL);
+    /* A part's manifest is not a dataset either. */
+    CHECK_ERR(stk_dataset_open(in_dir(dir, "part-00002.json"), &ds, &err), STK_EINCOMPLETE,
+              "part 2 of 3");
+    /* Part 0 is missing. */
+    CHECK_ERR(stk_merge(dir, &err), STK_EINCOMPLETE, "part-00000.json");
+
+    write_part(dir, 0, 3, 0, 150, schema, 2);
+    CHECK_ERR(stk_dataset_open(dir, &ds, &err), STK_EINCOMPLETE, "merge");
+    /* A finished part cannot be written again. */
+    stk_writer_options o;
+    stk_writer_options_init(&o);
+    o.part_index = 1;
+    o.part_count = 3;
+    stk_writer *w = NULL;
+    CHECK_ERR(stk_writer_create(dir, schema, 2, &o, &w, &err), -EEXIST, dir);
+
+    CHECK_OK(stk_merge(dir, &err));
+    for (int p = 0; p < 3; p++) {
+        char name[32];
+        snprintf(name, sizeof name, "part-%05d.json", p);
+        CHECK(!test_exists(in_dir(dir, name))); /* part manifests are gone */
+    }
+
+    CHECK_OK(stk_dataset_open(dir, &ds, &err));
+    CHECK(stk_dataset_num_records(ds) == 240);
+    uint16_t want[300], got[300];
+    for (uint64_t r = 0; r < 240; r++) {
+        uint64_t id = ~r;
+        size_t len;
+        CHECK_OK(stk_dataset_read(ds, r, 0, &id, sizeof id, &len, STK_READ_VERIFY, &err));
+        CHECK(id == r);
+        tokens(r, want);
+        CHECK_OK(stk_dataset_read(ds, r, 1, got, sizeof got, &len, STK_READ_VERIFY, &err));
+        CHECK(len == ntokens(r) * 2 && memcmp(got, want, len) == 0);
+    }
+    /* Shards in part order, record ids continuous. */
+    uint64_t next = 0;
+    int seen_part2 = 0;
+    for (size_t s = 0; s < stk_dataset_num_shards(ds); s++) {
+        stk_shard_info si;
+        CHECK(stk_dataset_shard(ds, s, &si) == 0);
+        CHECK(si.first_record == next);
+        next += si.records;
+        int is2 = strstr(si.file, "part-00002-") != NULL;
+        CHECK(is2 || strstr(si.file, "part-00000-") != NULL);
+        CHECK(!seen_part2 || is2);
+        seen_part2 |= is2;
+    }
+    CHECK(seen_part2 && next == 240);
+    stk_verify_report rep;
+    CHECK_OK(stk_dataset_verify(ds, NULL, &rep, &err));
+    CHECK(rep.records_checked == 240);
+    stk_dataset_close(ds);
+
+    /* Merging again: already merged. */
+    CHECK_ERR(stk_merge(dir, &err), -EEXIST, dir);
+    CHECK_OK(stk_dataset_open(dir, &ds, &err));
+    CHECK(stk_dataset_num_records(ds) == 240);
+    stk_dataset_close(ds);
+    test_rmrf(dir);
+}
+
+static void missing_part(void) {
+    stk_error err = {0};
+    const char *dir = test_dir("parts-missing");
+    write_part(dir, 0, 4, 0, 10, schema, 2);
+    write_part(dir, 1, 4, 10, 10, schema, 2);
+    write_part(dir, 3, 4, 30, 10, schema, 2);
+    CHECK_ERR(stk_merge(dir, &err), STK_EINCOMPLETE, "part-00002.json");
+    CHECK(strstr(err.message, "part 2") != NULL);
+
+    /* Part 2 was started but did not finish: still missing. */
+    stk_writer_options o;
+    stk_writer_options_init(&o);
+    o.part_index = 2;
+    o.part_count = 4;
+    o.shard_bytes = 4096;
+    stk_writer *w = NULL;
+    CHECK_OK(stk_writer_create(dir, schema, 2, &o, &w, &err));
+    uint16_t t[300];
+    for (uint64_t id = 20; id < 30; id++) {
+        tokens(id, t);
+        stk_value v[2] = {{&id, 1}, {t, ntokens(id)}};
+        CHECK_OK(stk_writer_append(w, v, &err));
+    }
+    stk_writer_free(w);
+    CHECK_ERR(stk_merge(dir, &err), STK_EINCOMPLETE, "part-00002.json");
+    stk_dataset *ds = NULL;
+    CHECK_ERR(stk_dataset_open(dir, &ds, &err), STK_EINCOMPLETE, dir);
+
+    /* The last part missing. */
+    const char *dir2 = test_dir("parts-missing-last");
+    write_part(dir2, 0, 2, 0, 10, schema, 2);
+    CHECK_ERR(stk_merge(dir2, &err), STK_EINCOMPLETE, "part-00001.json");
+
+    /* Nothing to merge at all. */
+    const char *dir3 = test_dir("parts-none");
+    CHECK(mkdir(dir3, 0755) == 0);
+    CHECK_ERR(stk_merge(dir3, &err), -ENOENT, dir3);
+    CHECK(!test_exists(in_dir(dir3, "manifest.json")));
+    test_rmrf(dir);
+    test_rmrf(dir2);
+    test_rmrf(dir3);
+}
+
+static void different_schemas(void) {
+    stk_error err = {0};
+    const char *dir = test_dir("parts-schema");
+    write_part(dir, 0, 2, 0, 10, schema, 2);
+    stk_field other[2] = {schema[0], schema[1]};
+    other[1].dtype = STK_U32; /* tokens widened in one part */
+    write_part(dir, 1, 2, 10, 10, other, 2);
+    CHECK_ERR(stk_merge(dir, &err), STK_ESCHEMA, "part 1");
+    CHECK(!test_exists(in_dir(dir, "manifest.json")));
+    stk_dataset *ds = NULL;
+    CHECK_ERR(stk_dataset_open(dir, &ds, &err), STK_EINCOMPLETE, dir);
+
+    /* Parts that disagree on how many parts there are. */
+    const char *dir2 = test_dir("parts-count");
+    write_part(dir2, 0, 2, 0, 10, schema, 2);
+    write_part(dir2, 1, 3, 10, 10, schema, 2);
+    CHECK(stk_merge(dir2, &err) == STK_ESCHEMA);
+    CHECK(!test_exists(in_dir(dir2, "manifest.json")));
+    test_rmrf(dir);
+    test_rmrf(dir2);
+}
+
+int main(void) {
+    merged();
+    missing_part();
+    different_schemas();
+    return 0;
+}
