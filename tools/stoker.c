@@ -398,14 +398,21 @@ static int cmd_pack(int argc, char **argv) {
     } else {
         f.ndim = h0->ndim;
         for (int d = 0; d < h0->ndim; d++) f.shape[d] = h0->shape[d];
-        if (h0->ndim && (ragged || !same_len)) f.shape[0] = STK_RAGGED;
+        if (h0->ndim && (ragged || !same_len || h0->shape[0] == 0)) f.shape[0] = STK_RAGGED;
     }
 
     uint64_t lo = total_rows * wo.part_index / wo.part_count;
     uint64_t hi = total_rows * (wo.part_index + 1) / wo.part_count;
 
     stk_writer *w = NULL;
-    if (stk_writer_create(output, &f, 1, &wo, &w, &err)) return fail(&err);
+    if (stk_writer_create(output, &f, 1, &wo, &w, &err)) {
+        if (err.code == -EINVAL)
+            fprintf(stderr, "%s: error: the arrays (e.g. %s) do not make a valid field: %s\n", prog,
+                    files.v[0], err.message);
+        else
+            fail(&err);
+        return EXIT_ERROR;
+    }
     progress pb;
     progress_init(&pb, "pack", quiet);
     double t0 = now_s();

@@ -1,0 +1,39 @@
+"""Shared fixtures for the tests of the `stoker` command line.
+
+The binary is <STOKER_BUILD>/stoker; STOKER_BUILD defaults to "build" and a
+relative value is taken relative to the repository root (not the current
+directory), so `STOKER_BUILD=build-py python -m pytest tests/python` works
+from anywhere.
+
+The `stoker` fixture is a `Stoker`: call it like the program,
+`stoker("inspect", ds)`, and get the `subprocess.CompletedProcess` back
+(stdout and stderr captured as text).  It also has a few helpers that the
+tests share: `ok()` (run and insist on exit status 0), `pack()`, `inspect()`
+(parsed), `cat()` (parsed; `.array()` gives the values as numpy) and
+`all_records()`.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from stkcli import REPO_ROOT, Stoker
+
+
+def stoker_exe():
+    build = Path(os.environ.get("STOKER_BUILD", "build"))
+    if not build.is_absolute():
+        build = REPO_ROOT / build
+    return build / "stoker"
+
+
+@pytest.fixture(scope="session")
+def stoker():
+    exe = stoker_exe()
+    if not (exe.is_file() and os.access(exe, os.X_OK)):
+        pytest.fail(
+            f"the stoker binary is not at {exe}; build it first "
+            f"(make build BUILD=...) and set STOKER_BUILD to the build directory"
+        )
+    return Stoker(exe)

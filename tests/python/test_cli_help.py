@@ -1,0 +1,61 @@
+"""--help for every command, and `stoker version`."""
+
+import re
+
+import pytest
+
+COMMANDS = ["pack", "merge", "inspect", "verify", "cat"]
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_command_help(stoker, cmd, flag):
+    r = stoker(cmd, flag)
+    assert r.returncode == 0
+    assert r.stdout.startswith(f"Usage: stoker {cmd}")
+    assert "Example" in r.stdout
+    # The example lines use the command itself.
+    examples = r.stdout[r.stdout.index("Example"):]
+    assert f"stoker {cmd} " in examples
+    assert r.stderr == ""
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_help_wins_over_other_arguments(stoker, tmp_path, cmd):
+    # --help anywhere prints help and does nothing else.
+    r = stoker(cmd, tmp_path / "ds", "--help", cwd=tmp_path)
+    assert r.returncode == 0
+    assert "Example" in r.stdout
+    assert not (tmp_path / "ds").exists()
+
+
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["help"]])
+def test_main_help(stoker, args):
+    r = stoker(*args)
+    assert r.returncode == 0
+    assert r.stdout.startswith("Usage: stoker COMMAND")
+    assert "Example" in r.stdout
+    for cmd in COMMANDS + ["version"]:
+        assert re.search(rf"^  {cmd}\s", r.stdout, re.M), cmd
+
+
+def test_every_listed_command_has_help(stoker):
+    # Commands added later are covered too: take them from the main help.
+    text = stoker.ok("--help").stdout
+    listed = text[text.index("Commands:"):text.index("\n\n", text.index("Commands:"))]
+    cmds = re.findall(r"^  (\w+)\s", listed, re.M)
+    assert set(COMMANDS) <= set(cmds)
+    for cmd in cmds:
+        if cmd == "version":
+            continue
+        r = stoker(cmd, "--help")
+        assert r.returncode == 0, cmd
+        assert r.stdout.startswith(f"Usage: stoker {cmd}"), cmd
+        assert "Example" in r.stdout, cmd
+
+
+@pytest.mark.parametrize("arg", ["version", "--version"])
+def test_version(stoker, arg):
+    r = stoker(arg)
+    assert r.returncode == 0
+    assert re.fullmatch(r"stoker \d+\.\d+\.\d+ \(format version \d+\)\n", r.stdout), r.stdout
