@@ -7,7 +7,7 @@ BUILD ?= build
 PY := .venv/bin/python
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build test test-c test-py sanitize tsan demo bench clean
+.PHONY: all deps build py-install test test-c test-py sanitize tsan demo bench clean
 
 all: build
 
@@ -18,14 +18,18 @@ build: deps
 	@cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD)
 
-test: build
+# The Python package, installed into .venv with pip (scikit-build-core).
+py-install: build
+	@scripts/py-install.sh
+
+test: build py-install
 	ctest --test-dir $(BUILD) --output-on-failure -j2
 	STOKER_BUILD=$(BUILD) $(PY) -m pytest -q tests/python
 
 test-c: build
 	ctest --test-dir $(BUILD) --output-on-failure -j2
 
-test-py: build
+test-py: build py-install
 	STOKER_BUILD=$(BUILD) $(PY) -m pytest -q tests/python
 
 # The C tests under AddressSanitizer and UndefinedBehaviorSanitizer.

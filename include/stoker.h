@@ -558,6 +558,12 @@ STK_API int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts,
  */
 STK_API int stk_loader_next(stk_loader *ld, stk_batch **out, stk_error *err);
 
+/* As stk_loader_next, but gives up after `timeout_ms` milliseconds (a
+ * negative value waits forever) with -ETIMEDOUT, changing nothing; call it
+ * again to keep waiting.  Lets a caller check for signals while it waits. */
+STK_API int stk_loader_next_timeout(stk_loader *ld, stk_batch **out, int64_t timeout_ms,
+                                    stk_error *err);
+
 /* Gives a batch's buffer back for reuse.  Accepts NULL.  The batch and every
  * pointer into it are invalid afterwards. */
 STK_API void stk_loader_release(stk_loader *ld, stk_batch *b);
@@ -586,6 +592,9 @@ STK_API int stk_batch_field_get(const stk_batch *b, size_t i, stk_batch_field *o
 /* Fields the loader yields, and the index of one by name (or -ENOENT). */
 STK_API size_t stk_loader_num_fields(const stk_loader *ld);
 STK_API int stk_loader_find_field(const stk_loader *ld, const char *name);
+/* The schema entry of the loader's field `i`, or NULL.  Valid until the
+ * dataset is closed. */
+STK_API const stk_field *stk_loader_field(const stk_loader *ld, size_t i);
 
 /* Samples in the whole epoch (all ranks), samples and batches of this rank. */
 STK_API uint64_t stk_loader_epoch_samples(const stk_loader *ld);

@@ -40,6 +40,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -960,7 +961,11 @@ int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader 
     ld->opt.valid_field = NULL;
     ld->opt.queue_depth = opts->queue_depth ? opts->queue_depth : 64;
     pthread_mutex_init(&ld->mu, NULL);
-    pthread_cond_init(&ld->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ld->cv, &ca);
+    pthread_condattr_destroy(&ca);
     ld->st_t0 = now_ns();
     uint64_t *max_rows = NULL;
     size_t *time_fields = NULL;
@@ -1179,7 +1184,22 @@ fail:
 /* ---- consumer side ---- */
 
 int stk_loader_next(stk_loader *ld, stk_batch **out, stk_error *err) {
+    return stk_loader_next_timeout(ld, out, -1, err);
+}
+
+int stk_loader_next_timeout(stk_loader *ld, stk_batch **out, int64_t timeout_ms,
+                            stk_error *err) {
     if (!ld || !out) return stk__err(err, -EINVAL, "stk_loader_next: NULL argument");
+    struct timespec deadline;
+    if (timeout_ms >= 0) {
+        clock_gettime(CLOCK_MONOTONIC, &deadline);
+        deadline.tv_sec += timeout_ms / 1000;
+        deadline.tv_nsec += (timeout_ms % 1000) * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+    }
     *out = NULL;
     uint64_t t0 = now_ns();
     int rc = 0;
@@ -1229,7 +1249,12 @@ int stk_loader_next(stk_loader *ld, stk_batch **out, stk_error *err) {
                           ld->R);
             break;
         }
-        pthread_cond_wait(&ld->cv, &ld->mu);
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&ld->cv, &ld->mu);
+        } else if (pthread_cond_timedwait(&ld->cv, &ld->mu, &deadline) == ETIMEDOUT) {
+            rc = -ETIMEDOUT;
+            break;
+        }
     }
     pthread_mutex_unlock(&ld->mu);
     ld->st_wait_ns += now_ns() - t0;
@@ -1285,6 +1310,10 @@ int stk_loader_find_field(const stk_loader *ld, const char *name) {
     for (size_t i = 0; i < ld->nf; i++)
         if (strcmp(ld->f[i].f->name, name) == 0) return (int)i;
     return -ENOENT;
+}
+
+const stk_field *stk_loader_field(const stk_loader *ld, size_t i) {
+    return ld && i < ld->nf ? ld->f[i].f : NULL;
 }
 
 uint64_t stk_loader_epoch_samples(const stk_loader *ld) { return ld ? ld->space.n : 0; }

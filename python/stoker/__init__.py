@@ -1,0 +1,377 @@
+"""stoker: keeps the GPU fed.
+
+    import stoker
+    with stoker.Loader("basins.stk", batch_size=256, window=365, shuffle="random") as loader:
+        for batch in loader:          # a dict of NumPy arrays, views of the batch buffer
+            x = batch["x"]            # [256, 365, 16]
+
+Arrays are views of stoker's batch buffer (no copy); the buffer is reused
+only after every array pointing into it is gone, so keeping a batch is
+always safe. `output="torch"` yields torch tensors (made through DLPack,
+still without a copy), `output="dlpack"` yields stoker's own DLPack
+exporters.
+"""
+import os
+
+import numpy as np
+
+from . import _stoker
+from ._stoker import StokerError
+
+__all__ = ["Loader", "StokerError", "write", "version"]
+__version__ = _stoker.version
+version = _stoker.version
+
+_ORDERS = {"sequential": 0, "random": 1, "block": 2}
+_BACKENDS = {"auto": 0, "uring": 1, "io_uring": 1, "pool": 2, "mmap": 3}
+_VALID = {None: 0, "all": 0, "mask": 1, "notnan": 2, "not_nan": 2}
+_OUTPUTS = ("numpy", "torch", "dlpack")
+
+
+def _env_int(name, default):
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={v!r} is not an integer") from None
+
+
+def _check_int(name, value, low=0, none_ok=False):
+    if value is None and none_ok:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < low:
+        raise ValueError(f"{name} must be at least {low}, not {value}")
+    return int(value)
+
+
+def _check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(k for k in choices if k)}, not {value!r}")
+    return choices[value]
+
+
+class Loader:
+    """Batches of a stoker dataset for one rank of a training job.
+
+    Every option of the C loader (``stk_loader_options``) is a keyword with the
+    same default:
+
+    path          the dataset directory
+    batch_size    samples per batch (required)
+    fields        names of the fields to load (default: all)
+    window        rows per window over the time fields (default: whole records)
+    stride        rows between window starts (1)
+    valid_field, valid   keep only windows whose valid_field at the last row
+                  is nonzero (valid="mask") or not NaN (valid="notnan")
+    shuffle       "sequential", "random" or "block" (default "block")
+    seed, epoch   the order's seed and the first epoch (0, 0)
+    block_bytes, block_samples, block_group   the block order's block size
+                  (4 MiB of reads, or a sample count) and blocks per group (16)
+    rank, world_size   this rank's share; default: torchrun's RANK and
+                  WORLD_SIZE, else 0 and 1
+    pad           give every rank ceil(N / world_size) samples by wrapping (False)
+    drop_last     drop a last partial batch (False)
+    backend       "auto", "uring", "pool" or "mmap" ("auto")
+    direct        O_DIRECT reads (False)
+    threads       worker threads (0: one per CPU)
+    prefetch      batch buffers in the ring (0: from the memory budget)
+    queue_depth   io_uring entries per worker (64)
+    memory_budget bytes for buffers (1 GiB)
+    output        "numpy" (default), "torch" or "dlpack"
+
+    Ragged fields (record mode) come as ``name`` (the rows concatenated) and
+    ``name_offsets`` (int64, batch_size + 1).
+    """
+
+    def __init__(self, path, batch_size, fields=None, window=None, stride=1, valid_field=None,
+                 valid=None, shuffle="block", seed=0, epoch=0, block_bytes=4 << 20,
+                 block_samples=0, block_group=16, rank=None, world_size=None, pad=False,
+                 drop_last=False, backend="auto", direct=False, threads=0, prefetch=0,
+                 queue_depth=64, memory_budget=1 << 30, output="numpy"):
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
+        batch_size = _check_int("batch_size", batch_size, 1)
+        if fields is not None:
+            if isinstance(fields, str):
+                fields = [fields]
+            fields = list(fields)
+            for f in fields:
+                if not isinstance(f, str):
+                    raise TypeError(f"fields must hold str names, not {type(f).__name__}")
+        window = _check_int("window", window, 1, none_ok=True)
+        stride = _check_int("stride", stride, 1)
+        if valid_field is not None and not isinstance(valid_field, str):
+            raise TypeError("valid_field must be a field name (str)")
+        valid_code = _check_choice("valid", valid, _VALID)
+        if valid_field is not None and valid_code == 0:
+            raise ValueError("valid_field needs valid='mask' or valid='notnan'")
+        order = _check_choice("shuffle", shuffle, _ORDERS)
+        seed = _check_int("seed", seed)
+        epoch = _check_int("epoch", epoch)
+        block_bytes = _check_int("block_bytes", block_bytes, 1)
+        block_samples = _check_int("block_samples", block_samples)
+        block_group = _check_int("block_group", block_group, 1)
+        if world_size is None:
+            world_size = _env_int("WORLD_SIZE", 1)
+        if rank is None:
+            rank = _env_int("RANK", 0)
+        world_size = _check_int("world_size", world_size, 1)
+        rank = _check_int("rank", rank)
+        if rank >= world_size:
+            raise ValueError(f"rank {rank} must be below world_size {world_size}")
+        backend_code = _check_choice("backend", backend, _BACKENDS)
+        threads = _check_int("threads", threads)
+        prefetch = _check_int("prefetch", prefetch)
+        queue_depth = _check_int("queue_depth", queue_depth, 1)
+        memory_budget = _check_int("memory_budget", memory_budget, 1)
+        if output not in _OUTPUTS:
+            raise ValueError(f"output must be one of {_OUTPUTS}, not {output!r}")
+        if output == "torch":
+            import torch  # noqa: F401  (fail early, not at the first batch)
+        self._output = output
+        self._c = _stoker.Loader(
+            os.fspath(path), batch_size, fields, window or 0, stride, valid_field, valid_code,
+            order, seed, epoch, block_bytes, block_samples, block_group, rank, world_size,
+            bool(pad), bool(drop_last), backend_code, bool(direct), threads, prefetch,
+            queue_depth, memory_budget)
+        self.batch_size = batch_size
+        self.rank, self.world_size = rank, world_size
+        self._epoch = epoch
+        self._started = False     # a batch of the current epoch was taken
+        self._exhausted = False   # the current epoch ended
+        self._last_ids = None
+
+    # -- iteration --------------------------------------------------------
+
+    def __iter__(self):
+        # Iterating again after an epoch ended starts the next one, as a
+        # DataLoader does; set_epoch() chooses one explicitly.
+        if self._exhausted:
+            self.set_epoch(self._epoch + 1)
+        while True:
+            item = self._c.next_batch()
+            if item is None:
+                self._exhausted = True
+                return
+            self._started = True
+            arrays, ids = item
+            self._last_ids = ids
+            yield self._convert(arrays)
+
+    def _convert(self, arrays):
+        if self._output == "dlpack":
+            return arrays
+        if self._output == "torch":
+            import torch
+            return {k: torch.from_dlpack(v) for k, v in arrays.items()}
+        out = {}
+        for k, v in arrays.items():
+            a = np.asarray(v) if v.dtype != "bf16" else np.asarray(v).view(np.uint16)
+            out[k] = a
+        return out
+
+    def next(self):
+        """The next batch, or None at the end of the epoch."""
+        item = self._c.next_batch()
+        if item is None:
+            self._exhausted = True
+            return None
+        self._started = True
+        self._last_ids = item[1]
+        return self._convert(item[0])
+
+    def sample_ids(self):
+        """The global sample ids of the last batch returned (a NumPy view)."""
+        return None if self._last_ids is None else np.asarray(self._last_ids)
+
+    def __len__(self):
+        return self._c.counts()["rank_batches"]
+
+    # -- epochs and state -------------------------------------------------
+
+    def set_epoch(self, epoch):
+        epoch = _check_int("epoch", epoch)
+        self._c.set_epoch(epoch)
+        self._epoch = epoch
+        self._exhausted = False
+        self._started = False
+
+    @property
+    def epoch(self):
+        return self._epoch
+
+    def state_dict(self):
+        """The resume state (the torchdata StatefulDataLoader protocol)."""
+        st = self._c.save()
+        if self._exhausted:
+            # The epoch ended: resume at the start of the next one.
+            st = dict(st, epoch=st["epoch"] + 1, position=0)
+        st["stoker_state_version"] = 1
+        return st
+
+    def load_state_dict(self, state):
+        if not isinstance(state, dict):
+            raise TypeError("state must be a dict from state_dict()")
+        missing = {"seed", "epoch", "position", "fingerprint"} - set(state)
+        if missing:
+            raise ValueError(f"state is missing {sorted(missing)}")
+        self._c.restore(int(state["seed"]), int(state["epoch"]), int(state["position"]),
+                        int(state["fingerprint"]))
+        self._epoch = int(state["epoch"])
+        self._exhausted = False
+        self._started = False
+
+    # -- the rest -----------------------------------------------------------
+
+    def stats(self):
+        """Per-stage counters: plan, io, assemble, wait (the data stall)."""
+        return self._c.stats()
+
+    def reset_stats(self):
+        self._c.stats_reset()
+
+    @property
+    def fields(self):
+        return self._c.field_names
+
+    @property
+    def backend(self):
+        return self._c.counts()["backend"]
+
+    def counts(self):
+        return self._c.counts()
+
+    def close(self):
+        """Stops the loader's threads. Batches still referenced stay valid."""
+        self._c.close()
+
+    @property
+    def closed(self):
+        return self._c.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+# -- writing --------------------------------------------------------------
+
+_NP_TO_STK = {
+    np.dtype("uint8"): "u8", np.dtype("uint16"): "u16", np.dtype("uint32"): "u32",
+    np.dtype("uint64"): "u64", np.dtype("int8"): "i8", np.dtype("int16"): "i16",
+    np.dtype("int32"): "i32", np.dtype("int64"): "i64", np.dtype("float16"): "f16",
+    np.dtype("float32"): "f32", np.dtype("float64"): "f64", np.dtype("bool"): "u8",
+}
+
+
+def _stk_dtype(name, arr):
+    dt = arr.dtype
+    if dt not in _NP_TO_STK and dt.newbyteorder("=") in _NP_TO_STK and dt.byteorder == ">":
+        raise ValueError(f"field '{name}': big-endian {dt} is not supported; use "
+                         "arr.astype(arr.dtype.newbyteorder('<'))")
+    try:
+        return _NP_TO_STK[dt]
+    except KeyError:
+        raise ValueError(f"field '{name}': dtype {dt} cannot be stored "
+                         "(numeric and bool dtypes can)") from None
+
+
+def _field_spec(name, arr, ragged, compress):
+    codec, level = ("none", 0)
+    if compress and name in compress:
+        c = compress[name]
+        codec, level = ("zstd", 0) if c in (True, "zstd") else ("zstd", int(c))
+    shape = list(arr.shape)
+    if ragged and shape:
+        shape[0] = -1
+    return (name, _stk_dtype(name, arr), tuple(shape), codec, level)
+
+
+def write(path, source, *, overwrite=False, shard_bytes=256 << 20, align=64, sync=True,
+          attrs=None, compress=None, ragged=None):
+    """Writes a dataset from NumPy data.
+
+    source is either a dict of arrays whose first axis indexes records (each
+    record of field f is source[f][i]), or an iterable of per-record dicts of
+    arrays, whose first dimensions may differ from record to record (ragged).
+    compress maps field names to True / "zstd" / a zstd level. ragged names
+    the fields whose first dimension varies (for an iterable, found from the
+    first record when not given: every field of ndim >= 1 whose first
+    dimension differs between the first two records is ragged; pass it
+    explicitly to be sure). Returns the number of records written. On any
+    error the dataset is left incomplete, never half-written as complete.
+    """
+    import json
+    attrs_json = json.dumps(attrs) if attrs is not None else None
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError("path must be a str or os.PathLike")
+    path = os.fspath(path)
+    if isinstance(source, dict):
+        if not source:
+            raise ValueError("source has no fields")
+        cols = {k: np.ascontiguousarray(v) for k, v in source.items()}
+        n = {len(v) for v in cols.values() if v.ndim}
+        if len(n) > 1 or any(v.ndim == 0 for v in cols.values()):
+            raise ValueError("every array of a dict source must have the same first "
+                             f"dimension (one entry per record); got lengths {sorted(n)}")
+        specs = [_field_spec(k, v[0] if len(v) else v.reshape(v.shape[1:]), False, compress)
+                 for k, v in cols.items()]
+        w = _stoker.Writer(path, specs, shard_bytes, align, bool(overwrite), bool(sync),
+                           attrs_json)
+        try:
+            for i in range(n.pop() if n else 0):
+                w.append([(v[i], 1 if v[i].ndim == 0 else v[i].shape[0]) for v in cols.values()])
+            return w.finish()
+        except BaseException:
+            w.abort()
+            raise
+    if hasattr(source, "__arrow_c_stream__"):
+        raise TypeError("Arrow sources (objects with __arrow_c_stream__) are not supported "
+                        "by this version of stoker.write; pass a dict of NumPy arrays or an "
+                        "iterable of per-record dicts")
+    it = iter(source)
+    first = next(it, None)
+    if first is None:
+        raise ValueError("source is empty: a dataset of an iterable needs one record to "
+                         "learn its schema")
+    first = {k: np.ascontiguousarray(v) for k, v in first.items()}
+    second = next(it, None)
+    second = None if second is None else {k: np.ascontiguousarray(v) for k, v in second.items()}
+    if ragged is None:
+        ragged = {k for k, v in first.items()
+                  if v.ndim and second is not None and k in second and second[k].ndim
+                  and second[k].shape[0] != v.shape[0]}
+    ragged = set(ragged)
+    specs = [_field_spec(k, v, k in ragged, compress) for k, v in first.items()]
+    names = [s[0] for s in specs]
+    w = _stoker.Writer(path, specs, shard_bytes, align, bool(overwrite), bool(sync), attrs_json)
+    try:
+        count = 0
+        for rec in ([first] + ([second] if second is not None else [])):
+            w.append(_values(rec, names, count))
+            count += 1
+        for rec in it:
+            w.append(_values({k: np.ascontiguousarray(v) for k, v in rec.items()}, names, count))
+            count += 1
+        return w.finish()
+    except BaseException:
+        w.abort()
+        raise
+
+
+def _values(rec, names, i):
+    if set(rec) != set(names):
+        raise ValueError(f"record {i}: fields {sorted(rec)} differ from the first record's "
+                         f"{sorted(names)}")
+    out = []
+    for k in names:
+        v = np.ascontiguousarray(rec[k])
+        out.append((v, 1 if v.ndim == 0 else v.shape[0]))
+    return out

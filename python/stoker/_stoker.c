@@ -1,0 +1,885 @@
+/*
+ * _stoker.c: the CPython extension around libstoker.
+ *
+ * Objects:
+ *   Loader  wraps stk_loader (and the stk_dataset it reads).
+ *   Batch   one batch handed out by the loader; while it lives its buffer
+ *           is never reused.  It is released when the last object that
+ *           points into it (an Array, a NumPy array, a torch tensor made
+ *           through DLPack) is gone.
+ *   Array   one field of a batch: exports DLPack (versioned and legacy
+ *           capsules) and the buffer protocol, without copying.
+ *   Writer  wraps stk_writer for stoker.write().
+ *
+ * The GIL is released while the loader waits; the wait is cut into short
+ * slices so that Ctrl-C interrupts it.  A loader used in a process other
+ * than the one that opened it (after fork) raises instead of touching
+ * threads that do not exist there.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "stoker.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- DLPack: the C ABI of dlpack.h, versions 0.8 (legacy) and 1.x ---- */
+
+typedef struct {
+    int32_t device_type;
+    int32_t device_id;
+} DLDevice;
+typedef struct {
+    uint8_t code;
+    uint8_t bits;
+    uint16_t lanes;
+} DLDataType;
+typedef struct {
+    void *data;
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t *shape;
+    int64_t *strides;
+    uint64_t byte_offset;
+} DLTensor;
+typedef struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+typedef struct {
+    uint32_t major;
+    uint32_t minor;
+} DLPackVersion;
+typedef struct DLManagedTensorVersioned {
+    DLPackVersion version;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensorVersioned *self);
+    uint64_t flags;
+    DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+
+enum { kDLCPU = 1 };
+enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4 };
+
+static PyObject *StokerError;
+
+/* Raises the right exception for a libstoker error. */
+static PyObject *raise_stk(int rc, const stk_error *e) {
+    const char *msg = e && e->message[0] ? e->message : stk_strerror(rc);
+    if (rc == -EINVAL) PyErr_SetString(PyExc_ValueError, msg);
+    else if (rc == -ENOMEM) PyErr_SetString(PyExc_MemoryError, msg);
+    else if (rc == -ENOENT) PyErr_SetString(PyExc_FileNotFoundError, msg);
+    else {
+        PyObject *args = Py_BuildValue("(is)", rc, msg);
+        if (args) {
+            PyErr_SetObject(StokerError, args);
+            Py_DECREF(args);
+        }
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    stk_dataset *ds;
+    stk_loader *ld;
+    pid_t pid;
+    Py_ssize_t live;   /* Batch objects alive */
+    int closing;       /* close() called while batches were alive */
+    PyObject *names;   /* tuple of field names */
+} LoaderObject;
+
+typedef struct {
+    PyObject_HEAD
+    LoaderObject *loader;
+    stk_batch *b;
+} BatchObject;
+
+typedef struct {
+    PyObject_HEAD
+    BatchObject *batch;
+    void *data;
+    int ndim;
+    int64_t shape[STK_MAX_DIMS + 2];
+    int64_t strides[STK_MAX_DIMS + 2]; /* in bytes, for the buffer protocol */
+    Py_ssize_t bshape[STK_MAX_DIMS + 2], bstrides[STK_MAX_DIMS + 2];
+    stk_dtype dtype;
+    size_t itemsize;
+} ArrayObject;
+
+static PyTypeObject LoaderType, BatchType, ArrayType;
+
+static void loader_teardown(LoaderObject *self) {
+    if (self->ld && self->pid == getpid()) {
+        Py_BEGIN_ALLOW_THREADS
+        stk_loader_close(self->ld);
+        Py_END_ALLOW_THREADS
+    }
+    if (self->ds && self->pid == getpid()) stk_dataset_close(self->ds);
+    self->ld = NULL;
+    self->ds = NULL;
+}
+
+/* ---- Batch ---- */
+
+static void batch_dealloc(BatchObject *self) {
+    LoaderObject *l = self->loader;
+    if (l) {
+        if (l->ld && self->b && l->pid == getpid()) stk_loader_release(l->ld, self->b);
+        l->live--;
+        if (l->closing && l->live == 0) loader_teardown(l);
+        Py_DECREF(l);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *batch_index(BatchObject *self, void *c) {
+    (void)c;
+    return PyLong_FromUnsignedLongLong(stk_batch_index(self->b));
+}
+
+static PyGetSetDef batch_getset[] = {
+    {"index", (getter)batch_index, NULL, "the batch's number within this rank's epoch", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject BatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._stoker.Batch",
+    .tp_basicsize = sizeof(BatchObject),
+    .tp_dealloc = (destructor)batch_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Owner of one batch buffer; released when no array points into it.",
+    .tp_getset = batch_getset,
+};
+
+/* ---- Array ---- */
+
+static DLDataType dl_dtype(stk_dtype t) {
+    DLDataType d = {kDLUInt, 8, 1};
+    switch (t) {
+    case STK_U8: case STK_BYTES: d = (DLDataType){kDLUInt, 8, 1}; break;
+    case STK_U16: d = (DLDataType){kDLUInt, 16, 1}; break;
+    case STK_U32: d = (DLDataType){kDLUInt, 32, 1}; break;
+    case STK_U64: d = (DLDataType){kDLUInt, 64, 1}; break;
+    case STK_I8: d = (DLDataType){kDLInt, 8, 1}; break;
+    case STK_I16: d = (DLDataType){kDLInt, 16, 1}; break;
+    case STK_I32: d = (DLDataType){kDLInt, 32, 1}; break;
+    case STK_I64: d = (DLDataType){kDLInt, 64, 1}; break;
+    case STK_F16: d = (DLDataType){kDLFloat, 16, 1}; break;
+    case STK_BF16: d = (DLDataType){kDLBfloat, 16, 1}; break;
+    case STK_F32: d = (DLDataType){kDLFloat, 32, 1}; break;
+    case STK_F64: d = (DLDataType){kDLFloat, 64, 1}; break;
+    }
+    return d;
+}
+
+static const char *buffer_format(stk_dtype t) {
+    switch (t) {
+    case STK_U8: case STK_BYTES: return "B";
+    case STK_U16: return "H";
+    case STK_U32: return "I";
+    case STK_U64: return "Q";
+    case STK_I8: return "b";
+    case STK_I16: return "h";
+    case STK_I32: return "i";
+    case STK_I64: return "q";
+    case STK_F16: return "e";
+    case STK_BF16: return "H"; /* no buffer-protocol code: raw 16-bit words */
+    case STK_F32: return "f";
+    case STK_F64: return "d";
+    }
+    return "B";
+}
+
+static ArrayObject *array_new(BatchObject *batch, void *data, stk_dtype dtype, int ndim,
+                              const int64_t *shape) {
+    ArrayObject *a = PyObject_New(ArrayObject, &ArrayType);
+    if (!a) return NULL;
+    Py_INCREF(batch);
+    a->batch = batch;
+    a->data = data;
+    a->dtype = dtype;
+    a->itemsize = stk_dtype_size(dtype);
+    a->ndim = ndim;
+    int64_t stride = (int64_t)a->itemsize;
+    for (int d = ndim - 1; d >= 0; d--) {
+        a->shape[d] = shape[d];
+        a->strides[d] = stride;
+        a->bshape[d] = (Py_ssize_t)shape[d];
+        a->bstrides[d] = (Py_ssize_t)stride;
+        stride *= shape[d] ? shape[d] : 1;
+    }
+    return a;
+}
+
+static void array_dealloc(ArrayObject *self) {
+    Py_XDECREF(self->batch);
+    PyObject_Free(self);
+}
+
+/* The DLPack producer's context: the Array stays alive while a consumer
+ * holds the tensor. */
+typedef struct {
+    DLManagedTensorVersioned v;
+    DLManagedTensor legacy;
+    int64_t shape[STK_MAX_DIMS + 2];
+    ArrayObject *owner;
+} dl_ctx;
+
+static void dl_release(dl_ctx *c) {
+    /* Consumers may call the deleter from any thread, without the GIL. */
+    PyGILState_STATE st = PyGILState_Ensure();
+    Py_XDECREF(c->owner);
+    PyGILState_Release(st);
+    PyMem_RawFree(c);
+}
+static void dl_delete_versioned(DLManagedTensorVersioned *m) { dl_release(m->manager_ctx); }
+static void dl_delete_legacy(DLManagedTensor *m) { dl_release(m->manager_ctx); }
+
+static void capsule_versioned_destructor(PyObject *cap) {
+    if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+        DLManagedTensorVersioned *m = PyCapsule_GetPointer(cap, "dltensor_versioned");
+        if (m && m->deleter) m->deleter(m);
+    }
+}
+static void capsule_legacy_destructor(PyObject *cap) {
+    if (PyCapsule_IsValid(cap, "dltensor")) {
+        DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
+        if (m && m->deleter) m->deleter(m);
+    }
+}
+
+static PyObject *array_dlpack(ArrayObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+    PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOO", kwlist, &stream, &max_version,
+                                     &dl_device, &copy))
+        return NULL;
+    if (stream != Py_None && !(PyLong_Check(stream) && PyLong_AsLong(stream) == -1)) {
+        /* CPU data: there is no stream to synchronise with.  -1 means none. */
+        if (!PyLong_Check(stream)) {
+            PyErr_SetString(PyExc_TypeError, "__dlpack__: stream must be an int or None");
+            return NULL;
+        }
+    }
+    if (copy == Py_True) {
+        PyErr_SetString(PyExc_BufferError, "__dlpack__: stoker exports views; copy=True is not supported");
+        return NULL;
+    }
+    if (dl_device != Py_None) {
+        int dt = 0, di = 0;
+        if (!PyArg_ParseTuple(dl_device, "ii", &dt, &di)) return NULL;
+        if (dt != kDLCPU) {
+            PyErr_SetString(PyExc_BufferError, "__dlpack__: the data is on the CPU");
+            return NULL;
+        }
+    }
+    int versioned = 0;
+    if (max_version != Py_None) {
+        long major = 0, minor = 0;
+        if (!PyArg_ParseTuple(max_version, "ll", &major, &minor)) return NULL;
+        versioned = major >= 1;
+    }
+    dl_ctx *c = PyMem_RawCalloc(1, sizeof *c);
+    if (!c) return PyErr_NoMemory();
+    Py_INCREF(self);
+    c->owner = self;
+    memcpy(c->shape, self->shape, sizeof c->shape);
+    DLTensor t = {self->data, {kDLCPU, 0}, self->ndim, dl_dtype(self->dtype), c->shape, NULL, 0};
+    PyObject *cap;
+    if (versioned) {
+        c->v.version = (DLPackVersion){1, 0};
+        c->v.manager_ctx = c;
+        c->v.deleter = dl_delete_versioned;
+        c->v.flags = 0;
+        c->v.dl_tensor = t;
+        cap = PyCapsule_New(&c->v, "dltensor_versioned", capsule_versioned_destructor);
+    } else {
+        c->legacy.dl_tensor = t;
+        c->legacy.manager_ctx = c;
+        c->legacy.deleter = dl_delete_legacy;
+        cap = PyCapsule_New(&c->legacy, "dltensor", capsule_legacy_destructor);
+    }
+    if (!cap) dl_release(c);
+    return cap;
+}
+
+static PyObject *array_dlpack_device(ArrayObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    return Py_BuildValue("(ii)", kDLCPU, 0);
+}
+
+static int array_getbuffer(ArrayObject *self, Py_buffer *view, int flags) {
+    if (flags & PyBUF_WRITABLE) {
+        /* Writable: the consumer owns the batch while it lives. */
+    }
+    view->obj = (PyObject *)self;
+    Py_INCREF(self);
+    view->buf = self->data;
+    view->itemsize = (Py_ssize_t)self->itemsize;
+    Py_ssize_t n = (Py_ssize_t)self->itemsize;
+    for (int d = 0; d < self->ndim; d++) n *= self->bshape[d];
+    view->len = n;
+    view->readonly = 0;
+    view->format = (flags & PyBUF_FORMAT) ? (char *)buffer_format(self->dtype) : NULL;
+    view->ndim = self->ndim;
+    view->shape = (flags & PyBUF_ND) ? self->bshape : NULL;
+    view->strides = (flags & PyBUF_STRIDES) ? self->bstrides : NULL;
+    view->suboffsets = NULL;
+    view->internal = NULL;
+    return 0;
+}
+
+static PyBufferProcs array_as_buffer = {(getbufferproc)array_getbuffer, NULL};
+
+static PyObject *array_shape(ArrayObject *self, void *c) {
+    (void)c;
+    PyObject *t = PyTuple_New(self->ndim);
+    for (int d = 0; t && d < self->ndim; d++)
+        PyTuple_SET_ITEM(t, d, PyLong_FromLongLong(self->shape[d]));
+    return t;
+}
+static PyObject *array_dtype(ArrayObject *self, void *c) {
+    (void)c;
+    return PyUnicode_FromString(stk_dtype_name(self->dtype));
+}
+static PyObject *array_ptr(ArrayObject *self, void *c) {
+    (void)c;
+    return PyLong_FromVoidPtr(self->data);
+}
+
+static PyGetSetDef array_getset[] = {
+    {"shape", (getter)array_shape, NULL, "shape", NULL},
+    {"dtype", (getter)array_dtype, NULL, "stoker dtype name", NULL},
+    {"data_ptr", (getter)array_ptr, NULL, "address of the first element", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyMethodDef array_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))array_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "Exports the array as a DLPack capsule (versioned when max_version >= (1, 0))."},
+    {"__dlpack_device__", (PyCFunction)array_dlpack_device, METH_NOARGS,
+     "(device type, device id) of the data: (1, 0), the CPU."},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject ArrayType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._stoker.Array",
+    .tp_basicsize = sizeof(ArrayObject),
+    .tp_dealloc = (destructor)array_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A zero-copy view of one field of a batch (DLPack and buffer protocol).",
+    .tp_as_buffer = &array_as_buffer,
+    .tp_methods = array_methods,
+    .tp_getset = array_getset,
+};
+
+/* ---- Loader ---- */
+
+static int check_process(LoaderObject *self) {
+    if (self->pid != getpid()) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "this stoker Loader was opened in another process (before a fork); its "
+                        "threads do not exist here. Open the loader in the process that uses it "
+                        "(stoker.torch.Dataset does this in each DataLoader worker).");
+        return -1;
+    }
+    if (!self->ld) {
+        PyErr_SetString(PyExc_ValueError, "the loader is closed");
+        return -1;
+    }
+    return 0;
+}
+
+static const char *str_or_null(PyObject *o) {
+    return o && o != Py_None ? PyUnicode_AsUTF8(o) : NULL;
+}
+
+static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"path", "batch_size", "fields", "window", "stride", "valid_field",
+                             "valid", "order", "seed", "epoch", "block_bytes", "block_samples",
+                             "block_group", "rank", "world_size", "pad", "drop_last", "backend",
+                             "direct", "threads", "prefetch", "queue_depth", "memory_budget",
+                             NULL};
+    const char *path;
+    stk_loader_options o;
+    stk_loader_options_init(&o);
+    PyObject *fields = Py_None, *valid_field = Py_None;
+    int valid = 0, order = 2, backend = 0, pad = 0, drop_last = 0, direct = 0, threads = 0;
+    unsigned int batch = 32, block_group = 16, rank = 0, world = 1, prefetch = 0, qd = 64;
+    unsigned long long window = 0, stride = 1, seed = 0, epoch = 0, bb = 4u << 20, bs = 0,
+                       budget = 1ull << 30;
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kw, "s|IOKKOiiKKKKIIIppipiIIK", kwlist, &path, &batch, &fields, &window,
+            &stride, &valid_field, &valid, &order, &seed, &epoch, &bb, &bs, &block_group, &rank,
+            &world, &pad, &drop_last, &backend, &direct, &threads, &prefetch, &qd, &budget))
+        return -1;
+    o.batch_size = batch;
+    o.window = window;
+    o.stride = stride;
+    o.valid = (stk_valid)valid;
+    o.order = (stk_order)order;
+    o.seed = seed;
+    o.epoch = epoch;
+    o.block_bytes = bb;
+    o.block_samples = bs;
+    o.block_group = block_group;
+    o.rank = rank;
+    o.world_size = world;
+    o.pad = pad;
+    o.drop_last = drop_last;
+    o.backend = (stk_backend)backend;
+    o.direct = direct;
+    o.threads = threads;
+    o.prefetch = prefetch;
+    o.queue_depth = qd;
+    o.memory_budget = budget;
+    o.valid_field = str_or_null(valid_field);
+    const char *names[256];
+    if (fields != Py_None) {
+        PyObject *seq = PySequence_Fast(fields, "fields must be a sequence of names");
+        if (!seq) return -1;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        if (n > 256) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "fields: at most 256");
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+            if (!PyUnicode_Check(it)) {
+                Py_DECREF(seq);
+                PyErr_SetString(PyExc_TypeError, "fields: every entry must be a str");
+                return -1;
+            }
+            names[i] = PyUnicode_AsUTF8(it);
+        }
+        o.fields = names;
+        o.nfields = (size_t)n;
+        Py_DECREF(seq); /* the strings stay alive: `fields` holds them */
+    }
+    stk_error err = {0};
+    int rc;
+    stk_dataset *ds = NULL;
+    stk_loader *ld = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_dataset_open(path, &ds, &err);
+    if (rc == 0 && (rc = stk_loader_open(ds, &o, &ld, &err))) {
+        stk_dataset_close(ds);
+        ds = NULL;
+    }
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        raise_stk(rc, &err);
+        return -1;
+    }
+    self->ds = ds;
+    self->ld = ld;
+    self->pid = getpid();
+    size_t nf = stk_loader_num_fields(ld);
+    self->names = PyTuple_New((Py_ssize_t)nf);
+    if (!self->names) return -1;
+    for (size_t i = 0; i < nf; i++)
+        PyTuple_SET_ITEM(self->names, (Py_ssize_t)i,
+                         PyUnicode_FromString(stk_loader_field(ld, i)->name));
+    return 0;
+}
+
+static void loader_dealloc(LoaderObject *self) {
+    loader_teardown(self);
+    Py_XDECREF(self->names);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Waits for the next batch with the GIL released, in slices, so that
+ * signals (Ctrl-C) are seen.  Returns the batch, NULL with StopIteration
+ * semantics (no exception) at the end of the epoch, or NULL with an
+ * exception. */
+static PyObject *loader_next_batch(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (check_process(self)) return NULL;
+    stk_batch *b = NULL;
+    stk_error err = {0};
+    int rc;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = stk_loader_next_timeout(self->ld, &b, 100, &err);
+        Py_END_ALLOW_THREADS
+        if (rc != -ETIMEDOUT) break;
+        if (PyErr_CheckSignals()) return NULL;
+    }
+    if (rc == STK_END) Py_RETURN_NONE;
+    if (rc) return raise_stk(rc, &err);
+    BatchObject *bo = PyObject_New(BatchObject, &BatchType);
+    if (!bo) {
+        stk_loader_release(self->ld, b);
+        return NULL;
+    }
+    Py_INCREF(self);
+    bo->loader = self;
+    bo->b = b;
+    self->live++;
+    PyObject *d = PyDict_New();
+    size_t nf = stk_loader_num_fields(self->ld);
+    for (size_t i = 0; d && i < nf; i++) {
+        stk_batch_field f;
+        stk_batch_field_get(b, i, &f);
+        ArrayObject *a = array_new(bo, f.data, f.dtype, f.ndim, f.shape);
+        if (!a || PyDict_SetItemString(d, f.name, (PyObject *)a)) {
+            Py_XDECREF(a);
+            Py_CLEAR(d);
+            break;
+        }
+        Py_DECREF(a);
+        if (f.offsets) {
+            int64_t n1 = (int64_t)stk_batch_size(b) + 1;
+            ArrayObject *o = array_new(bo, (void *)f.offsets, STK_I64, 1, &n1);
+            char key[STK_NAME_MAX + 16];
+            snprintf(key, sizeof key, "%s_offsets", f.name);
+            if (!o || PyDict_SetItemString(d, key, (PyObject *)o)) {
+                Py_XDECREF(o);
+                Py_CLEAR(d);
+                break;
+            }
+            Py_DECREF(o);
+        }
+    }
+    if (d) {
+        int64_t n = stk_batch_size(b);
+        ArrayObject *ids = array_new(bo, (void *)stk_batch_samples(b), STK_U64, 1, &n);
+        PyObject *t = ids ? Py_BuildValue("(NN)", d, ids) : NULL;
+        Py_DECREF(bo);
+        return t;
+    }
+    Py_DECREF(bo);
+    return NULL;
+}
+
+static PyObject *loader_set_epoch(LoaderObject *self, PyObject *arg) {
+    if (check_process(self)) return NULL;
+    unsigned long long e = PyLong_AsUnsignedLongLong(arg);
+    if (PyErr_Occurred()) return NULL;
+    stk_error err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_loader_set_epoch(self->ld, e, &err);
+    Py_END_ALLOW_THREADS
+    if (rc) return raise_stk(rc, &err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *loader_save(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (check_process(self)) return NULL;
+    stk_loader_state st;
+    stk_loader_save(self->ld, &st);
+    return Py_BuildValue("{sKsKsKsK}", "seed", st.seed, "epoch", st.epoch, "position",
+                         st.position, "fingerprint", st.fingerprint);
+}
+
+static PyObject *loader_restore(LoaderObject *self, PyObject *args) {
+    if (check_process(self)) return NULL;
+    stk_loader_state st;
+    unsigned long long a, b, c, d;
+    if (!PyArg_ParseTuple(args, "KKKK", &a, &b, &c, &d)) return NULL;
+    st.seed = a;
+    st.epoch = b;
+    st.position = c;
+    st.fingerprint = d;
+    stk_error err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_loader_restore(self->ld, &st, &err);
+    Py_END_ALLOW_THREADS
+    if (rc) return raise_stk(rc, &err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *stage(const stk_stage_stats *s) {
+    return Py_BuildValue("{sKsKsd}", "count", s->count, "bytes", s->bytes, "seconds",
+                         (double)s->busy_ns / 1e9);
+}
+
+static PyObject *loader_stats(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (check_process(self)) return NULL;
+    stk_loader_stats s;
+    stk_loader_stats_get(self->ld, &s);
+    return Py_BuildValue(
+        "{sNsNsNsNsKsKsdsdsIsIsKsKss}", "plan", stage(&s.plan), "io", stage(&s.io), "assemble",
+        stage(&s.assemble), "wait", stage(&s.wait), "batches", s.batches, "samples", s.samples,
+        "elapsed", (double)s.elapsed_ns / 1e9, "ready_mean",
+        s.wait.count ? (double)s.ready_sum / (double)s.wait.count : 0.0, "ring_slots",
+        s.ring_slots, "threads", s.threads, "groups_loaded", s.groups_loaded, "max_inflight",
+        s.max_inflight, "backend", stk_backend_name(stk_loader_backend(self->ld)));
+}
+
+static PyObject *loader_stats_reset(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (check_process(self)) return NULL;
+    stk_loader_stats_reset(self->ld);
+    Py_RETURN_NONE;
+}
+
+static PyObject *loader_close(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (self->pid != getpid()) {
+        /* A forked child owns none of the parent's threads: forget them. */
+        self->ld = NULL;
+        self->ds = NULL;
+        Py_RETURN_NONE;
+    }
+    if (self->live) self->closing = 1;
+    else loader_teardown(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *loader_counts(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (check_process(self)) return NULL;
+    return Py_BuildValue("{sKsKsKss}", "epoch_samples", stk_loader_epoch_samples(self->ld),
+                         "rank_samples", stk_loader_rank_samples(self->ld), "rank_batches",
+                         stk_loader_rank_batches(self->ld), "backend",
+                         stk_backend_name(stk_loader_backend(self->ld)));
+}
+
+static PyObject *loader_closed(LoaderObject *self, void *c) {
+    (void)c;
+    return PyBool_FromLong(self->ld == NULL || self->closing);
+}
+static PyObject *loader_names(LoaderObject *self, void *c) {
+    (void)c;
+    Py_INCREF(self->names);
+    return self->names;
+}
+
+static PyMethodDef loader_methods[] = {
+    {"next_batch", (PyCFunction)loader_next_batch, METH_NOARGS,
+     "Waits for the next batch: (dict of Array, sample ids), or None at the end of the epoch."},
+    {"set_epoch", (PyCFunction)loader_set_epoch, METH_O, "Starts an epoch from its beginning."},
+    {"save", (PyCFunction)loader_save, METH_NOARGS, "The resume state as a dict."},
+    {"restore", (PyCFunction)loader_restore, METH_VARARGS,
+     "restore(seed, epoch, position, fingerprint)"},
+    {"stats", (PyCFunction)loader_stats, METH_NOARGS, "Per-stage counters."},
+    {"stats_reset", (PyCFunction)loader_stats_reset, METH_NOARGS, "Zeroes the counters."},
+    {"counts", (PyCFunction)loader_counts, METH_NOARGS, "Sample and batch counts."},
+    {"close", (PyCFunction)loader_close, METH_NOARGS,
+     "Stops the threads; memory still referenced by batches is freed with them."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef loader_getset[] = {
+    {"closed", (getter)loader_closed, NULL, "whether close() was called", NULL},
+    {"field_names", (getter)loader_names, NULL, "the fields each batch holds", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject LoaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._stoker.Loader",
+    .tp_basicsize = sizeof(LoaderObject),
+    .tp_dealloc = (destructor)loader_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The C loader; use stoker.Loader.",
+    .tp_init = (initproc)loader_init,
+    .tp_new = PyType_GenericNew,
+    .tp_methods = loader_methods,
+    .tp_getset = loader_getset,
+};
+
+/* ---- Writer ---- */
+
+typedef struct {
+    PyObject_HEAD
+    stk_writer *w;
+    size_t nfields;
+} WriterObject;
+
+static int writer_init(WriterObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"path", "fields", "shard_bytes", "align", "overwrite", "sync",
+                             "attrs", "part_index", "part_count", NULL};
+    const char *path, *attrs = NULL;
+    PyObject *fields;
+    unsigned long long shard_bytes = 256ull << 20;
+    unsigned int align = 64, part_index = 0, part_count = 1;
+    int overwrite = 0, sync = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|KIppzII", kwlist, &path, &fields,
+                                     &shard_bytes, &align, &overwrite, &sync, &attrs,
+                                     &part_index, &part_count))
+        return -1;
+    /* fields: sequence of (name, dtype name, shape tuple with -1 for ragged,
+     * codec name, level). */
+    PyObject *seq = PySequence_Fast(fields, "fields must be a sequence");
+    if (!seq) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    stk_field f[256];
+    if (n < 1 || n > 256) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "a dataset has 1 to 256 fields");
+        return -1;
+    }
+    memset(f, 0, sizeof f);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *name, *dtype, *codec;
+        PyObject *shape;
+        int level;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "ssOsi", &name, &dtype, &shape,
+                              &codec, &level)) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        int d = stk_dtype_parse(dtype);
+        if (d < 0) {
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_ValueError, "field '%s': unknown dtype '%s'", name, dtype);
+            return -1;
+        }
+        f[i].name = name;
+        f[i].dtype = (stk_dtype)d;
+        f[i].codec = strcmp(codec, "zstd") == 0 ? STK_CODEC_ZSTD : STK_CODEC_NONE;
+        f[i].codec_level = level;
+        PyObject *ss = PySequence_Fast(shape, "shape must be a sequence");
+        if (!ss) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        f[i].ndim = (int)PySequence_Fast_GET_SIZE(ss);
+        for (int k = 0; k < f[i].ndim && k < STK_MAX_DIMS; k++)
+            f[i].shape[k] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(ss, k));
+        Py_DECREF(ss);
+    }
+    stk_writer_options o;
+    stk_writer_options_init(&o);
+    o.shard_bytes = shard_bytes;
+    o.align = align;
+    o.overwrite = overwrite;
+    o.sync = sync;
+    o.attrs_json = attrs;
+    o.part_index = part_index;
+    o.part_count = part_count;
+    stk_error err = {0};
+    int rc = stk_writer_create(path, f, (size_t)n, &o, &self->w, &err);
+    Py_DECREF(seq);
+    if (rc) {
+        raise_stk(rc, &err);
+        return -1;
+    }
+    self->nfields = (size_t)n;
+    return 0;
+}
+
+/* append(values): values is a sequence of (buffer, rows), one per field. */
+static PyObject *writer_append(WriterObject *self, PyObject *values) {
+    if (!self->w) {
+        PyErr_SetString(PyExc_ValueError, "the writer is closed");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(values, "values must be a sequence");
+    if (!seq) return NULL;
+    if ((size_t)PySequence_Fast_GET_SIZE(seq) != self->nfields) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "append: one value per field is needed");
+        return NULL;
+    }
+    Py_buffer views[256];
+    stk_value v[256];
+    size_t got = 0;
+    PyObject *ret = NULL;
+    for (; got < self->nfields; got++) {
+        PyObject *buf;
+        unsigned long long rows;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)got), "OK", &buf, &rows))
+            goto out;
+        if (PyObject_GetBuffer(buf, &views[got], PyBUF_C_CONTIGUOUS) != 0) goto out;
+        v[got].data = views[got].buf;
+        v[got].rows = rows;
+    }
+    stk_error err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_writer_append(self->w, v, &err);
+    Py_END_ALLOW_THREADS
+    if (rc) raise_stk(rc, &err);
+    else ret = Py_NewRef(Py_None);
+out:
+    for (size_t i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    Py_DECREF(seq);
+    return ret;
+}
+
+static PyObject *writer_finish(WriterObject *self, PyObject *unused) {
+    (void)unused;
+    if (!self->w) {
+        PyErr_SetString(PyExc_ValueError, "the writer is closed");
+        return NULL;
+    }
+    stk_error err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_writer_finish(self->w, &err);
+    Py_END_ALLOW_THREADS
+    if (rc) return raise_stk(rc, &err);
+    unsigned long long n = stk_writer_num_records(self->w);
+    stk_writer_free(self->w);
+    self->w = NULL;
+    return PyLong_FromUnsignedLongLong(n);
+}
+
+static PyObject *writer_abort(WriterObject *self, PyObject *unused) {
+    (void)unused;
+    stk_writer_free(self->w);
+    self->w = NULL;
+    Py_RETURN_NONE;
+}
+
+static void writer_dealloc(WriterObject *self) {
+    stk_writer_free(self->w);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef writer_methods[] = {
+    {"append", (PyCFunction)writer_append, METH_O, "append([(buffer, rows), ...])"},
+    {"finish", (PyCFunction)writer_finish, METH_NOARGS, "Publishes the dataset."},
+    {"abort", (PyCFunction)writer_abort, METH_NOARGS, "Gives up; the dataset stays incomplete."},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject WriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._stoker.Writer",
+    .tp_basicsize = sizeof(WriterObject),
+    .tp_dealloc = (destructor)writer_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The C writer; use stoker.write.",
+    .tp_init = (initproc)writer_init,
+    .tp_new = PyType_GenericNew,
+    .tp_methods = writer_methods,
+};
+
+/* ---- module ---- */
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_stoker",
+                                    "The C core of stoker.", -1, NULL, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__stoker(void) {
+    if (PyType_Ready(&LoaderType) < 0 || PyType_Ready(&BatchType) < 0 ||
+        PyType_Ready(&ArrayType) < 0 || PyType_Ready(&WriterType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    StokerError = PyErr_NewExceptionWithDoc(
+        "stoker.StokerError",
+        "An error from libstoker: args are (code, message); the message names the file, "
+        "shard and record.",
+        PyExc_RuntimeError, NULL);
+    Py_INCREF(StokerError);
+    PyModule_AddObject(m, "StokerError", StokerError);
+    Py_INCREF(&LoaderType);
+    PyModule_AddObject(m, "Loader", (PyObject *)&LoaderType);
+    Py_INCREF(&WriterType);
+    PyModule_AddObject(m, "Writer", (PyObject *)&WriterType);
+    Py_INCREF(&ArrayType);
+    PyModule_AddObject(m, "Array", (PyObject *)&ArrayType);
+    PyModule_AddStringConstant(m, "version", stk_version());
+    return m;
+}
