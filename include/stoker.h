@@ -666,6 +666,101 @@ STK_API void stk_loader_stats_reset(stk_loader *ld);
 STK_API void stk_loader_close(stk_loader *ld);
 
 /* ------------------------------------------------------------------------ */
+/* Writing from Arrow (the Arrow C stream interface)                         */
+/* ------------------------------------------------------------------------ */
+
+/* The Arrow C data and stream interfaces, as the Arrow project specifies
+ * them (an ABI, so the definitions are guarded to coexist with others). */
+#ifndef ARROW_C_DATA_INTERFACE
+#define ARROW_C_DATA_INTERFACE
+#define ARROW_FLAG_DICTIONARY_ORDERED 1
+#define ARROW_FLAG_NULLABLE 2
+#define ARROW_FLAG_MAP_KEYS_SORTED 4
+struct ArrowSchema {
+    const char *format;
+    const char *name;
+    const char *metadata;
+    int64_t flags;
+    int64_t n_children;
+    struct ArrowSchema **children;
+    struct ArrowSchema *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+struct ArrowArray {
+    int64_t length;
+    int64_t null_count;
+    int64_t offset;
+    int64_t n_buffers;
+    int64_t n_children;
+    const void **buffers;
+    struct ArrowArray **children;
+    struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+#endif
+#ifndef ARROW_C_STREAM_INTERFACE
+#define ARROW_C_STREAM_INTERFACE
+struct ArrowArrayStream {
+    int (*get_schema)(struct ArrowArrayStream *, struct ArrowSchema *out);
+    int (*get_next)(struct ArrowArrayStream *, struct ArrowArray *out);
+    const char *(*get_last_error)(struct ArrowArrayStream *);
+    void (*release)(struct ArrowArrayStream *);
+    void *private_data;
+};
+#endif
+
+/* One field of the dataset made from one or more columns of the stream.
+ * With several columns (all of one numeric type) each row becomes a vector:
+ * the field's rows have `ncolumns` elements. */
+typedef struct stk_arrow_field {
+    const char *name;
+    const char *const *columns;
+    size_t ncolumns;
+    stk_codec codec;
+    int codec_level;
+} stk_arrow_field;
+
+typedef struct stk_arrow_options {
+    /* One record per distinct value of this column (integer or string),
+     * holding that value's rows; NULL: one record per row. */
+    const char *group_by;
+    /* Within a group, rows sorted by this column (integer, float, date or
+     * timestamp), stable; NULL: stream order. */
+    const char *order_by;
+    /* How columns become fields; NULL: one field per column. */
+    const stk_arrow_field *fields;
+    size_t nfields;
+    stk_writer_options writer;
+} stk_arrow_options;
+
+STK_API void stk_arrow_options_init(stk_arrow_options *opts);
+
+/*
+ * Packs the rows of an Arrow stream into a dataset at `path`.
+ *
+ * Columns may be integers, floats (f16, f32, f64), booleans (as u8), dates
+ * and timestamps (their integer values), fixed-size lists of those (a vector
+ * per row), and lists of those (a ragged field per row; not with group_by).
+ * Nulls in float columns become NaN; nulls elsewhere are an error.
+ * Without group_by every row is a record: columns are scalar fields, vectors
+ * [n] or ragged [*].  With group_by a record holds a group's rows: every
+ * field is [*, k] (k = its columns, or [*] for one column), plus the group
+ * key itself as a scalar field (i64) or bytes field (strings) named after
+ * the column, and records come in increasing key order.
+ *
+ * The schema is checked before anything is written: nested or other types,
+ * unknown or repeated columns, mixed types in one field are -EINVAL with a
+ * message naming the column.  A failure later (a stream error, a null where
+ * none may be) leaves the dataset incomplete, never complete and partial.
+ * The stream is consumed but not released; *records gets the record count.
+ */
+STK_API int stk_write_arrow(const char *path, struct ArrowArrayStream *stream,
+                            const stk_arrow_options *opts, uint64_t *records,
+                            stk_error *err);
+
+/* ------------------------------------------------------------------------ */
 /* NumPy .npy files                                                          */
 /* ------------------------------------------------------------------------ */
 

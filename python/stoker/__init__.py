@@ -153,14 +153,13 @@ class Loader:
         if self._exhausted:
             self.set_epoch(self._epoch + 1)
         while True:
-            item = self._c.next_batch()
-            if item is None:
-                self._exhausted = True
+            batch = self.next()
+            if batch is None:
                 return
-            self._started = True
-            arrays, ids = item
-            self._last_ids = ids
-            yield self._convert(arrays)
+            yield batch
+            # Drop this frame's reference before asking for the next batch:
+            # a batch the caller let go of must not keep its buffer held.
+            batch = None
 
     def _convert(self, arrays):
         if self._output == "dlpack":
@@ -181,12 +180,15 @@ class Loader:
             self._exhausted = True
             return None
         self._started = True
-        self._last_ids = item[1]
+        # A copy: a view would keep the whole batch buffer held after the
+        # caller dropped the batch, so that holding one batch while asking
+        # for the next could exhaust the ring (-EBUSY) at prefetch=2.
+        self._last_ids = np.array(item[1], dtype=np.uint64)
         return self._convert(item[0])
 
     def sample_ids(self):
-        """The global sample ids of the last batch returned (a NumPy view)."""
-        return None if self._last_ids is None else np.asarray(self._last_ids)
+        """The global sample ids of the last batch returned (a NumPy array)."""
+        return None if self._last_ids is None else self._last_ids.copy()
 
     def __len__(self):
         return self._c.counts()["rank_batches"]
@@ -271,6 +273,13 @@ _NP_TO_STK = {
 }
 
 
+def _contig(v):
+    """v as a C-contiguous array, keeping its shape: np.ascontiguousarray
+    would turn a 0-d value (a per-record scalar) into shape (1,)."""
+    a = np.asarray(v)
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
 def _stk_dtype(name, arr):
     dt = arr.dtype
     if dt not in _NP_TO_STK and dt.newbyteorder("=") in _NP_TO_STK and dt.byteorder == ">":
@@ -295,12 +304,20 @@ def _field_spec(name, arr, ragged, compress):
 
 
 def write(path, source, *, overwrite=False, shard_bytes=256 << 20, align=64, sync=True,
-          attrs=None, compress=None, ragged=None):
-    """Writes a dataset from NumPy data.
+          attrs=None, compress=None, ragged=None, group_by=None, order_by=None, fields=None):
+    """Writes a dataset.
 
-    source is either a dict of arrays whose first axis indexes records (each
-    record of field f is source[f][i]), or an iterable of per-record dicts of
-    arrays, whose first dimensions may differ from record to record (ragged).
+    source is one of:
+    - a dict of arrays whose first axis indexes records (each record of
+      field f is source[f][i]);
+    - an iterable of per-record dicts of arrays, whose first dimensions may
+      differ from record to record (ragged);
+    - any object with __arrow_c_stream__ (pyarrow Table or RecordBatchReader,
+      polars DataFrame...), consumed in C through the Arrow C stream
+      interface. Each row is a record, or with group_by="basin" each distinct
+      basin is one record holding its rows (sorted by order_by="date"), plus
+      the key itself as a field. fields={"x": ["f1", "f2", ...], "y": ["q"]}
+      stacks columns into fields (default: one field per column).
     compress maps field names to True / "zstd" / a zstd level. ragged names
     the fields whose first dimension varies (for an iterable, found from the
     first record when not given: every field of ndim >= 1 whose first
@@ -316,7 +333,7 @@ def write(path, source, *, overwrite=False, shard_bytes=256 << 20, align=64, syn
     if isinstance(source, dict):
         if not source:
             raise ValueError("source has no fields")
-        cols = {k: np.ascontiguousarray(v) for k, v in source.items()}
+        cols = {k: _contig(v) for k, v in source.items()}
         n = {len(v) for v in cols.values() if v.ndim}
         if len(n) > 1 or any(v.ndim == 0 for v in cols.values()):
             raise ValueError("every array of a dict source must have the same first "
@@ -333,17 +350,19 @@ def write(path, source, *, overwrite=False, shard_bytes=256 << 20, align=64, syn
             w.abort()
             raise
     if hasattr(source, "__arrow_c_stream__"):
-        raise TypeError("Arrow sources (objects with __arrow_c_stream__) are not supported "
-                        "by this version of stoker.write; pass a dict of NumPy arrays or an "
-                        "iterable of per-record dicts")
+        return _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes,
+                            align, overwrite, sync, attrs_json)
+    if group_by is not None or order_by is not None or fields is not None:
+        raise TypeError("group_by, order_by and fields apply to Arrow sources (objects with "
+                        "__arrow_c_stream__: pyarrow tables and readers, polars frames)")
     it = iter(source)
     first = next(it, None)
     if first is None:
         raise ValueError("source is empty: a dataset of an iterable needs one record to "
                          "learn its schema")
-    first = {k: np.ascontiguousarray(v) for k, v in first.items()}
+    first = {k: _contig(v) for k, v in first.items()}
     second = next(it, None)
-    second = None if second is None else {k: np.ascontiguousarray(v) for k, v in second.items()}
+    second = None if second is None else {k: _contig(v) for k, v in second.items()}
     if ragged is None:
         ragged = {k for k, v in first.items()
                   if v.ndim and second is not None and k in second and second[k].ndim
@@ -358,12 +377,40 @@ def write(path, source, *, overwrite=False, shard_bytes=256 << 20, align=64, syn
             w.append(_values(rec, names, count))
             count += 1
         for rec in it:
-            w.append(_values({k: np.ascontiguousarray(v) for k, v in rec.items()}, names, count))
+            w.append(_values({k: _contig(v) for k, v in rec.items()}, names, count))
             count += 1
         return w.finish()
     except BaseException:
         w.abort()
         raise
+
+
+def _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes, align,
+                 overwrite, sync, attrs_json):
+    for name, v in (("group_by", group_by), ("order_by", order_by)):
+        if v is not None and not isinstance(v, str):
+            raise TypeError(f"{name} must be a column name (str)")
+    spec = None
+    if fields is not None:
+        if not isinstance(fields, dict):
+            raise TypeError("fields must map field names to lists of column names")
+        spec = []
+        for name, cols in fields.items():
+            if isinstance(cols, str):
+                cols = [cols]
+            cols = list(cols)
+            if not cols or not all(isinstance(c, str) for c in cols):
+                raise TypeError(f"fields['{name}'] must be a column name or a list of them")
+            codec, level = "none", 0
+            if compress and name in compress:
+                c = compress[name]
+                codec, level = ("zstd", 0) if c in (True, "zstd") else ("zstd", int(c))
+            spec.append((name, cols, codec, level))
+    elif compress:
+        raise ValueError("compress with an Arrow source needs fields= to name the fields")
+    capsule = source.__arrow_c_stream__()
+    return _stoker.write_arrow(path, capsule, group_by, order_by, spec, shard_bytes, align,
+                               bool(overwrite), bool(sync), attrs_json)
 
 
 def _values(rec, names, i):
@@ -372,6 +419,6 @@ def _values(rec, names, i):
                          f"{sorted(names)}")
     out = []
     for k in names:
-        v = np.ascontiguousarray(rec[k])
+        v = _contig(rec[k])
         out.append((v, 1 if v.ndim == 0 else v.shape[0]))
     return out

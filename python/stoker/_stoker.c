@@ -856,10 +856,95 @@ static PyTypeObject WriterType = {
     .tp_methods = writer_methods,
 };
 
+/* ---- Arrow ---- */
+
+/* write_arrow(path, stream_capsule, group_by, order_by, fields, shard_bytes,
+ * align, overwrite, sync, attrs): fields is None or a list of
+ * (name, [columns], codec, level). */
+static PyObject *py_write_arrow(PyObject *mod, PyObject *args) {
+    (void)mod;
+    const char *path, *group_by = NULL, *order_by = NULL, *attrs = NULL;
+    PyObject *cap, *fields;
+    unsigned long long shard_bytes;
+    unsigned int align;
+    int overwrite, sync;
+    if (!PyArg_ParseTuple(args, "sOzzOKIppz", &path, &cap, &group_by, &order_by, &fields,
+                          &shard_bytes, &align, &overwrite, &sync, &attrs))
+        return NULL;
+    struct ArrowArrayStream *stream = PyCapsule_GetPointer(cap, "arrow_array_stream");
+    if (!stream) return NULL;
+    stk_arrow_options o;
+    stk_arrow_options_init(&o);
+    o.group_by = group_by;
+    o.order_by = order_by;
+    o.writer.shard_bytes = shard_bytes;
+    o.writer.align = align;
+    o.writer.overwrite = overwrite;
+    o.writer.sync = sync;
+    o.writer.attrs_json = attrs;
+    stk_arrow_field af[256];
+    const char *colnames[256][64];
+    PyObject *seq = NULL;
+    if (fields != Py_None) {
+        seq = PySequence_Fast(fields, "fields must be a list");
+        if (!seq) return NULL;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        if (n > 256) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "at most 256 fields");
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const char *name, *codec;
+            PyObject *cols;
+            int level;
+            if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "sOsi", &name, &cols, &codec,
+                                  &level)) {
+                Py_DECREF(seq);
+                return NULL;
+            }
+            Py_ssize_t nc = PySequence_Size(cols);
+            if (nc < 1 || nc > 64) {
+                Py_DECREF(seq);
+                PyErr_Format(PyExc_ValueError, "field '%s': 1 to 64 columns", name);
+                return NULL;
+            }
+            for (Py_ssize_t k = 0; k < nc; k++) {
+                PyObject *it = PySequence_GetItem(cols, k);
+                colnames[i][k] = it ? PyUnicode_AsUTF8(it) : NULL;
+                Py_XDECREF(it); /* the list keeps the string alive */
+                if (!colnames[i][k]) {
+                    Py_DECREF(seq);
+                    return NULL;
+                }
+            }
+            af[i] = (stk_arrow_field){name, colnames[i], (size_t)nc,
+                                      strcmp(codec, "zstd") == 0 ? STK_CODEC_ZSTD : STK_CODEC_NONE,
+                                      level};
+        }
+        o.fields = af;
+        o.nfields = (size_t)n;
+    }
+    stk_error err = {0};
+    uint64_t records = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_write_arrow(path, stream, &o, &records, &err);
+    Py_END_ALLOW_THREADS
+    Py_XDECREF(seq);
+    if (rc) return raise_stk(rc, &err);
+    return PyLong_FromUnsignedLongLong(records);
+}
+
+static PyMethodDef module_methods[] = {
+    {"write_arrow", py_write_arrow, METH_VARARGS,
+     "Packs an Arrow C stream (capsule) into a dataset; returns the record count."},
+    {NULL, NULL, 0, NULL}};
+
 /* ---- module ---- */
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_stoker",
-                                    "The C core of stoker.", -1, NULL, NULL, NULL, NULL, NULL};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_stoker", "The C core of stoker.",
+                                    -1, module_methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__stoker(void) {
     if (PyType_Ready(&LoaderType) < 0 || PyType_Ready(&BatchType) < 0 ||

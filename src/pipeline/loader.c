@@ -419,13 +419,29 @@ static group *group_acquire(stk_loader *ld, worker *w, uint64_t g, uint64_t gen,
             pthread_cond_wait(&ld->cv, &ld->mu);
             continue;
         }
-        if (found) found->state = G_EMPTY; /* failed earlier: try again */
+        if (found) { /* failed earlier: try again, in the same buffer */
+            found->state = G_EMPTY;
+            victim = found;
+        }
         /* A group loaded ahead for later batches may give way to one needed
          * now; it will be read again when its turn comes. */
         if (!victim) victim = spare;
         if (!victim) {
-            pthread_cond_wait(&ld->cv, &ld->mu);
-            continue;
+            /* Every buffer holds a group that a batch not yet filled needs
+             * (a batch may span more groups than there are buffers).  While
+             * a worker uses or loads one, its release will wake us; when
+             * none does, no buffer would ever free up: take the unused
+             * group with the lowest number, which is read again if needed. */
+            bool busy = false;
+            for (int i = 0; i < ld->ngroups; i++) {
+                group *gr = ld->groups[i];
+                if (gr->users || gr->state == G_LOADING) busy = true;
+                else if (!victim || gr->g < victim->g) victim = gr;
+            }
+            if (busy || !victim) {
+                pthread_cond_wait(&ld->cv, &ld->mu);
+                continue;
+            }
         }
         victim->state = G_LOADING;
         victim->g = g;
