@@ -196,11 +196,13 @@ static int collect_dir(const char *dir, const char *ext, strvec *out) {
 
 static const char pack_help[] =
     "Usage: stoker pack --from npy PATH... -o DATASET [options]\n"
+    "       stoker pack --from parquet GLOB... -o DATASET [--group-by COL --order-by COL]\n"
+    "       (Parquet goes through the Python package; see stoker pack --from parquet --help)\n"
     "\n"
     "Packs files into a stoker dataset: indexed shard files and a manifest.\n"
     "A PATH that is a directory contributes every .npy file below it, sorted.\n"
     "\n"
-    "  --from FORMAT      input format: npy\n"
+    "  --from FORMAT      input format: npy or parquet\n"
     "  -o, --output DIR   the dataset directory to create\n"
     "  --field NAME       name of the single field (default x)\n"
     "  --split-axis0      cut each array into records along axis 0, instead of\n"
@@ -279,7 +281,32 @@ static void shape_str(const int64_t *shape, int ndim, char *out, size_t cap) {
     if (k < cap) snprintf(out + k, cap - k, ")");
 }
 
+/* Parquet is read by pyarrow: hand the command to the Python package. */
+static int pack_via_python(int argc, char **argv) {
+    const char *py = getenv("STOKER_PYTHON");
+    if (!py || !*py) py = "python3";
+    char **args = calloc((size_t)argc + 5, sizeof *args);
+    if (!args) return EXIT_ERROR;
+    int k = 0;
+    args[k++] = (char *)py;
+    args[k++] = "-m";
+    args[k++] = "stoker";
+    args[k++] = "pack";
+    for (int i = 0; i < argc; i++) args[k++] = argv[i];
+    args[k] = NULL;
+    execvp(py, args);
+    fprintf(stderr,
+            "%s: error: --from parquet runs the stoker Python package, but '%s' could not be "
+            "started (%s); install it (pip install stoker pyarrow) or set STOKER_PYTHON\n",
+            prog, py, strerror(errno));
+    free(args);
+    return EXIT_ERROR;
+}
+
 static int cmd_pack(int argc, char **argv) {
+    for (int i = 0; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--from") && !strcmp(argv[i + 1], "parquet"))
+            return pack_via_python(argc, argv);
     const char *from = NULL, *output = NULL, *field = "x", *compress = NULL;
     bool split = false, ragged = false, quiet = false;
     stk_writer_options wo;
@@ -322,7 +349,7 @@ static int cmd_pack(int argc, char **argv) {
     }
     if (!from) die_usage("pack", "--from is required (npy)");
     if (strcmp(from, "npy") != 0)
-        die_usage("pack", "--from %s is not supported by this build (npy is)", from);
+        die_usage("pack", "--from %s is not supported (npy and parquet are)", from);
     if (!output) die_usage("pack", "-o DATASET is required");
     if (!inputs.n) die_usage("pack", "no input paths given");
 

@@ -50,8 +50,17 @@ class Dataset(torch.utils.data.IterableDataset):
         self.kwargs.pop("world_size", None)
         self._epoch = int(self.kwargs.pop("epoch", 0))
         self._loader = None
+        self._pid = None          # the process that opened self._loader
         self._pending_state = None
         self._exhausted = False
+
+    def __getstate__(self):
+        # A DataLoader worker started by spawn or forkserver gets a pickled
+        # copy: it opens its own loader (an open one cannot be pickled).
+        state = self.__dict__.copy()
+        state["_loader"] = None
+        state["_pid"] = None
+        return state
 
     def _share(self):
         rank = self.rank if self.rank is not None else _env_int("RANK", 0)
@@ -63,12 +72,18 @@ class Dataset(torch.utils.data.IterableDataset):
 
     def _open(self):
         rank, world = self._share()
-        if self._loader is not None and (self._loader.rank, self._loader.world_size) != (rank, world):
+        # A loader opened in another process (the DataLoader's parent, before
+        # it forked this worker) has no threads here: open a new one, even
+        # when the share is the same (num_workers=1).
+        if self._loader is not None and (
+                self._pid != os.getpid()
+                or (self._loader.rank, self._loader.world_size) != (rank, world)):
             self._loader.close()
             self._loader = None
         if self._loader is None:
             self._loader = Loader(self.path, self.batch_size, rank=rank, world_size=world,
                                   epoch=self._epoch, output="torch", **self.kwargs)
+            self._pid = os.getpid()
         return self._loader
 
     def set_epoch(self, epoch):
