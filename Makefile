@@ -7,7 +7,7 @@ BUILD ?= build
 PY := .venv/bin/python
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build py-install test test-c test-py sanitize tsan demo bench clean
+.PHONY: all deps build py-install test test-c test-py sanitize tsan demo demo-npy bench clean
 
 all: build
 
@@ -46,7 +46,13 @@ tsan: deps
 	@cmake --build build-tsan
 	ctest --test-dir build-tsan --output-on-failure -j2
 
-demo: build
+# The main job: Parquet basins -> stoker pack -> an LSTM fed by stoker and
+# by the report's DataLoader, side by side.
+demo: build py-install
+	@STOKER_BUILD=$(BUILD) $(PY) scripts/demo.py
+
+# Packing and verifying ~1.4 GiB of .npy series with the command line alone.
+demo-npy: build
 	@STOKER_BUILD=$(BUILD) scripts/demo.sh
 
 bench: build
