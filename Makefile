@@ -55,9 +55,11 @@ demo: build py-install
 demo-npy: build
 	@STOKER_BUILD=$(BUILD) scripts/demo.sh
 
-bench: build
+bench: build py-install
 	STOKER_BUILD=$(BUILD) $(PY) bench/pack_verify.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/engine.py
+	STOKER_BUILD=$(BUILD) $(PY) bench/python_vs_cli.py
+	DEMO_RECORD=1 STOKER_BUILD=$(BUILD) $(PY) scripts/demo.py
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan
