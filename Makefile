@@ -7,7 +7,7 @@ BUILD ?= build
 PY := .venv/bin/python
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build py-install test test-c test-py sanitize tsan demo demo-npy bench clean
+.PHONY: all deps build py-install test test-c test-py sanitize tsan py-asan demo demo-npy bench clean
 
 all: build
 
@@ -48,6 +48,10 @@ tsan: deps
 
 # The main job: Parquet basins -> stoker pack -> an LSTM fed by stoker and
 # by the report's DataLoader, side by side.
+# The Python package's tests against an ASan/UBSan build of the extension.
+py-asan: deps
+	@scripts/py-asan.sh
+
 demo: build py-install
 	@STOKER_BUILD=$(BUILD) $(PY) scripts/demo.py
 
@@ -62,4 +66,4 @@ bench: build py-install
 	DEMO_RECORD=1 STOKER_BUILD=$(BUILD) $(PY) scripts/demo.py
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan
+	rm -rf $(BUILD) build-asan build-tsan build-pyasan build-py
