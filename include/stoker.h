@@ -570,7 +570,8 @@ STK_API void stk_loader_release(stk_loader *ld, stk_batch *b);
 
 /* Samples in the batch (batch_size, or fewer for a last partial batch). */
 STK_API uint32_t stk_batch_size(const stk_batch *b);
-/* The batch's number within this rank's epoch, from 0. */
+/* The batch's number within this rank's stream since the epoch began or the
+ * state was last restored, from 0. */
 STK_API uint64_t stk_batch_index(const stk_batch *b);
 /* The global sample ids of the batch's samples, in batch order: record ids,
  * or window ids (numbered record by record).  Valid until release. */
@@ -615,8 +616,9 @@ STK_API int stk_loader_set_epoch(stk_loader *ld, uint64_t epoch, stk_error *err)
  * The resume state.  `position` counts global samples consumed by all ranks
  * (those of the batches returned by next so far, times the world size).
  * `fingerprint` pins what the order depends on (dataset, fields, window,
- * order and block parameters, batch size); restoring into a loader whose
- * fingerprint differs fails with -EINVAL.
+ * validity rule, order and block parameters); restoring into a loader whose
+ * fingerprint differs fails with -EINVAL.  The batch size is not part of it:
+ * positions count samples, so a run may resume with another batch size.
  */
 typedef struct stk_loader_state {
     uint64_t seed;

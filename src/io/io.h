@@ -39,7 +39,8 @@ struct stk__io {
     const stk__io_ops *ops;
     const stk__files *files;
     uint64_t reads;        /* reads issued */
-    uint64_t max_inflight;
+    /* Written by the owning worker, read by stk_loader_stats_get. */
+    _Atomic uint64_t max_inflight;
 };
 
 int stk__io_uring_open(const stk__files *f, unsigned queue_depth, stk__io **out, stk_error *err);

@@ -85,6 +85,7 @@ typedef struct span {
     uint64_t base;   /* file offset that buf + buf_off holds (lo, or lo
                       * rounded down for O_DIRECT) */
     uint64_t buf_off;
+    uint64_t rec;    /* its first record, for messages */
 } span;
 
 typedef struct group {
@@ -122,6 +123,11 @@ typedef struct worker {
     uint64_t stage_cap;
     ZSTD_DCtx *dctx;
     uint64_t *ids; /* 3 * batch_size: records, rows and groups of a batch */
+    /* The epoch's order and dealing as of the work in hand, copied under
+     * mu: the consumer may move the loader's own to another epoch (set_epoch,
+     * restore) while this worker computes or reads without the lock. */
+    stk__order order;
+    stk__deal deal;
 } worker;
 
 struct stk_loader {
@@ -131,6 +137,7 @@ struct stk_loader {
     size_t nf;
     stk__space space;
     uint64_t fingerprint;
+    int valid_dsf; /* the validity rule's field (dataset index), or -1 */
     uint64_t block_samples;
     uint64_t max_group_bytes;
 
@@ -283,7 +290,7 @@ static int block_spans(const stk_loader *ld, uint64_t blk, group *g) {
             g->spans = ns;
             g->spans_cap = cap;
         }
-        g->spans[g->nspans++] = (span){(uint32_t)shard, lo, hi, lo, 0};
+        g->spans[g->nspans++] = (span){(uint32_t)shard, lo, hi, lo, 0, r};
     }
     return 0;
 }
@@ -345,7 +352,7 @@ static int group_read(stk_loader *ld, worker *w, group *gr, stk_error *err) {
     for (size_t i = 0; i < gr->nspans; i++) {
         const span *sp = &gr->spans[i];
         uint64_t end = ld->files.direct ? stk__align_up(sp->hi, DIRECT_ALIGN) : sp->hi;
-        uint64_t rec = ds->shards[sp->shard].first;
+        uint64_t rec = sp->rec;
         for (uint64_t off = sp->base; off < end; off += SPAN_CHUNK) {
             uint64_t len = STK__MIN((uint64_t)SPAN_CHUNK, end - off);
             uint64_t need = off + len <= sp->hi ? len : sp->hi > off ? sp->hi - off : 0;
@@ -365,10 +372,10 @@ static int group_read(stk_loader *ld, worker *w, group *gr, stk_error *err) {
 /* Lays out group g's spans in `gr` and reads them. */
 static int group_load(stk_loader *ld, worker *w, group *gr, uint64_t g, stk_error *err) {
     gr->nspans = 0;
-    uint64_t nblk = stk__order_group_blocks(&ld->order, g);
+    uint64_t nblk = stk__order_group_blocks(&w->order, g);
     for (uint64_t m = 0; m < nblk; m++) {
         gr->block_first[m] = gr->nspans;
-        if (block_spans(ld, stk__order_group_block(&ld->order, g, m), gr))
+        if (block_spans(ld, stk__order_group_block(&w->order, g, m), gr))
             return stk__err(err, -ENOMEM, "out of memory");
     }
     gr->block_first[nblk] = gr->nspans;
@@ -488,6 +495,8 @@ static void group_prefetch(stk_loader *ld, worker *w) {
     }
     /* Keep one buffer for the group the batches in flight may still need. */
     if (!victim || free_slots < 2) return;
+    w->order = ld->order;
+    w->deal = ld->deal;
     stk_error err;
     int rc;
     group *gr = group_acquire(ld, w, g, gen, &err, &rc);
@@ -665,7 +674,7 @@ static int fill_groups(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
         }
         uint64_t t_asm = now_ns();
         uint64_t blk = s->samples[j] / ld->block_samples;
-        uint64_t m = stk__perm_invert(&ld->order.perm, blk) - g * ld->order.K;
+        uint64_t m = stk__perm_invert(&w->order.perm, blk) - g * w->order.K;
         uint64_t rec = recs[j];
         size_t si = stk__dataset_shard_of(ds, rec);
         const stk__shard *sh = &ds->shards[si];
@@ -720,11 +729,11 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
     uint64_t *recs = w->ids, *ts = recs + n, *gs = ts + n;
     uint64_t first = s->b * ld->opt.batch_size;
     for (uint32_t j = 0; j < n; j++) {
-        uint64_t p = stk__deal_at(&ld->deal, first + j);
-        uint64_t id = stk__order_at(&ld->order, p);
+        uint64_t p = stk__deal_at(&w->deal, first + j);
+        uint64_t id = stk__order_at(&w->order, p);
         s->samples[j] = id;
         stk__space_locate(&ld->space, id, &recs[j], &ts[j]);
-        if (ld->use_groups) gs[j] = stk__order_group_of(&ld->order, p);
+        if (ld->use_groups) gs[j] = stk__order_group_of(&w->order, p);
     }
     ld->st_plan_n += n;
     ld->st_plan_ns += now_ns() - t0;
@@ -765,18 +774,23 @@ static void *worker_main(void *arg) {
         stk_batch *s = claim(ld);
         if (!s) {
             group_prefetch(ld, w);
-            if (!ld->stop && !(s = claim(ld))) {
+            if (ld->stop) break; /* closed while the group was read */
+            if (!(s = claim(ld))) {
                 pthread_cond_wait(&ld->cv, &ld->mu);
                 continue;
             }
         }
         uint64_t gen = s->gen;
+        w->order = ld->order;
+        w->deal = ld->deal;
         pthread_mutex_unlock(&ld->mu);
         stk_error err = {0};
         int rc = fill(ld, w, s, gen, &err);
         pthread_mutex_lock(&ld->mu);
-        if (s->gen != ld->gen || rc == -ECANCELED) {
-            s->state = S_FREE; /* an old epoch's batch: discard */
+        /* (A group wait gives up with -ECANCELED only for these two; an
+         * -ECANCELED from a read is an error like any other.) */
+        if (s->gen != ld->gen || ld->stop) {
+            s->state = S_FREE; /* an old epoch's batch, or closing: discard */
         } else {
             s->state = S_READY;
             s->err = rc;
@@ -866,6 +880,7 @@ static uint64_t fingerprint(const stk_loader *ld) {
     h = stk__mix2(h, ld->opt.window);
     h = stk__mix2(h, ld->opt.stride);
     h = stk__mix2(h, (uint64_t)ld->opt.valid);
+    if (ld->opt.valid != STK_VALID_ALL) h = stk__mix2(h, (uint64_t)ld->valid_dsf);
     h = stk__mix2(h, (uint64_t)ld->opt.order);
     h = stk__mix2(h, ld->space.n);
     if (ld->opt.order == STK_ORDER_BLOCK) {
@@ -1007,6 +1022,7 @@ int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader 
     stk__space_params sp = {opts->window, opts->stride, time_fields, ntime,
                             opts->valid_field ? stk_dataset_find_field(ds, opts->valid_field) : -1,
                             opts->valid};
+    ld->valid_dsf = sp.valid_field;
     if ((rc = stk__space_build(&ld->space, ds, &sp, err))) goto fail;
     field_maxima(ld, max_rows);
 

@@ -1,0 +1,247 @@
+/*
+ * test_order: the arithmetic under the loader (src/sample/order.c).
+ *
+ *  - stk__perm is a bijection of [0, n) for n = 0, 1, 2, 3, 5, 1000, 4097
+ *    and random sizes, under several keys, and stk__perm_invert inverts it;
+ *  - the sequential, random and block orders are permutations of [0, n) for
+ *    many n, block sizes and group sizes (short last block, partial last
+ *    group, blocks larger than n, groups larger than the block count); the
+ *    block order's groups tile [0, n) and each group holds exactly the
+ *    samples of its blocks;
+ *  - the same (order, seed, epoch) gives the same order, another epoch or
+ *    seed another one;
+ *  - dealing: ranks are disjoint, get floor(N/W) each and together cover
+ *    [start, start + W*floor((N-start)/W)); with pad, ceil((N-start)/W) each
+ *    and everything covered, the missing ones wrapped from the start.
+ */
+#include "util.h"
+
+#include "sample/sample.h"
+
+static uint64_t rng_state = 0x1234567887654321ull;
+static uint64_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static uint8_t *seen_buf;
+static size_t seen_cap;
+static uint8_t *seen_reset(uint64_t n) {
+    if (n + 1 > seen_cap) {
+        seen_cap = (size_t)n + 1;
+        seen_buf = realloc(seen_buf, seen_cap);
+        CHECK(seen_buf != NULL);
+    }
+    memset(seen_buf, 0, (size_t)n + 1);
+    return seen_buf;
+}
+
+static void check_perm(uint64_t n, uint64_t key) {
+    stk__perm p;
+    stk__perm_init(&p, n, key);
+    uint8_t *seen = seen_reset(n);
+    for (uint64_t x = 0; x < n; x++) {
+        uint64_t y = stk__perm_apply(&p, x);
+        if (y >= n || seen[y]) {
+            fprintf(stderr, "perm n=%llu key=%llu: x=%llu -> %llu (%s)\n",
+                    (unsigned long long)n, (unsigned long long)key, (unsigned long long)x,
+                    (unsigned long long)y, y >= n ? "out of range" : "twice");
+            exit(1);
+        }
+        seen[y] = 1;
+        CHECK(stk__perm_invert(&p, y) == x);
+    }
+}
+
+/* Whether the perm moves anything: for n >= 8 a keyed bijection that is the
+ * identity would be a broken network. */
+static int perm_is_identity(uint64_t n, uint64_t key) {
+    stk__perm p;
+    stk__perm_init(&p, n, key);
+    for (uint64_t x = 0; x < n; x++)
+        if (stk__perm_apply(&p, x) != x) return 0;
+    return 1;
+}
+
+static void test_perm(void) {
+    const uint64_t sizes[] = {0, 1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 63, 64, 65, 1000, 1023, 1024, 4097};
+    const uint64_t keys[] = {0, 1, 2, 0xdeadbeef, UINT64_MAX};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) check_perm(sizes[i], keys[k]);
+    for (int i = 0; i < 60; i++) check_perm(rnd() % 20000, rnd());
+    check_perm(70001, 99);
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        if (sizes[i] >= 16) CHECK(!perm_is_identity(sizes[i], 7));
+    /* Different keys give different permutations. */
+    stk__perm a, b;
+    stk__perm_init(&a, 1000, 1);
+    stk__perm_init(&b, 1000, 2);
+    int differ = 0;
+    for (uint64_t x = 0; x < 1000; x++) differ += stk__perm_apply(&a, x) != stk__perm_apply(&b, x);
+    CHECK(differ > 900);
+    /* Apply/invert of huge domains stays in range (spot checks). */
+    stk__perm h;
+    stk__perm_init(&h, (UINT64_C(1) << 40) + 3, 5);
+    for (int i = 0; i < 1000; i++) {
+        uint64_t x = rnd() % h.n;
+        uint64_t y = stk__perm_apply(&h, x);
+        CHECK(y < h.n && stk__perm_invert(&h, y) == x);
+    }
+}
+
+/* The order as an array; checks it is a permutation of [0, n). */
+static uint64_t *order_array(stk_order mode, uint64_t n, uint64_t seed, uint64_t epoch, uint64_t B,
+                             uint64_t K) {
+    stk__order o;
+    stk__order_init(&o, mode, n, seed, epoch, B, K);
+    uint64_t *a = malloc((n ? n : 1) * sizeof *a);
+    CHECK(a != NULL);
+    uint8_t *seen = seen_reset(n);
+    for (uint64_t p = 0; p < n; p++) {
+        a[p] = stk__order_at(&o, p);
+        if (a[p] >= n || seen[a[p]]) {
+            fprintf(stderr,
+                    "order %d n=%llu B=%llu K=%llu seed=%llu epoch=%llu: position %llu -> %llu "
+                    "(%s)\n",
+                    (int)mode, (unsigned long long)n, (unsigned long long)B, (unsigned long long)K,
+                    (unsigned long long)seed, (unsigned long long)epoch, (unsigned long long)p,
+                    (unsigned long long)a[p], a[p] >= n ? "out of range" : "twice");
+            exit(1);
+        }
+        seen[a[p]] = 1;
+    }
+    if (mode == STK_ORDER_SEQUENTIAL)
+        for (uint64_t p = 0; p < n; p++) CHECK(a[p] == p);
+    if (mode == STK_ORDER_BLOCK && n) {
+        /* Groups tile [0, n) in order; group_of agrees with the ranges;
+         * every position of group g holds a sample of one of g's blocks. */
+        CHECK(o.nb == (n + B - 1) / B);
+        CHECK(o.ngroups == (o.nb + K - 1) / K);
+        uint64_t next = 0, blocks = 0;
+        for (uint64_t g = 0; g < o.ngroups; g++) {
+            uint64_t s, z;
+            stk__order_group_range(&o, g, &s, &z);
+            CHECK(s == next && z > 0);
+            next = s + z;
+            uint64_t nblk = stk__order_group_blocks(&o, g);
+            CHECK(nblk >= 1 && nblk <= K);
+            blocks += nblk;
+            uint64_t want = 0;
+            for (uint64_t m = 0; m < nblk; m++) {
+                uint64_t blk = stk__order_group_block(&o, g, m);
+                CHECK(blk < o.nb);
+                want += blk == o.nb - 1 ? n - blk * B : B;
+            }
+            CHECK(want == z);
+            for (uint64_t p = s; p < s + z; p++) {
+                CHECK(stk__order_group_of(&o, p) == g);
+                uint64_t blk = a[p] / B, m;
+                for (m = 0; m < nblk; m++)
+                    if (stk__order_group_block(&o, g, m) == blk) break;
+                CHECK(m < nblk);
+            }
+        }
+        CHECK(next == n);
+        CHECK(blocks == o.nb);
+    }
+    return a;
+}
+
+static void test_orders(void) {
+    /* Exhaustive over small shapes: short last blocks, partial last groups,
+     * a block larger than n, a group larger than the block count. */
+    for (uint64_t n = 0; n <= 100; n++) {
+        free(order_array(STK_ORDER_SEQUENTIAL, n, 1, 0, 0, 0));
+        free(order_array(STK_ORDER_RANDOM, n, 1, 0, 0, 0));
+        for (uint64_t B = 1; B <= 9; B++)
+            for (uint64_t K = 1; K <= 5; K++) free(order_array(STK_ORDER_BLOCK, n, n + B, K, B, K));
+    }
+    for (int i = 0; i < 25; i++) {
+        uint64_t n = 1 + rnd() % 30000, B = 1 + rnd() % 300, K = 1 + rnd() % 20;
+        free(order_array(STK_ORDER_RANDOM, n, rnd(), rnd() % 5, 0, 0));
+        free(order_array(STK_ORDER_BLOCK, n, rnd(), rnd() % 5, B, K));
+    }
+    free(order_array(STK_ORDER_BLOCK, 4097, 3, 1, 4096, 16));
+    free(order_array(STK_ORDER_BLOCK, 4097, 3, 1, 1, 4097));
+    free(order_array(STK_ORDER_BLOCK, 100000, 3, 1, 64, 16));
+
+    /* Same inputs, same order; another epoch or seed, another order. */
+    const stk_order modes[2] = {STK_ORDER_RANDOM, STK_ORDER_BLOCK};
+    for (int m = 0; m < 2; m++) {
+        uint64_t n = 5000;
+        uint64_t *a = order_array(modes[m], n, 7, 0, 10, 4);
+        uint64_t *b = order_array(modes[m], n, 7, 0, 10, 4);
+        uint64_t *c = order_array(modes[m], n, 7, 1, 10, 4);
+        uint64_t *d = order_array(modes[m], n, 8, 0, 10, 4);
+        CHECK(memcmp(a, b, n * sizeof *a) == 0);
+        uint64_t dc = 0, dd = 0;
+        for (uint64_t p = 0; p < n; p++) {
+            dc += a[p] != c[p];
+            dd += a[p] != d[p];
+        }
+        CHECK(dc > n / 2 && dd > n / 2);
+        free(a);
+        free(b);
+        free(c);
+        free(d);
+    }
+    /* The block order keeps blocks together: with K = 1 a group is one
+     * block, so consecutive runs of B positions hold one block each. */
+    {
+        uint64_t n = 1000, B = 10;
+        uint64_t *a = order_array(STK_ORDER_BLOCK, n, 5, 2, B, 1);
+        for (uint64_t p = 0; p < n; p++) CHECK(a[p] / B == a[p - p % B] / B);
+        free(a);
+    }
+}
+
+static void check_deal(uint64_t n, uint64_t start, uint64_t W, int pad) {
+    uint64_t left = start < n ? n - start : 0;
+    uint64_t want = pad ? (left + W - 1) / W : left / W;
+    uint8_t *seen = seen_reset(n);
+    uint64_t covered = 0;
+    for (uint64_t r = 0; r < W; r++) {
+        stk__deal d;
+        stk__deal_init(&d, n, start, W, r, pad != 0);
+        CHECK(d.per_rank == want);
+        for (uint64_t i = 0; i < d.per_rank; i++) {
+            uint64_t p = stk__deal_at(&d, i);
+            CHECK(p < n);
+            uint64_t unwrapped = start + i * W + r;
+            if (unwrapped < n) {
+                CHECK(p == unwrapped);
+                CHECK(!seen[p]);
+                seen[p] = 1;
+                covered++;
+            } else {
+                CHECK(pad);
+                CHECK(p == unwrapped % n);
+            }
+        }
+    }
+    if (pad) {
+        CHECK(covered == left);
+    } else {
+        CHECK(covered == W * (left / W));
+        for (uint64_t p = start; p < start + covered; p++) CHECK(seen[p]);
+    }
+    for (uint64_t p = 0; p < start && p < n; p++) CHECK(!seen[p]);
+}
+
+static void test_deal(void) {
+    for (uint64_t n = 0; n <= 40; n++)
+        for (uint64_t W = 1; W <= 9; W++)
+            for (uint64_t start = 0; start <= n + 1; start++)
+                for (int pad = 0; pad < 2; pad++) check_deal(n, start, W, pad);
+    for (int i = 0; i < 50; i++) check_deal(1 + rnd() % 5000, rnd() % 100, 1 + rnd() % 64, (int)(rnd() & 1));
+}
+
+int main(void) {
+    test_perm();
+    test_orders();
+    test_deal();
+    free(seen_buf);
+    return 0;
+}
