@@ -38,13 +38,22 @@ def _env_int(name, default):
         raise ValueError(f"environment variable {name}={v!r} is not an integer") from None
 
 
-def _check_int(name, value, low=0, none_ok=False):
+_U32 = (1 << 32) - 1
+_U64 = (1 << 64) - 1
+_I32 = (1 << 31) - 1
+
+
+def _check_int(name, value, low=0, none_ok=False, high=_U64):
+    # high: the C option's range (the extension's argument parsing would
+    # otherwise wrap a larger value around silently: 2**32 + 5 became 5).
     if value is None and none_ok:
         return value
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if value < low:
         raise ValueError(f"{name} must be at least {low}, not {value}")
+    if value > high:
+        raise ValueError(f"{name} must be at most {high}, not {value}")
     return int(value)
 
 
@@ -94,7 +103,7 @@ class Loader:
                  queue_depth=64, memory_budget=1 << 30, output="numpy"):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
-        batch_size = _check_int("batch_size", batch_size, 1)
+        batch_size = _check_int("batch_size", batch_size, 1, high=_U32)
         if fields is not None:
             if isinstance(fields, str):
                 fields = [fields]
@@ -114,19 +123,19 @@ class Loader:
         epoch = _check_int("epoch", epoch)
         block_bytes = _check_int("block_bytes", block_bytes, 1)
         block_samples = _check_int("block_samples", block_samples)
-        block_group = _check_int("block_group", block_group, 1)
+        block_group = _check_int("block_group", block_group, 1, high=_U32)
         if world_size is None:
             world_size = _env_int("WORLD_SIZE", 1)
         if rank is None:
             rank = _env_int("RANK", 0)
-        world_size = _check_int("world_size", world_size, 1)
-        rank = _check_int("rank", rank)
+        world_size = _check_int("world_size", world_size, 1, high=_U32)
+        rank = _check_int("rank", rank, high=_U32)
         if rank >= world_size:
             raise ValueError(f"rank {rank} must be below world_size {world_size}")
         backend_code = _check_choice("backend", backend, _BACKENDS)
-        threads = _check_int("threads", threads)
-        prefetch = _check_int("prefetch", prefetch)
-        queue_depth = _check_int("queue_depth", queue_depth, 1)
+        threads = _check_int("threads", threads, high=_I32)
+        prefetch = _check_int("prefetch", prefetch, high=_U32)
+        queue_depth = _check_int("queue_depth", queue_depth, 1, high=_U32)
         memory_budget = _check_int("memory_budget", memory_budget, 1)
         if output not in _OUTPUTS:
             raise ValueError(f"output must be one of {_OUTPUTS}, not {output!r}")
@@ -338,7 +347,11 @@ def write(path, source, *, overwrite=False, shard_bytes=256 << 20, align=64, syn
         if len(n) > 1 or any(v.ndim == 0 for v in cols.values()):
             raise ValueError("every array of a dict source must have the same first "
                              f"dimension (one entry per record); got lengths {sorted(n)}")
-        specs = [_field_spec(k, v[0] if len(v) else v.reshape(v.shape[1:]), False, compress)
+        # One record of each field, as an array: v[0] would give a NumPy
+        # scalar for a 1-d v (native byte order, or a Python object for an
+        # object array), hiding a dtype that cannot be stored.
+        specs = [_field_spec(k, v[0, ...] if len(v) else np.zeros(v.shape[1:], v.dtype),
+                             False, compress)
                  for k, v in cols.items()]
         w = _stoker.Writer(path, specs, shard_bytes, align, bool(overwrite), bool(sync),
                            attrs_json)

@@ -389,7 +389,9 @@ static int check_process(LoaderObject *self) {
                         "(stoker.torch.Dataset does this in each DataLoader worker).");
         return -1;
     }
-    if (!self->ld) {
+    /* closing: close() was called while batches were alive; the C loader
+     * lives on only to back their memory and must hand out nothing more. */
+    if (!self->ld || self->closing) {
         PyErr_SetString(PyExc_ValueError, "the loader is closed");
         return -1;
     }

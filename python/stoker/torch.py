@@ -110,9 +110,11 @@ class Dataset(torch.utils.data.IterableDataset):
         self._exhausted = True
 
     def state_dict(self):
+        # A state loaded but not yet applied (it is, at the first batch) is
+        # the state, even when a loader is open (len() opens one).
+        if self._pending_state is not None:
+            return dict(self._pending_state)
         if self._loader is None:
-            if self._pending_state is not None:
-                return dict(self._pending_state)
             return {"epoch": self._epoch, "position": None}
         return self._loader.state_dict()
 

@@ -37,3 +37,31 @@ def stoker():
             f"(make build BUILD=...) and set STOKER_BUILD to the build directory"
         )
     return Stoker(exe)
+
+
+# ---- fixtures of the tests of the Python package (test_py_*.py) ----------
+
+@pytest.fixture
+def no_dist_env(monkeypatch):
+    """No torchrun variables: a Loader's rank and world size default to 0/1."""
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def ids_ds(tmp_path):
+    """A dataset of 240 records: `id` (int64, the record number) and `x`
+    (float32 [5, 3], equal to id * 100 + the element's index), and the
+    source arrays as (path, dict)."""
+    import numpy as np
+    import stoker
+
+    n = 240
+    src = {
+        "id": np.arange(n, dtype=np.int64),
+        "x": (np.arange(n, dtype=np.float32)[:, None, None] * 100
+              + np.arange(15, dtype=np.float32).reshape(5, 3)),
+    }
+    path = tmp_path / "ids.stk"
+    assert stoker.write(path, src) == n
+    return path, src

@@ -1,0 +1,145 @@
+"""stoker.torch.Dataset inside torch.utils.data.DataLoader: every sample once
+per epoch, with and without worker processes."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import stoker
+import stoker.torch
+
+pytestmark = [pytest.mark.usefixtures("no_dist_env"),
+              pytest.mark.filterwarnings("ignore::UserWarning")]
+
+N = 200  # a multiple of every ranks-times-workers count used here
+
+
+@pytest.fixture
+def rec_ds(tmp_path):
+    """Ragged records, each with a unique `uid` field (not its index)."""
+    rng = np.random.default_rng(4)
+    uids = rng.permutation(10 * N)[:N].astype(np.int64) + 1000
+    recs = [{"uid": np.int64(u), "v": np.full(int(rng.integers(1, 6)), u, np.int32)}
+            for u in uids]
+    path = tmp_path / "recs.stk"
+    assert stoker.write(path, recs, ragged=["v"]) == N
+    return path, recs, uids
+
+
+def epoch_uids(loader):
+    out = []
+    for b in loader:
+        assert isinstance(b["uid"], torch.Tensor)
+        # The ragged values belong to the record of the same row.
+        off = b["v_offsets"].tolist()
+        for j, u in enumerate(b["uid"].tolist()):
+            assert b["v"][off[j]:off[j + 1]].tolist() == [u] * (off[j + 1] - off[j])
+        out += b["uid"].tolist()
+        del b
+    return out
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("shuffle", ["random", "block", "sequential"])
+def test_dataloader_gives_every_record_once(rec_ds, num_workers, shuffle):
+    path, _, uids = rec_ds
+    ds = stoker.torch.Dataset(path, batch_size=16, shuffle=shuffle, block_samples=9)
+    dl = DataLoader(ds, batch_size=None, num_workers=num_workers)
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        got = epoch_uids(dl)
+        assert len(got) == N
+        assert sorted(got) == sorted(uids.tolist())
+
+
+def test_dataloader_workers_split_the_samples(rec_ds):
+    path, _, uids = rec_ds
+    ds = stoker.torch.Dataset(path, batch_size=10, shuffle="random")
+    seen = {}
+    for b in DataLoader(ds, batch_size=None, num_workers=2):
+        for u in b["uid"].tolist():
+            seen[u] = seen.get(u, 0) + 1
+    assert sorted(seen) == sorted(uids.tolist())
+    assert set(seen.values()) == {1}
+
+
+def test_dataloader_with_ranks_and_workers(rec_ds):
+    path, _, uids = rec_ds
+    shares = []
+    for rank in range(2):
+        ds = stoker.torch.Dataset(path, batch_size=8, shuffle="random", rank=rank,
+                                  world_size=2)
+        shares.append(epoch_uids(DataLoader(ds, batch_size=None, num_workers=2)))
+    assert len(shares[0]) == len(shares[1]) == N // 2
+    assert set(shares[0]).isdisjoint(shares[1])
+    assert sorted(shares[0] + shares[1]) == sorted(uids.tolist())
+
+
+def test_one_worker_after_the_parent_opened_the_loader(rec_ds):
+    # len() opens the loader in the parent; a single worker has the same
+    # share, and must still open its own (the parent's has no threads there).
+    path, _, uids = rec_ds
+    ds = stoker.torch.Dataset(path, batch_size=16, shuffle="random")
+    assert len(ds) == -(-N // 16)
+    got = epoch_uids(DataLoader(ds, batch_size=None, num_workers=1))
+    assert sorted(got) == sorted(uids.tolist())
+    # And the parent's loader still works.
+    assert sorted(epoch_uids(ds)) == sorted(uids.tolist())
+
+
+@pytest.mark.parametrize("context", ["forkserver"])
+def test_workers_started_without_fork(rec_ds, context):
+    # (spawn pickles the dataset the same way; forkserver is the quicker.)
+    path, _, uids = rec_ds
+    ds = stoker.torch.Dataset(path, batch_size=25, shuffle="random")
+    len(ds)  # an open loader in the parent must not stop pickling
+    dl = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context=context)
+    got = epoch_uids(dl)
+    assert sorted(got) == sorted(uids.tolist())
+
+
+def test_dataset_in_process(rec_ds):
+    path, _, uids = rec_ds
+    ds = stoker.torch.Dataset(path, batch_size=16, shuffle="random", seed=1)
+    e0 = epoch_uids(ds)
+    e1 = epoch_uids(ds)  # iterating again runs the next epoch
+    assert sorted(e0) == sorted(e1) == sorted(uids.tolist())
+    assert e0 != e1
+    ds.set_epoch(0)
+    assert epoch_uids(ds) == e0
+    assert len(ds) == -(-N // 16)
+
+
+def test_dataset_rejects_output(rec_ds):
+    path, _, _ = rec_ds
+    with pytest.raises(TypeError, match="output"):
+        stoker.torch.Dataset(path, batch_size=4, output="numpy")
+
+
+def test_windows_through_the_dataloader(tmp_path):
+    lengths = [30, 7, 19, 40, 12, 25, 3, 5, 33]
+    rng = np.random.default_rng(0)
+    recs = [{"x": rng.standard_normal((n, 2)).astype(np.float32),
+             "row": np.arange(n, dtype=np.int64) + 1000 * i} for i, n in enumerate(lengths)]
+    path = tmp_path / "w.stk"
+    stoker.write(path, recs)
+    want = {}
+    for i, n in enumerate(lengths):
+        for t in range(0, n - 5 + 1, 2):
+            want[1000 * i + t] = recs[i]["x"][t:t + 5]
+    n_windows = len(want)
+    assert n_windows == 72  # two workers' shares drop nothing
+    ds = stoker.torch.Dataset(path, batch_size=9, window=5, stride=2, shuffle="random")
+    got = {}
+    for b in DataLoader(ds, batch_size=None, num_workers=2):
+        assert b["x"].shape[1:] == (5, 2)
+        for j, start in enumerate(b["row"][:, 0].tolist()):
+            assert start not in got
+            got[start] = b["x"][j].numpy().copy()
+            np.testing.assert_array_equal(b["row"][j].numpy(), np.arange(start, start + 5))
+    assert sorted(got) == sorted(want)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
