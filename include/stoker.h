@@ -564,6 +564,11 @@ STK_API int stk_loader_next(stk_loader *ld, stk_batch **out, stk_error *err);
 STK_API int stk_loader_next_timeout(stk_loader *ld, stk_batch **out, int64_t timeout_ms,
                                     stk_error *err);
 
+/* Adds one batch buffer to the ring, beyond the memory budget: for a
+ * consumer that keeps batches (next returned -EBUSY) and wants to go on.
+ * At most 1024 buffers can be added.  Returns 0, -ENOSPC or -ENOMEM. */
+STK_API int stk_loader_add_buffer(stk_loader *ld, stk_error *err);
+
 /* Gives a batch's buffer back for reuse.  Accepts NULL.  The batch and every
  * pointer into it are invalid afterwards. */
 STK_API void stk_loader_release(stk_loader *ld, stk_batch *b);

@@ -7,7 +7,8 @@
 
 Arrays are views of stoker's batch buffer (no copy); the buffer is reused
 only after every array pointing into it is gone, so keeping a batch is
-always safe. `output="torch"` yields torch tensors (made through DLPack,
+always safe (a consumer that keeps more batches than the ring holds makes
+the ring grow, beyond the memory budget). `output="torch"` yields torch tensors (made through DLPack,
 still without a copy), `output="dlpack"` yields stoker's own DLPack
 exporters.
 """

@@ -512,6 +512,16 @@ static PyObject *loader_next_batch(LoaderObject *self, PyObject *unused) {
         Py_BEGIN_ALLOW_THREADS
         rc = stk_loader_next_timeout(self->ld, &b, 100, &err);
         Py_END_ALLOW_THREADS
+        if (rc == -EBUSY) {
+            /* The caller keeps every batch it was given; that is allowed
+             * (arrays are views that must stay valid), so the ring grows. */
+            int r2;
+            Py_BEGIN_ALLOW_THREADS
+            r2 = stk_loader_add_buffer(self->ld, &err);
+            Py_END_ALLOW_THREADS
+            if (r2) return raise_stk(r2, &err);
+            continue;
+        }
         if (rc != -ETIMEDOUT) break;
         if (PyErr_CheckSignals()) return NULL;
     }

@@ -13,9 +13,15 @@ stoker batches already, in its own threads, so the DataLoader is given
 batch_size=None and, best, num_workers=0: the batches then reach the
 training loop without a copy. With worker processes each worker opens its
 own loader over its share of the samples (rank * num_workers + worker id
-out of world_size * num_workers); every sample still appears once per epoch,
-but the DataLoader copies each batch into shared memory to pass it between
+out of world_size * num_workers); every sample appears at most once per
+epoch (N mod (world_size * num_workers) are dropped, unless pad=True), and
+the DataLoader copies each batch into shared memory to pass it between
 processes.
+
+Call set_epoch(epoch) before each epoch, as with DistributedSampler: worker
+processes start from the parent's copy of the dataset, so only the parent
+can move it to the next epoch. Without workers, iterating again also moves
+to the next epoch by itself.
 
 The dataset implements state_dict() / load_state_dict(), which
 torchdata.stateful_dataloader.StatefulDataLoader calls in each worker, so a

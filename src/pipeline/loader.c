@@ -46,6 +46,7 @@
 
 #define MAX_WORKERS 8
 #define MAX_GROUP_SLOTS (MAX_WORKERS + 2)
+#define MAX_EXTRA_SLOTS 1024
 #define DIRECT_ALIGN 4096u
 #define SPAN_CHUNK (4u << 20) /* group reads are cut into pieces this big */
 
@@ -75,6 +76,7 @@ struct stk_batch {
     uint8_t *mem;
     uint64_t *samples;
     uint64_t *ragged_rows; /* per loader field */
+    uint8_t *own_mem;      /* buffers added after open own their memory */
     int err;
     stk_error e;
 };
@@ -152,6 +154,7 @@ struct stk_loader {
     uint32_t R;
     uint64_t slot_bytes;
     uint8_t *slot_mem;
+    uint32_t slots_cap; /* room for buffers added while the consumer holds many */
     uint64_t next_fill, next_take;
 
     bool use_groups;
@@ -1138,7 +1141,8 @@ int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader 
         goto fail;
     }
     ld->R = (uint32_t)R;
-    ld->slots = stk__calloc(R, sizeof *ld->slots);
+    ld->slots_cap = (uint32_t)R + MAX_EXTRA_SLOTS;
+    ld->slots = stk__calloc(ld->slots_cap, sizeof *ld->slots);
     ld->slot_mem = stk__aligned_alloc(4096, (size_t)(R * stk__align_up(ld->slot_bytes, 4096)));
     if (!ld->slots || !ld->slot_mem) {
         rc = stk__err(err, -ENOMEM, "out of memory for %llu batch buffers of %llu bytes",
@@ -1290,6 +1294,38 @@ int stk_loader_next_timeout(stk_loader *ld, stk_batch **out, int64_t timeout_ms,
     }
     pthread_mutex_unlock(&ld->mu);
     ld->st_wait_ns += now_ns() - t0;
+    return rc;
+}
+
+int stk_loader_add_buffer(stk_loader *ld, stk_error *err) {
+    if (!ld) return stk__err(err, -EINVAL, "NULL loader");
+    pthread_mutex_lock(&ld->mu);
+    int rc = 0;
+    if (ld->R >= ld->slots_cap) {
+        rc = stk__err(err, -ENOSPC,
+                      "the consumer holds %u batches; at most %u more buffers can be added",
+                      ld->R, (unsigned)MAX_EXTRA_SLOTS);
+    } else {
+        stk_batch *s = &ld->slots[ld->R];
+        memset(s, 0, sizeof *s);
+        s->ld = ld;
+        s->own_mem = stk__aligned_alloc(4096, (size_t)stk__align_up(ld->slot_bytes, 4096));
+        s->samples = stk__calloc(ld->opt.batch_size, sizeof *s->samples);
+        s->ragged_rows = stk__calloc(ld->nf, sizeof *s->ragged_rows);
+        if (!s->own_mem || !s->samples || !s->ragged_rows) {
+            stk__free(s->own_mem);
+            stk__free(s->samples);
+            stk__free(s->ragged_rows);
+            rc = stk__err(err, -ENOMEM, "out of memory for one more batch buffer (%llu bytes)",
+                          (unsigned long long)ld->slot_bytes);
+        } else {
+            s->mem = s->own_mem;
+            s->state = S_FREE;
+            ld->R++;
+            pthread_cond_broadcast(&ld->cv);
+        }
+    }
+    pthread_mutex_unlock(&ld->mu);
     return rc;
 }
 
@@ -1455,6 +1491,7 @@ void stk_loader_close(stk_loader *ld) {
         for (uint32_t i = 0; i < ld->R; i++) {
             stk__free(ld->slots[i].samples);
             stk__free(ld->slots[i].ragged_rows);
+            stk__free(ld->slots[i].own_mem);
         }
     stk__free(ld->slots);
     stk__free(ld->slot_mem);
