@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -267,6 +268,68 @@ static int read_npy_header(const char *path, stk_npy_header *h, uint64_t *fsize,
     return rc;
 }
 
+/* Reads the next files while the writer packs the current one: a small
+ * ring of buffers filled by one thread, in order. */
+#define PREFETCH_SLOTS 4
+
+typedef struct rd_slot {
+    char *buf;
+    size_t cap;
+    int err; /* 0, or an errno; -1: short read */
+    int ready;
+} rd_slot;
+
+typedef struct prefetcher {
+    const npy_file *nf;
+    char **paths;
+    const size_t *todo; /* file indexes, in packing order */
+    size_t n;
+    rd_slot slot[PREFETCH_SLOTS];
+    size_t consumed; /* slots handed back by the packer */
+    int stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} prefetcher;
+
+static void *prefetch_main(void *arg) {
+    prefetcher *p = arg;
+    for (size_t k = 0; k < p->n; k++) {
+        pthread_mutex_lock(&p->mu);
+        while (k - p->consumed >= PREFETCH_SLOTS && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
+        int stop = p->stop;
+        pthread_mutex_unlock(&p->mu);
+        if (stop) break;
+        rd_slot *sl = &p->slot[k % PREFETCH_SLOTS];
+        const stk_npy_header *h = &p->nf[p->todo[k]].h;
+        sl->err = 0;
+        if (h->data_bytes > sl->cap) {
+            free(sl->buf);
+            sl->cap = (size_t)h->data_bytes;
+            sl->buf = malloc(sl->cap);
+            if (!sl->buf) sl->err = ENOMEM, sl->cap = 0;
+        }
+        int fd = sl->err ? -1 : open(p->paths[p->todo[k]], O_RDONLY | O_CLOEXEC);
+        if (fd < 0 && !sl->err) sl->err = errno;
+        size_t got = 0;
+        while (fd >= 0 && got < h->data_bytes) {
+            ssize_t r = pread(fd, sl->buf + got, (size_t)h->data_bytes - got,
+                              (off_t)(h->data_offset + got));
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) break;
+            got += (size_t)r;
+        }
+        if (fd >= 0) {
+            if (got != h->data_bytes) sl->err = -1;
+            close(fd);
+        }
+        pthread_mutex_lock(&p->mu);
+        sl->ready = 1;
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    return NULL;
+}
+
 static bool same_tail(const stk_npy_header *a, const stk_npy_header *b) {
     if (a->ndim != b->ndim) return false;
     for (int d = 1; d < a->ndim; d++)
@@ -444,47 +507,69 @@ static int cmd_pack(int argc, char **argv) {
     progress_init(&pb, "pack", quiet);
     double t0 = now_s();
     uint64_t in_bytes = 0;
-    size_t cap = 0;
-    char *buf = NULL;
     int rc = 0;
+    prefetcher pf;
+    memset(&pf, 0, sizeof pf);
+    pthread_t pf_tid;
+    bool pf_started = false;
+    size_t *todo = NULL, k_next = 0;
+    if (!split) {
+        todo = malloc(files.n * sizeof *todo);
+        if (!todo) {
+            perror("malloc");
+            exit(EXIT_ERROR);
+        }
+        for (size_t i = 0; i < files.n; i++)
+            if (nf[i].first_row >= lo && nf[i].first_row < hi) todo[pf.n++] = i;
+        pf.nf = nf;
+        pf.paths = files.v;
+        pf.todo = todo;
+        pthread_mutex_init(&pf.mu, NULL);
+        pthread_cond_init(&pf.cv, NULL);
+        pf_started = pthread_create(&pf_tid, NULL, prefetch_main, &pf) == 0;
+        if (!pf_started) {
+            fprintf(stderr, "%s: error: cannot start the reading thread\n", prog);
+            rc = EXIT_ERROR;
+        }
+    }
     for (size_t i = 0; i < files.n && rc == 0; i++) {
         const stk_npy_header *h = &nf[i].h;
         uint64_t nrows = split ? (uint64_t)h->shape[0] : 1;
         uint64_t a = nf[i].first_row, b = a + nrows;
         if (b <= lo || a >= hi) continue;
+        if (!split) {
+            rd_slot *sl = &pf.slot[k_next % PREFETCH_SLOTS];
+            pthread_mutex_lock(&pf.mu);
+            while (!sl->ready) pthread_cond_wait(&pf.cv, &pf.mu);
+            pthread_mutex_unlock(&pf.mu);
+            if (sl->err) {
+                if (sl->err > 0)
+                    fprintf(stderr, "%s: error: %s: %s\n", prog, files.v[i], strerror(sl->err));
+                else
+                    fprintf(stderr, "%s: error: %s: could not read %" PRIu64 " bytes of data "
+                            "(the file changed or is truncated)\n", prog, files.v[i],
+                            h->data_bytes);
+                rc = EXIT_ERROR;
+            } else {
+                stk_value v = {sl->buf, h->ndim ? (uint64_t)h->shape[0] : 1};
+                if (stk_writer_append(w, &v, &err)) rc = fail(&err);
+            }
+            in_bytes += h->data_bytes;
+            pthread_mutex_lock(&pf.mu);
+            sl->ready = 0;
+            pf.consumed = ++k_next;
+            pthread_cond_broadcast(&pf.cv);
+            pthread_mutex_unlock(&pf.mu);
+            progress_show(&pb, in_bytes, total_bytes * (hi - lo) / (total_rows ? total_rows : 1), "b");
+            continue;
+        }
         int fd = open(files.v[i], O_RDONLY | O_CLOEXEC);
         if (fd < 0) {
             fprintf(stderr, "%s: error: %s: %s\n", prog, files.v[i], strerror(errno));
             rc = EXIT_ERROR;
             break;
         }
-        if (!split) {
-            if (h->data_bytes > cap) {
-                cap = (size_t)h->data_bytes;
-                free(buf);
-                buf = malloc(cap);
-                if (!buf) {
-                    perror("malloc");
-                    exit(EXIT_ERROR);
-                }
-            }
-            size_t got = 0;
-            while (got < h->data_bytes) {
-                ssize_t r = pread(fd, buf + got, (size_t)h->data_bytes - got,
-                                  (off_t)(h->data_offset + got));
-                if (r <= 0) break;
-                got += (size_t)r;
-            }
-            if (got != h->data_bytes) {
-                fprintf(stderr, "%s: error: %s: could not read %" PRIu64 " bytes of data "
-                        "(the file changed or is truncated)\n", prog, files.v[i], h->data_bytes);
-                rc = EXIT_ERROR;
-            } else {
-                stk_value v = {buf, h->ndim ? (uint64_t)h->shape[0] : 1};
-                if (stk_writer_append(w, &v, &err)) rc = fail(&err);
-            }
-            in_bytes += h->data_bytes;
-        } else {
+        {
             size_t len = (size_t)(h->data_offset + h->data_bytes);
             uint8_t *map = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
             if (len && map == MAP_FAILED) {
@@ -507,7 +592,15 @@ static int cmd_pack(int argc, char **argv) {
         close(fd);
         progress_show(&pb, in_bytes, total_bytes * (hi - lo) / (total_rows ? total_rows : 1), "b");
     }
-    free(buf);
+    if (pf_started) {
+        pthread_mutex_lock(&pf.mu);
+        pf.stop = 1;
+        pthread_cond_broadcast(&pf.cv);
+        pthread_mutex_unlock(&pf.mu);
+        pthread_join(pf_tid, NULL);
+    }
+    for (int k = 0; k < PREFETCH_SLOTS; k++) free(pf.slot[k].buf);
+    free(todo);
     if (rc == 0 && stk_writer_finish(w, &err)) rc = fail(&err);
     double el = now_s() - t0;
     progress_end(&pb);

@@ -1,0 +1,168 @@
+"""stoker.write from Arrow sources (pyarrow tables and readers, polars
+frames), consumed in C through the Arrow C stream interface, and
+`stoker pack --from parquet`."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import polars as pl
+import pytest
+
+import stoker
+
+
+def records_of(path):
+    """Ragged fields come back whole per record (batch of one)."""
+    recs = []
+    with stoker.Loader(path, batch_size=1, shuffle="sequential") as ld:
+        for b in ld:
+            recs.append({k: np.array(v) for k, v in b.items()})
+    return recs
+
+
+def test_rows_become_records(tmp_path):
+    n = 50
+    rng = np.random.default_rng(0)
+    t = pa.table({
+        "a": rng.standard_normal(n).astype(np.float32),
+        "b": np.arange(n, dtype=np.int64) * 3,
+        "flag": rng.random(n) < 0.5,
+        "vec": pa.FixedSizeListArray.from_arrays(pa.array(np.arange(n * 4, dtype=np.float64)), 4),
+        "seq": pa.array([list(range(i % 5)) for i in range(n)], pa.list_(pa.int32())),
+    })
+    assert stoker.write(tmp_path / "d", t) == n
+    recs = records_of(tmp_path / "d")
+    assert len(recs) == n
+    for i, r in enumerate(recs):
+        assert r["a"][0] == t["a"][i].as_py()
+        assert r["b"][0] == 3 * i
+        assert r["flag"][0] == int(t["flag"][i].as_py())
+        np.testing.assert_array_equal(r["vec"][0], np.arange(4 * i, 4 * i + 4))
+        np.testing.assert_array_equal(r["seq"], np.arange(i % 5, dtype=np.int32))
+        np.testing.assert_array_equal(r["seq_offsets"], [0, i % 5])
+
+
+def test_polars_frame_equals_pyarrow_table(tmp_path):
+    n = 40
+    t = pa.table({"x": np.linspace(0, 1, n, dtype=np.float32), "k": np.arange(n, dtype=np.int32)})
+    stoker.write(tmp_path / "a", t)
+    stoker.write(tmp_path / "b", pl.from_arrow(t))
+    ra, rb = records_of(tmp_path / "a"), records_of(tmp_path / "b")
+    assert len(ra) == len(rb) == n
+    for x, y in zip(ra, rb):
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+
+
+def shuffled_rows(n_groups=6, days=30, string_keys=False, seed=1):
+    rng = np.random.default_rng(seed)
+    basin = np.repeat(np.arange(n_groups), days)
+    date = np.tile(np.arange(days), n_groups)
+    feats = rng.standard_normal((n_groups * days, 3)).astype(np.float32)
+    q = rng.standard_normal(n_groups * days)
+    q[rng.random(n_groups * days) < 0.2] = np.nan
+    perm = rng.permutation(n_groups * days)
+    keys = np.array([f"b{k:02d}" for k in basin]) if string_keys else basin
+    cols = {"basin": keys[perm], "date": date[perm].astype(np.int32),
+            "f0": feats[perm, 0], "f1": feats[perm, 1], "f2": feats[perm, 2]}
+    qv = q[perm]
+    cols["q"] = pa.array(np.where(np.isnan(qv), 0, qv), mask=np.isnan(qv))  # nulls, not NaN
+    return pa.table(cols), basin, date, feats, q
+
+
+@pytest.mark.parametrize("string_keys", [False, True])
+def test_group_by_order_by_makes_one_record_per_entity(tmp_path, string_keys):
+    t, basin, date, feats, q = shuffled_rows(string_keys=string_keys)
+    # Several record batches, so that groups are gathered across batches.
+    reader = pa.RecordBatchReader.from_batches(t.schema, t.to_batches(max_chunksize=17))
+    n = stoker.write(tmp_path / "d", reader, group_by="basin", order_by="date",
+                     fields={"x": ["f0", "f1", "f2"], "y": "q", "date": "date"})
+    assert n == 6
+    with stoker.Loader(tmp_path / "d", batch_size=1, shuffle="sequential") as ld:
+        recs = [{k: np.array(v) for k, v in b.items()} for b in ld]
+    for g, r in enumerate(recs):
+        rows = slice(g * 30, (g + 1) * 30)
+        np.testing.assert_array_equal(r["date"], np.arange(30))
+        np.testing.assert_array_equal(r["x"], feats[rows])
+        np.testing.assert_array_equal(np.isnan(r["y"]), np.isnan(q[rows]))
+        np.testing.assert_allclose(r["y"][~np.isnan(r["y"])], q[rows][~np.isnan(q[rows])])
+        if string_keys:
+            assert bytes(r["basin"]).decode() == f"b{g:02d}"
+        else:
+            assert r["basin"][0] == g
+
+
+def test_grouped_dataset_feeds_windows_with_valid_targets(tmp_path):
+    t, basin, date, feats, q = shuffled_rows()
+    stoker.write(tmp_path / "d", t, group_by="basin", order_by="date",
+                 fields={"x": ["f0", "f1", "f2"], "y": "q"})
+    expected = sum(1 for g in range(6) for s in range(30 - 7 + 1)
+                   if not np.isnan(q[g * 30 + s + 6]))
+    with stoker.Loader(tmp_path / "d", batch_size=16, window=7, fields=["x", "y"],
+                       valid_field="y", valid="notnan", shuffle="random") as ld:
+        total = 0
+        for b in ld:
+            assert b["x"].shape[1:] == (7, 3)
+            assert not np.isnan(b["y"][:, -1]).any()
+            total += len(b["x"])
+    assert total == expected
+
+
+@pytest.mark.parametrize("table, kw, words", [
+    (pa.table({"s": pa.array([{"a": 1}, {"a": 2}])}), {}, ["'s'"]),
+    (pa.table({"name": ["x", "y"], "v": [1.0, 2.0]}), {}, ["'name'", "strings"]),
+    (pa.table({"k": [1, 1], "v": [1.0, 2.0]}), {"group_by": "nope"}, ["group_by", "nope"]),
+    (pa.table({"k": [1, 1], "v": [1.0, 2.0]}), {"order_by": "k"}, ["order_by", "group_by"]),
+    (pa.table({"k": [1, 1], "l": pa.array([[1.0], [2.0]])}), {"group_by": "k"}, ["'l'", "list"]),
+    (pa.table({"a": [1.0], "b": pa.array([1], pa.int64())}), {"fields": {"x": ["a", "b"]}},
+     ["'x'", "differ"]),
+    (pa.table({"a": [1.0]}), {"fields": {"x": ["zz"]}}, ["'x'", "'zz'"]),
+])
+def test_unfit_schemas_are_refused_before_writing(tmp_path, table, kw, words):
+    path = tmp_path / "d"
+    with pytest.raises(ValueError) as ei:
+        stoker.write(path, table, **kw)
+    for w in words:
+        assert w in str(ei.value)
+    assert not (path / "manifest.json").exists()
+    assert not any(p.suffix == ".stk" for p in path.glob("*")) if path.exists() else True
+
+
+def test_null_in_an_integer_column_leaves_no_complete_dataset(tmp_path):
+    t = pa.table({"v": pa.array([1, None, 3], pa.int64())})
+    with pytest.raises(ValueError) as ei:
+        stoker.write(tmp_path / "d", t)
+    assert "'v'" in str(ei.value) and "row 1" in str(ei.value)
+    with pytest.raises(Exception) as oe:
+        stoker.Loader(tmp_path / "d", batch_size=1)
+    assert "incomplete" in str(oe.value)
+
+
+def test_cli_pack_from_parquet_matches_write(tmp_path):
+    t, *_ = shuffled_rows(n_groups=4, days=20)
+    src = tmp_path / "pq"
+    src.mkdir()
+    keys = t["basin"].to_numpy()
+    for g in range(4):
+        pq.write_table(t.filter(pa.array(keys == g)), src / f"b{g}.parquet")
+    build = os.environ.get("STOKER_BUILD", "build")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    exe = os.path.join(build if os.path.isabs(build) else os.path.join(root, build), "stoker")
+    env = dict(os.environ, STOKER_PYTHON=sys.executable)
+    r = subprocess.run([exe, "pack", "--from", "parquet", str(src), "--group-by", "basin",
+                        "--order-by", "date", "--field", "x=f0,f1,f2", "--field", "y=q",
+                        "-o", str(tmp_path / "cli")], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    stoker.write(tmp_path / "py", t, group_by="basin", order_by="date",
+                 fields={"x": ["f0", "f1", "f2"], "y": "q"})
+    a, b = records_of(tmp_path / "cli"), records_of(tmp_path / "py")
+    assert len(a) == len(b) == 4
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x["x"], y["x"])
+        np.testing.assert_array_equal(x["y"], y["y"])
+    bad = subprocess.run([exe, "pack", "--from", "parquet", str(tmp_path / "none*.parquet"),
+                          "-o", str(tmp_path / "z")], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "no such file" in bad.stderr
