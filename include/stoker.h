@@ -524,6 +524,11 @@ typedef struct stk_loader_options {
     uint32_t queue_depth;      /* io_uring entries per worker; default 64 */
     uint64_t memory_budget;    /* bytes for batch buffers, group caches and
                                 * staging; default 1 GiB */
+    int verify;                /* 1 (default): check the checksum of every
+                                * block of shard data a batch uses, the first
+                                * time it is used in each epoch; a mismatch is
+                                * STK_ECHECKSUM naming shard and record.
+                                * 0: no checks */
 } stk_loader_options;
 
 /* Fills `opts` with the defaults above. */
@@ -653,6 +658,7 @@ typedef struct stk_loader_stats {
     stk_stage_stats io;       /* reads (or copies from the mapping) */
     stk_stage_stats assemble; /* batches completed: decode, copy, offsets */
     stk_stage_stats wait;     /* consumer: calls to next and time blocked */
+    stk_stage_stats verify;   /* checksum blocks checked, their bytes, time */
     uint64_t batches;         /* batches handed to the consumer */
     uint64_t samples;
     uint64_t elapsed_ns;      /* since open (or the last reset) */

@@ -1009,6 +1009,7 @@ static const char read_help[] =
     "  --rank R --world-size W   read one rank's share\n"
     "  --backend auto|uring|pool|mmap   I/O backend (default auto)\n"
     "  --direct             O_DIRECT reads\n"
+    "  --no-verify          skip the read-time checksum checks (on by default)\n"
     "  --threads N          worker threads (default: one per CPU)\n"
     "  --budget SIZE        memory budget (default 1G)\n"
     "  --prefetch N         batch buffers in the ring (default: from the budget)\n"
@@ -1076,6 +1077,7 @@ static int cmd_read(int argc, char **argv) {
             else if (!strcmp(m, "mmap")) o.backend = STK_BACKEND_MMAP;
             else die_usage("read", "--backend wants auto, uring, pool or mmap, not '%s'", m);
         } else if (!strcmp(a, "--direct")) o.direct = 1;
+        else if (!strcmp(a, "--no-verify")) o.verify = 0;
         else if (!strcmp(a, "--threads")) o.threads = (int)NUM();
         else if (!strcmp(a, "--prefetch")) o.prefetch = (uint32_t)NUM();
         else if (!strcmp(a, "--budget")) {
@@ -1154,6 +1156,8 @@ static int cmd_read(int argc, char **argv) {
                    "average\n",
                    st.wait.count, (double)st.wait.busy_ns / 1e9,
                    st.wait.count ? (double)st.ready_sum / (double)st.wait.count : 0);
+            printf("  verify    %12" PRIu64 " blocks   %9.3f s busy  %.3f GB\n", st.verify.count,
+                   (double)st.verify.busy_ns / 1e9, (double)st.verify.bytes / 1e9);
             if (st.groups_loaded) printf("  groups    %12" PRIu64 " loaded\n", st.groups_loaded);
         }
     }

@@ -91,6 +91,9 @@ class Loader:
     prefetch      batch buffers in the ring (0: from the memory budget)
     queue_depth   io_uring entries per worker (64)
     memory_budget bytes for buffers (1 GiB)
+    verify        check the checksum of every block of data a batch uses, once
+                  per epoch (True); a damaged byte raises StokerError naming
+                  the shard file and the record
     output        "numpy" (default), "torch" or "dlpack"
 
     Ragged fields (record mode) come as ``name`` (the rows concatenated) and
@@ -101,7 +104,7 @@ class Loader:
                  valid=None, shuffle="block", seed=0, epoch=0, block_bytes=4 << 20,
                  block_samples=0, block_group=16, rank=None, world_size=None, pad=False,
                  drop_last=False, backend="auto", direct=False, threads=0, prefetch=0,
-                 queue_depth=64, memory_budget=1 << 30, output="numpy"):
+                 queue_depth=64, memory_budget=1 << 30, verify=True, output="numpy"):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
         batch_size = _check_int("batch_size", batch_size, 1, high=_U32)
@@ -147,7 +150,7 @@ class Loader:
             os.fspath(path), batch_size, fields, window or 0, stride, valid_field, valid_code,
             order, seed, epoch, block_bytes, block_samples, block_group, rank, world_size,
             bool(pad), bool(drop_last), backend_code, bool(direct), threads, prefetch,
-            queue_depth, memory_budget)
+            queue_depth, memory_budget, bool(verify))
         self.batch_size = batch_size
         self.rank, self.world_size = rank, world_size
         self._epoch = epoch

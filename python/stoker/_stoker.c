@@ -407,7 +407,7 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
                              "valid", "order", "seed", "epoch", "block_bytes", "block_samples",
                              "block_group", "rank", "world_size", "pad", "drop_last", "backend",
                              "direct", "threads", "prefetch", "queue_depth", "memory_budget",
-                             NULL};
+                             "verify", NULL};
     const char *path;
     stk_loader_options o;
     stk_loader_options_init(&o);
@@ -416,10 +416,12 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     unsigned int batch = 32, block_group = 16, rank = 0, world = 1, prefetch = 0, qd = 64;
     unsigned long long window = 0, stride = 1, seed = 0, epoch = 0, bb = 4u << 20, bs = 0,
                        budget = 1ull << 30;
+    int verify = 1;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "s|IOKKOiiKKKKIIIppipiIIK", kwlist, &path, &batch, &fields, &window,
+            args, kw, "s|IOKKOiiKKKKIIIppipiIIKp", kwlist, &path, &batch, &fields, &window,
             &stride, &valid_field, &valid, &order, &seed, &epoch, &bb, &bs, &block_group, &rank,
-            &world, &pad, &drop_last, &backend, &direct, &threads, &prefetch, &qd, &budget))
+            &world, &pad, &drop_last, &backend, &direct, &threads, &prefetch, &qd, &budget,
+            &verify))
         return -1;
     o.batch_size = batch;
     o.window = window;
@@ -441,6 +443,7 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     o.prefetch = prefetch;
     o.queue_depth = qd;
     o.memory_budget = budget;
+    o.verify = verify;
     o.valid_field = str_or_null(valid_field);
     const char *names[256];
     if (fields != Py_None) {
@@ -623,8 +626,8 @@ static PyObject *loader_stats(LoaderObject *self, PyObject *unused) {
     stk_loader_stats s;
     stk_loader_stats_get(self->ld, &s);
     return Py_BuildValue(
-        "{sNsNsNsNsKsKsdsdsIsIsKsKss}", "plan", stage(&s.plan), "io", stage(&s.io), "assemble",
-        stage(&s.assemble), "wait", stage(&s.wait), "batches", s.batches, "samples", s.samples,
+        "{sNsNsNsNsNsKsKsdsdsIsIsKsKss}", "plan", stage(&s.plan), "io", stage(&s.io), "assemble",
+        stage(&s.assemble), "wait", stage(&s.wait), "verify", stage(&s.verify), "batches", s.batches, "samples", s.samples,
         "elapsed", (double)s.elapsed_ns / 1e9, "ready_mean",
         s.wait.count ? (double)s.ready_sum / (double)s.wait.count : 0.0, "ring_slots",
         s.ring_slots, "threads", s.threads, "groups_loaded", s.groups_loaded, "max_inflight",

@@ -383,6 +383,22 @@ size_t stk__dataset_shard_of(const stk_dataset *ds, uint64_t rec) {
     return lo;
 }
 
+uint64_t stk__dataset_record_at(const stk_dataset *ds, const stk__shard *sh, uint64_t off) {
+    if (sh->nrec == 0) return sh->first;
+    uint64_t lo = 0, hi = sh->nrec;
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        uint64_t a, z;
+        stk__record_span(ds, stk__entry(ds, sh, mid), &a, &z);
+        if (a <= off) lo = mid;
+        else hi = mid;
+    }
+    uint64_t a, z;
+    stk__record_span(ds, stk__entry(ds, sh, lo), &a, &z);
+    if (z <= off && lo + 1 < sh->nrec) lo++;
+    return sh->first + lo;
+}
+
 static int check_args(const stk_dataset *ds, uint64_t record, size_t field,
                       stk_error *err) {
     if (!ds) return stk__err(err, -EINVAL, "NULL dataset");

@@ -178,6 +178,10 @@ static inline const uint64_t *stk__entry(const stk_dataset *ds,
     return sh->index + local * stk__entry_words(ds->nfields);
 }
 
+/* The global id of the record whose bytes hold (or next follow) offset
+ * `off` of shard `sh`; for messages about a file cut short there. */
+uint64_t stk__dataset_record_at(const stk_dataset *ds, const struct stk__shard *sh, uint64_t off);
+
 /* Span [*start, *end) of a record's stored bytes in its shard. */
 static inline void stk__record_span(const stk_dataset *ds, const uint64_t *e,
                                     uint64_t *start, uint64_t *end) {

@@ -8,12 +8,16 @@
 
 int stk__io_fail(const stk__files *f, const stk__ioreq *r, int code, uint64_t got,
                  stk_error *err) {
-    const char *path = f->ds->shards[r->shard].path;
+    const stk__shard *sh = &f->ds->shards[r->shard];
+    const char *path = sh->path;
     if (code == 0)
+        /* Name the record where the file now ends. */
         return stk__err(err, STK_ETRUNCATED,
                         "%s: record %llu: read of %llu bytes at offset %llu returned only "
                         "%llu (the file shrank?)",
-                        path, (unsigned long long)r->rec, (unsigned long long)r->need,
+                        path,
+                        (unsigned long long)stk__dataset_record_at(f->ds, sh, r->off + got),
+                        (unsigned long long)r->need,
                         (unsigned long long)r->off, (unsigned long long)got);
     return stk__err(err, code, "%s: record %llu: read of %llu bytes at offset %llu failed: %s",
                     path, (unsigned long long)r->rec, (unsigned long long)r->len,

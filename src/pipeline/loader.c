@@ -29,6 +29,7 @@
  */
 #define _GNU_SOURCE
 #include "../format/format.h"
+#include "../core/hash.h"
 #include "../io/io.h"
 #include "../sample/sample.h"
 
@@ -87,6 +88,8 @@ typedef struct span {
     uint64_t base;   /* file offset that buf + buf_off holds (lo, or lo
                       * rounded down for O_DIRECT) */
     uint64_t buf_off;
+    uint64_t end;    /* bytes are read up to here: hi, or the end of hi's
+                      * checksum block when blocks are checked on load */
     uint64_t rec;    /* its first record, for messages */
 } span;
 
@@ -125,6 +128,7 @@ typedef struct worker {
     uint64_t stage_cap;
     ZSTD_DCtx *dctx;
     uint64_t *ids; /* 3 * batch_size: records, rows and groups of a batch */
+    uint8_t *blockbuf; /* one checksum block, for verifying through reads */
     /* The epoch's order and dealing as of the work in hand, copied under
      * mu: the consumer may move the loader's own to another epoch (set_epoch,
      * restore) while this worker computes or reads without the lock. */
@@ -176,6 +180,12 @@ struct stk_loader {
     stk_backend backend;
 
     /* Statistics. */
+    /* Read-time verification: one bit per checksum block of every shard,
+     * set once the block has been checked in the current epoch. */
+    _Atomic uint64_t *verified;
+    uint64_t *verified_off; /* first word of each shard's bitmap */
+    uint64_t verified_words;
+    _Atomic uint64_t st_ver_n, st_ver_bytes, st_ver_ns;
     _Atomic uint64_t st_plan_n, st_plan_ns, st_io_n, st_io_bytes, st_io_ns, st_asm_n,
         st_asm_bytes, st_asm_ns, st_wait_n, st_wait_ns, st_batches, st_samples, st_ready_sum,
         st_groups, st_inflight;
@@ -196,6 +206,7 @@ void stk_loader_options_init(stk_loader_options *o) {
     o->backend = STK_BACKEND_AUTO;
     o->queue_depth = 64;
     o->memory_budget = 1ull << 30;
+    o->verify = 1;
 }
 
 const char *stk_backend_name(stk_backend b) {
@@ -293,7 +304,7 @@ static int block_spans(const stk_loader *ld, uint64_t blk, group *g) {
             g->spans = ns;
             g->spans_cap = cap;
         }
-        g->spans[g->nspans++] = (span){(uint32_t)shard, lo, hi, lo, 0, r};
+        g->spans[g->nspans++] = (span){(uint32_t)shard, lo, hi, lo, 0, hi, r};
     }
     return 0;
 }
@@ -327,6 +338,58 @@ static bool group_evictable(const stk_loader *ld, const group *gr) {
     return gr->last_batch < lowest_unfilled(ld);
 }
 
+/* ---- read-time checksums ---- */
+
+static bool block_checked(const stk_loader *ld, size_t si, uint64_t b) {
+    _Atomic uint64_t *word = &ld->verified[ld->verified_off[si] + b / 64];
+    return atomic_load_explicit(word, memory_order_relaxed) & (UINT64_C(1) << (b % 64));
+}
+
+/* Hashes block b of shard si, whose bytes are at `bytes`, and records it as
+ * checked for this epoch; a mismatch names the damaged record. */
+static int check_block(stk_loader *ld, size_t si, uint64_t b, const uint8_t *bytes, uint64_t rec,
+                       stk_error *err) {
+    const stk__shard *sh = &ld->ds->shards[si];
+    uint64_t t0 = now_ns();
+    uint64_t a = sh->data_off + b * sh->block_size;
+    uint64_t n = STK__MIN((uint64_t)sh->block_size, sh->data_end - a);
+    if (stk__hash(bytes, (size_t)n) != sh->blocks[b]) {
+        /* Name the damaged record: the first one around this block whose
+         * own checksum fails (the file is intact in length here). */
+        uint64_t bad = UINT64_MAX;
+        for (uint64_t r = stk__dataset_record_at(ld->ds, sh, a) - sh->first; r < sh->nrec; r++) {
+            const uint64_t *e = stk__entry(ld->ds, sh, r);
+            uint64_t x, z;
+            stk__record_span(ld->ds, e, &x, &z);
+            if (x >= a + n) break;
+            if (stk__hash(sh->map + x, (size_t)(z - x)) != e[0]) {
+                bad = sh->first + r;
+                break;
+            }
+        }
+        if (bad == UINT64_MAX)
+            return stk__err(err, STK_ECHECKSUM,
+                            "%s: checksum mismatch in block %llu (bytes %llu..%llu), read for "
+                            "record %llu; the damage is outside every record's bytes",
+                            sh->path, (unsigned long long)b, (unsigned long long)a,
+                            (unsigned long long)(a + n), (unsigned long long)rec);
+        return stk__err(err, STK_ECHECKSUM,
+                        "%s: record %llu: checksum mismatch (block %llu, bytes %llu..%llu): "
+                        "the shard is damaged; `stoker verify` lists every damaged record",
+                        sh->path, (unsigned long long)bad, (unsigned long long)b,
+                        (unsigned long long)a, (unsigned long long)(a + n));
+    }
+    _Atomic uint64_t *word = &ld->verified[ld->verified_off[si] + b / 64];
+    uint64_t bit = UINT64_C(1) << (b % 64);
+    /* Two workers may check one block at once; count it once. */
+    if (!(atomic_fetch_or_explicit(word, bit, memory_order_relaxed) & bit)) {
+        ld->st_ver_n++;
+        ld->st_ver_bytes += n;
+    }
+    ld->st_ver_ns += now_ns() - t0;
+    return 0;
+}
+
 /* Reads the spans of group `gr` (already laid out) into its buffer. */
 static int group_read(stk_loader *ld, worker *w, group *gr, stk_error *err) {
     const stk_dataset *ds = ld->ds;
@@ -341,7 +404,7 @@ static int group_read(stk_loader *ld, worker *w, group *gr, stk_error *err) {
     size_t nreq = 0;
     for (size_t i = 0; i < gr->nspans; i++) {
         const span *sp = &gr->spans[i];
-        uint64_t end = ld->files.direct ? stk__align_up(sp->hi, DIRECT_ALIGN) : sp->hi;
+        uint64_t end = ld->files.direct ? stk__align_up(sp->end, DIRECT_ALIGN) : sp->end;
         nreq += (size_t)((end - sp->base + SPAN_CHUNK - 1) / SPAN_CHUNK);
     }
     if (nreq > w->reqs_cap) {
@@ -354,11 +417,11 @@ static int group_read(stk_loader *ld, worker *w, group *gr, stk_error *err) {
     uint64_t bytes = 0;
     for (size_t i = 0; i < gr->nspans; i++) {
         const span *sp = &gr->spans[i];
-        uint64_t end = ld->files.direct ? stk__align_up(sp->hi, DIRECT_ALIGN) : sp->hi;
+        uint64_t end = ld->files.direct ? stk__align_up(sp->end, DIRECT_ALIGN) : sp->end;
         uint64_t rec = sp->rec;
         for (uint64_t off = sp->base; off < end; off += SPAN_CHUNK) {
             uint64_t len = STK__MIN((uint64_t)SPAN_CHUNK, end - off);
-            uint64_t need = off + len <= sp->hi ? len : sp->hi > off ? sp->hi - off : 0;
+            uint64_t need = off + len <= sp->end ? len : sp->end > off ? sp->end - off : 0;
             w->reqs[k++] = (stk__ioreq){sp->shard, off, len, need,
                                         gr->buf + sp->buf_off + (off - sp->base), rec};
         }
@@ -369,6 +432,19 @@ static int group_read(stk_loader *ld, worker *w, group *gr, stk_error *err) {
     ld->st_io_ns += now_ns() - t;
     ld->st_io_n += k;
     ld->st_io_bytes += bytes;
+    /* Spans were widened to whole checksum blocks: check them from memory,
+     * so batches cut from this group need no further reads to verify. */
+    for (size_t i = 0; rc == 0 && ld->opt.verify && i < gr->nspans; i++) {
+        const span *sp = &gr->spans[i];
+        const stk__shard *sh = &ds->shards[sp->shard];
+        uint64_t bs = sh->block_size;
+        for (uint64_t a = sp->base; rc == 0 && a < sp->end; a += bs) {
+            uint64_t b = (a - sh->data_off) / bs;
+            if (!block_checked(ld, sp->shard, b))
+                rc = check_block(ld, sp->shard, b, gr->buf + sp->buf_off + (a - sp->base),
+                                 sp->rec, err);
+        }
+    }
     return rc;
 }
 
@@ -385,15 +461,20 @@ static int group_load(stk_loader *ld, worker *w, group *gr, uint64_t g, stk_erro
     uint64_t pos = 0;
     for (size_t i = 0; i < gr->nspans; i++) {
         span *sp = &gr->spans[i];
-        if (ld->files.direct) {
-            sp->base = sp->lo & ~(uint64_t)(DIRECT_ALIGN - 1);
-            sp->buf_off = pos;
-            pos += stk__align_up(sp->hi, DIRECT_ALIGN) - sp->base;
+        if (ld->opt.verify && ld->backend != STK_BACKEND_MMAP) {
+            /* Whole checksum blocks, so that they can be checked on load. */
+            const stk__shard *sh = &ld->ds->shards[sp->shard];
+            uint64_t bs = sh->block_size;
+            sp->base = sh->data_off + (sp->lo - sh->data_off) / bs * bs;
+            sp->end = STK__MIN(sh->data_off + stk__align_up(sp->hi - sh->data_off, bs),
+                               sh->data_end);
         } else {
-            sp->base = sp->lo;
-            sp->buf_off = pos;
-            pos = stk__align_up(pos + (sp->hi - sp->lo), 64);
+            sp->base = ld->files.direct ? sp->lo & ~(uint64_t)(DIRECT_ALIGN - 1) : sp->lo;
+            sp->end = sp->hi;
         }
+        sp->buf_off = pos;
+        pos = ld->files.direct ? pos + stk__align_up(sp->end, DIRECT_ALIGN) - sp->base
+                               : stk__align_up(pos + (sp->end - sp->base), 64);
     }
     if (ld->backend != STK_BACKEND_MMAP && pos > ld->group_cap)
         return stk__err(err, -ENOMEM,
@@ -726,6 +807,54 @@ static int fill_groups(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
     return rc;
 }
 
+/* Checks the blocks of shard bytes [lo, hi) not yet checked this epoch.
+ * The mmap backend hashes the mapping; the others read each block (from
+ * the page cache, usually: the batch's own reads just brought it in), so a
+ * file that shrank gives an error, never a fault. */
+static int verify_range(stk_loader *ld, worker *w, size_t si, uint64_t lo, uint64_t hi,
+                        uint64_t rec, stk_error *err) {
+    const stk__shard *sh = &ld->ds->shards[si];
+    if (hi <= lo) return 0;
+    uint64_t bs = sh->block_size;
+    uint64_t b0 = (lo - sh->data_off) / bs, b1 = (hi - 1 - sh->data_off) / bs;
+    for (uint64_t b = b0; b <= b1; b++) {
+        if (block_checked(ld, si, b)) continue;
+        uint64_t a = sh->data_off + b * bs, n = STK__MIN(bs, sh->data_end - a);
+        const uint8_t *bytes;
+        if (ld->backend == STK_BACKEND_MMAP) {
+            bytes = sh->map + a;
+        } else {
+            uint64_t len = ld->files.direct ? stk__align_up(n, DIRECT_ALIGN) : n;
+            ssize_t got = stk__pread_full(ld->fds[si], w->blockbuf, (size_t)len, a);
+            if (got < 0 || (uint64_t)got < n) {
+                /* Name the record where the file now ends, not the one
+                 * that happened to share its block. */
+                if (got >= 0) rec = stk__dataset_record_at(ld->ds, sh, a + (uint64_t)got);
+                stk__ioreq r = {(uint32_t)si, a, len, n, w->blockbuf, rec};
+                return stk__io_fail(&ld->files, &r, got < 0 ? (int)got : 0,
+                                    got < 0 ? 0 : (uint64_t)got, err);
+            }
+            bytes = w->blockbuf;
+        }
+        int rc = check_block(ld, si, b, bytes, rec, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int verify_samples(stk_loader *ld, worker *w, uint32_t n, const uint64_t *recs,
+                          const uint64_t *ts, stk_error *err) {
+    for (uint32_t j = 0; j < n; j++) {
+        size_t si;
+        uint64_t lo, hi;
+        uint64_t t1 = ld->space.windows ? ts[j] + ld->space.L : 0;
+        sample_span(ld, recs[j], ts[j], t1, &si, &lo, &hi);
+        int rc = verify_range(ld, w, si, lo, hi, recs[j], err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error *err) {
     uint64_t t0 = now_ns();
     uint32_t n = s->n;
@@ -742,6 +871,7 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
     ld->st_plan_ns += now_ns() - t0;
     int rc = ld->use_groups ? fill_groups(ld, w, s, recs, ts, gs, gen, err)
                             : fill_direct(ld, w, s, recs, ts, err);
+    if (rc == 0 && ld->opt.verify) rc = verify_samples(ld, w, n, recs, ts, err);
     if (rc == 0) {
         uint64_t bytes = 0;
         for (size_t i = 0; i < ld->nf; i++)
@@ -1053,6 +1183,21 @@ int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader 
         goto fail;
     }
     if ((rc = open_files(ld, err))) goto fail;
+    if (opts->verify) {
+        ld->verified_off = stk__calloc(ds->nshards + 1, sizeof *ld->verified_off);
+        if (!ld->verified_off) {
+            rc = stk__err(err, -ENOMEM, "out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < ds->nshards; i++)
+            ld->verified_off[i + 1] = ld->verified_off[i] + (ds->shards[i].nblocks + 63) / 64;
+        ld->verified_words = ld->verified_off[ds->nshards];
+        ld->verified = stk__calloc(ld->verified_words + 1, sizeof *ld->verified);
+        if (!ld->verified) {
+            rc = stk__err(err, -ENOMEM, "out of memory");
+            goto fail;
+        }
+    }
 
     /* Threads. */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1100,7 +1245,8 @@ int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader 
             }
             uint64_t bytes = 0;
             for (size_t k = 0; k < tmp->nspans; k++)
-                bytes += tmp->spans[k].hi - tmp->spans[k].lo + 2 * DIRECT_ALIGN + 64;
+                bytes += tmp->spans[k].hi - tmp->spans[k].lo + 2 * DIRECT_ALIGN + 64 +
+                         (opts->verify ? 2 * (uint64_t)ds->block_size : 0);
             max_block = STK__MAX(max_block, bytes);
         }
         stk__free(tmp->spans);
@@ -1190,6 +1336,11 @@ int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader 
             goto fail;
         }
         w->ids = stk__malloc(3 * B * sizeof *w->ids);
+        if (opts->verify && ds->block_size &&
+            !(w->blockbuf = stk__aligned_alloc(DIRECT_ALIGN, ds->block_size))) {
+            rc = stk__err(err, -ENOMEM, "out of memory");
+            goto fail;
+        }
         if (!w->ids || !(w->dctx = ZSTD_createDCtx())) {
             rc = stk__err(err, -ENOMEM, "out of memory");
             goto fail;
@@ -1401,6 +1552,8 @@ static int reposition(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t st
     }
     for (uint32_t i = 0; i < ld->R; i++)
         if (ld->slots[i].state == S_READY) ld->slots[i].state = S_FREE;
+    /* Every block is checked again in the new epoch. */
+    for (uint64_t i = 0; i < ld->verified_words; i++) atomic_store(&ld->verified[i], 0);
     set_epoch_locked(ld, seed, epoch, start);
     pthread_cond_broadcast(&ld->cv);
     pthread_mutex_unlock(&ld->mu);
@@ -1443,6 +1596,7 @@ void stk_loader_stats_get(const stk_loader *ld, stk_loader_stats *o) {
     o->io = (stk_stage_stats){ld->st_io_n, ld->st_io_bytes, ld->st_io_ns};
     o->assemble = (stk_stage_stats){ld->st_asm_n, ld->st_asm_bytes, ld->st_asm_ns};
     o->wait = (stk_stage_stats){ld->st_wait_n, 0, ld->st_wait_ns};
+    o->verify = (stk_stage_stats){ld->st_ver_n, ld->st_ver_bytes, ld->st_ver_ns};
     o->batches = ld->st_batches;
     o->samples = ld->st_samples;
     o->elapsed_ns = now_ns() - ld->st_t0;
@@ -1461,6 +1615,7 @@ void stk_loader_stats_reset(stk_loader *ld) {
     ld->st_plan_n = ld->st_plan_ns = ld->st_io_n = ld->st_io_bytes = ld->st_io_ns = 0;
     ld->st_asm_n = ld->st_asm_bytes = ld->st_asm_ns = ld->st_wait_n = ld->st_wait_ns = 0;
     ld->st_batches = ld->st_samples = ld->st_ready_sum = ld->st_groups = 0;
+    ld->st_ver_n = ld->st_ver_bytes = ld->st_ver_ns = 0;
     ld->st_t0 = now_ns();
 }
 
@@ -1479,6 +1634,7 @@ void stk_loader_close(stk_loader *ld) {
         stk__free(w->posts);
         stk__free(w->stage);
         stk__free(w->ids);
+        stk__free(w->blockbuf);
         ZSTD_freeDCtx(w->dctx);
     }
     for (int i = 0; i < ld->ngroups; i++) {
@@ -1500,6 +1656,8 @@ void stk_loader_close(stk_loader *ld) {
             if (ld->fds[i] >= 0) close(ld->fds[i]);
     stk__free(ld->fds);
     stk__space_free(&ld->space);
+    stk__free((void *)ld->verified);
+    stk__free(ld->verified_off);
     stk__free(ld->f);
     pthread_mutex_destroy(&ld->mu);
     pthread_cond_destroy(&ld->cv);
