@@ -123,11 +123,13 @@ def main():
         "cold cases use stride 365 so that every row is delivered once and the figure is a "
         "read rate.",
         "",
-        "Known gap: block order with `--direct` stays below the buffered path here. Its group "
-        "reads are 4 MiB pieces issued all at once by one worker, without the kernel's "
-        "read-ahead; why that reaches only part of the sequential limit on this virtual disk "
-        "is not yet explained (next: one group in flight while the next is read, larger "
-        "pieces). The default (buffered) path meets the target.",
+        "Cold figures vary much between runs here because the shared virtual disk's own speed "
+        "does (its sequential O_DIRECT rate ranged from 0.75 to 1.55 GB/s between runs of this "
+        "script); compare ratios within one run. Known gap: in every run so far block order "
+        "with `--direct` has been below the buffered path. Its group reads are 4 MiB pieces, "
+        "all issued at once by one worker, without the kernel's read-ahead. Why that falls "
+        "short is not yet explained; next: keep one group in flight while the next is read, "
+        "and use larger pieces.",
         "",
         "All repetitions: " + "; ".join(
             f"{k}: " + ", ".join(f"{x:.3g}" for x in v) for k, v in r.items()),
