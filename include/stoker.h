@@ -496,6 +496,11 @@ typedef enum stk_valid {
 /* Returned by stk_loader_next when the epoch has no more batches. */
 #define STK_END 1
 
+typedef enum stk_on_error {
+    STK_ON_ERROR_RAISE = 0, /* a damaged sample fails next() (the default) */
+    STK_ON_ERROR_SKIP = 1   /* it is replaced; see stk_loader_options */
+} stk_on_error;
+
 typedef struct stk_loader_options {
     uint32_t batch_size;       /* samples per batch; default 32; >= 1 */
     const char *const *fields; /* names of the fields to load; NULL: all */
@@ -529,6 +534,16 @@ typedef struct stk_loader_options {
                                 * time it is used in each epoch; a mismatch is
                                 * STK_ECHECKSUM naming shard and record.
                                 * 0: no checks */
+    stk_on_error on_error;     /* what a sample that fails its checksum gets.
+                                * SKIP (needs verify): it is replaced by the
+                                * next sample of the epoch's order that passes
+                                * (in block order, the next of its group), so
+                                * every rank still yields the same batches; a
+                                * replaced sample may then appear twice in the
+                                * epoch.  Counted in stats.skipped; I/O errors
+                                * are never skipped.  Default RAISE. */
+    uint64_t max_skips;        /* SKIP: this many failures in a row raise;
+                                * default 100 */
 } stk_loader_options;
 
 /* Fills `opts` with the defaults above. */
@@ -667,10 +682,15 @@ typedef struct stk_loader_stats {
     uint32_t threads;
     uint64_t groups_loaded;   /* block order: groups read */
     uint64_t max_inflight;    /* most reads in flight at once */
+    uint64_t skipped;         /* on_error = skip: samples replaced */
 } stk_loader_stats;
 
 /* Copies the counters.  Safe at any time from the consumer thread. */
 STK_API void stk_loader_stats_get(const stk_loader *ld, stk_loader_stats *out);
+/* Samples replaced so far under on_error = skip, and in *out (if not NULL)
+ * the reason for the last replacement (file, shard and record). */
+STK_API uint64_t stk_loader_last_skip(stk_loader *ld, stk_error *out);
+
 /* Zeroes the counters and restarts elapsed time. */
 STK_API void stk_loader_stats_reset(stk_loader *ld);
 

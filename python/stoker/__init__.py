@@ -27,6 +27,7 @@ _ORDERS = {"sequential": 0, "random": 1, "block": 2}
 _BACKENDS = {"auto": 0, "uring": 1, "io_uring": 1, "pool": 2, "mmap": 3}
 _VALID = {None: 0, "all": 0, "mask": 1, "notnan": 2, "not_nan": 2}
 _OUTPUTS = ("numpy", "torch", "dlpack")
+_ON_ERROR = {"raise": 0, "skip": 1}
 
 
 def _env_int(name, default):
@@ -94,6 +95,12 @@ class Loader:
     verify        check the checksum of every block of data a batch uses, once
                   per epoch (True); a damaged byte raises StokerError naming
                   the shard file and the record
+    on_error      "raise" (default), or "skip": a sample that fails its
+                  checksum is replaced by the next good one of the order (of
+                  its group, in block order), so every rank keeps the same
+                  batch count; each replacement is counted in stats()
+                  ["skipped"] and named in a RuntimeWarning
+    max_skips     with "skip", this many failures in a row raise (100)
     output        "numpy" (default), "torch" or "dlpack"
 
     Ragged fields (record mode) come as ``name`` (the rows concatenated) and
@@ -104,7 +111,8 @@ class Loader:
                  valid=None, shuffle="block", seed=0, epoch=0, block_bytes=4 << 20,
                  block_samples=0, block_group=16, rank=None, world_size=None, pad=False,
                  drop_last=False, backend="auto", direct=False, threads=0, prefetch=0,
-                 queue_depth=64, memory_budget=1 << 30, verify=True, output="numpy"):
+                 queue_depth=64, memory_budget=1 << 30, verify=True, on_error="raise",
+                 max_skips=100, output="numpy"):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
         batch_size = _check_int("batch_size", batch_size, 1, high=_U32)
@@ -141,6 +149,8 @@ class Loader:
         prefetch = _check_int("prefetch", prefetch, high=_U32)
         queue_depth = _check_int("queue_depth", queue_depth, 1, high=_U32)
         memory_budget = _check_int("memory_budget", memory_budget, 1)
+        on_error_code = _check_choice("on_error", on_error, _ON_ERROR)
+        max_skips = _check_int("max_skips", max_skips, 1)
         if output not in _OUTPUTS:
             raise ValueError(f"output must be one of {_OUTPUTS}, not {output!r}")
         if output == "torch":
@@ -150,7 +160,9 @@ class Loader:
             os.fspath(path), batch_size, fields, window or 0, stride, valid_field, valid_code,
             order, seed, epoch, block_bytes, block_samples, block_group, rank, world_size,
             bool(pad), bool(drop_last), backend_code, bool(direct), threads, prefetch,
-            queue_depth, memory_budget, bool(verify))
+            queue_depth, memory_budget, bool(verify), on_error_code, max_skips)
+        self._skip_mode = on_error_code == 1
+        self._skipped = 0
         self.batch_size = batch_size
         self.rank, self.world_size = rank, world_size
         self._epoch = epoch
@@ -174,7 +186,17 @@ class Loader:
             # a batch the caller let go of must not keep its buffer held.
             batch = None
 
+    def _warn_skips(self):
+        n, why = self._c.last_skip()
+        if n > self._skipped:
+            import warnings
+            warnings.warn(f"stoker: replaced {n - self._skipped} damaged sample(s) "
+                          f"(on_error='skip'); the last: {why}", RuntimeWarning, stacklevel=3)
+            self._skipped = n
+
     def _convert(self, arrays):
+        if self._skip_mode:
+            self._warn_skips()
         if self._output == "dlpack":
             return arrays
         if self._output == "torch":

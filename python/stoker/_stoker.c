@@ -407,7 +407,7 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
                              "valid", "order", "seed", "epoch", "block_bytes", "block_samples",
                              "block_group", "rank", "world_size", "pad", "drop_last", "backend",
                              "direct", "threads", "prefetch", "queue_depth", "memory_budget",
-                             "verify", NULL};
+                             "verify", "on_error", "max_skips", NULL};
     const char *path;
     stk_loader_options o;
     stk_loader_options_init(&o);
@@ -416,12 +416,13 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     unsigned int batch = 32, block_group = 16, rank = 0, world = 1, prefetch = 0, qd = 64;
     unsigned long long window = 0, stride = 1, seed = 0, epoch = 0, bb = 4u << 20, bs = 0,
                        budget = 1ull << 30;
-    int verify = 1;
+    int verify = 1, on_error = 0;
+    unsigned long long max_skips = 100;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "s|IOKKOiiKKKKIIIppipiIIKp", kwlist, &path, &batch, &fields, &window,
+            args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiK", kwlist, &path, &batch, &fields, &window,
             &stride, &valid_field, &valid, &order, &seed, &epoch, &bb, &bs, &block_group, &rank,
             &world, &pad, &drop_last, &backend, &direct, &threads, &prefetch, &qd, &budget,
-            &verify))
+            &verify, &on_error, &max_skips))
         return -1;
     o.batch_size = batch;
     o.window = window;
@@ -444,6 +445,8 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     o.queue_depth = qd;
     o.memory_budget = budget;
     o.verify = verify;
+    o.on_error = (stk_on_error)on_error;
+    o.max_skips = max_skips;
     o.valid_field = str_or_null(valid_field);
     const char *names[256];
     if (fields != Py_None) {
@@ -626,12 +629,21 @@ static PyObject *loader_stats(LoaderObject *self, PyObject *unused) {
     stk_loader_stats s;
     stk_loader_stats_get(self->ld, &s);
     return Py_BuildValue(
-        "{sNsNsNsNsNsKsKsdsdsIsIsKsKss}", "plan", stage(&s.plan), "io", stage(&s.io), "assemble",
+        "{sNsNsNsNsNsKsKsdsdsIsIsKsKsssK}", "plan", stage(&s.plan), "io", stage(&s.io), "assemble",
         stage(&s.assemble), "wait", stage(&s.wait), "verify", stage(&s.verify), "batches", s.batches, "samples", s.samples,
         "elapsed", (double)s.elapsed_ns / 1e9, "ready_mean",
         s.wait.count ? (double)s.ready_sum / (double)s.wait.count : 0.0, "ring_slots",
         s.ring_slots, "threads", s.threads, "groups_loaded", s.groups_loaded, "max_inflight",
-        s.max_inflight, "backend", stk_backend_name(stk_loader_backend(self->ld)));
+        s.max_inflight, "backend", stk_backend_name(stk_loader_backend(self->ld)), "skipped",
+        s.skipped);
+}
+
+static PyObject *loader_last_skip(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (check_process(self)) return NULL;
+    stk_error e = {0};
+    uint64_t n = stk_loader_last_skip(self->ld, &e);
+    return Py_BuildValue("(Ks)", (unsigned long long)n, n ? e.message : "");
 }
 
 static PyObject *loader_stats_reset(LoaderObject *self, PyObject *unused) {
@@ -682,6 +694,8 @@ static PyMethodDef loader_methods[] = {
      "restore(seed, epoch, position, fingerprint)"},
     {"stats", (PyCFunction)loader_stats, METH_NOARGS, "Per-stage counters."},
     {"stats_reset", (PyCFunction)loader_stats_reset, METH_NOARGS, "Zeroes the counters."},
+    {"last_skip", (PyCFunction)loader_last_skip, METH_NOARGS,
+     "(samples replaced so far, reason for the last one) under on_error='skip'."},
     {"counts", (PyCFunction)loader_counts, METH_NOARGS, "Sample and batch counts."},
     {"close", (PyCFunction)loader_close, METH_NOARGS,
      "Stops the threads; memory still referenced by batches is freed with them."},

@@ -186,6 +186,11 @@ struct stk_loader {
     uint64_t *verified_off; /* first word of each shard's bitmap */
     uint64_t verified_words;
     _Atomic uint64_t st_ver_n, st_ver_bytes, st_ver_ns;
+    /* on_error = skip: blocks found damaged, samples replaced, the last
+     * replacement's reason (under mu). */
+    _Atomic uint64_t *bad;
+    _Atomic uint64_t st_skipped;
+    stk_error last_skip;
     _Atomic uint64_t st_plan_n, st_plan_ns, st_io_n, st_io_bytes, st_io_ns, st_asm_n,
         st_asm_bytes, st_asm_ns, st_wait_n, st_wait_ns, st_batches, st_samples, st_ready_sum,
         st_groups, st_inflight;
@@ -207,6 +212,8 @@ void stk_loader_options_init(stk_loader_options *o) {
     o->queue_depth = 64;
     o->memory_budget = 1ull << 30;
     o->verify = 1;
+    o->on_error = STK_ON_ERROR_RAISE;
+    o->max_skips = 100;
 }
 
 const char *stk_backend_name(stk_backend b) {
@@ -345,6 +352,17 @@ static bool block_checked(const stk_loader *ld, size_t si, uint64_t b) {
     return atomic_load_explicit(word, memory_order_relaxed) & (UINT64_C(1) << (b % 64));
 }
 
+static bool block_bad(const stk_loader *ld, size_t si, uint64_t b) {
+    if (!ld->bad) return false;
+    _Atomic uint64_t *word = &ld->bad[ld->verified_off[si] + b / 64];
+    return atomic_load_explicit(word, memory_order_relaxed) & (UINT64_C(1) << (b % 64));
+}
+
+static void mark_bad(stk_loader *ld, size_t si, uint64_t b) {
+    if (ld->bad)
+        atomic_fetch_or(&ld->bad[ld->verified_off[si] + b / 64], UINT64_C(1) << (b % 64));
+}
+
 /* Hashes block b of shard si, whose bytes are at `bytes`, and records it as
  * checked for this epoch; a mismatch names the damaged record. */
 static int check_block(stk_loader *ld, size_t si, uint64_t b, const uint8_t *bytes, uint64_t rec,
@@ -440,9 +458,15 @@ static int group_read(stk_loader *ld, worker *w, group *gr, stk_error *err) {
         uint64_t bs = sh->block_size;
         for (uint64_t a = sp->base; rc == 0 && a < sp->end; a += bs) {
             uint64_t b = (a - sh->data_off) / bs;
-            if (!block_checked(ld, sp->shard, b))
+            if (!block_checked(ld, sp->shard, b) && !block_bad(ld, sp->shard, b)) {
                 rc = check_block(ld, sp->shard, b, gr->buf + sp->buf_off + (a - sp->base),
                                  sp->rec, err);
+                /* Under on_error = skip the samples that use it are replaced. */
+                if (rc == STK_ECHECKSUM && ld->bad) {
+                    mark_bad(ld, sp->shard, b);
+                    rc = 0;
+                }
+            }
         }
     }
     return rc;
@@ -735,10 +759,116 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
     return rc;
 }
 
+/* Checks the blocks of shard bytes [lo, hi) not yet checked this epoch.
+ * The mmap backend hashes the mapping; the others read each block (from
+ * the page cache, usually: the batch's own reads just brought it in), so a
+ * file that shrank gives an error, never a fault. */
+static int verify_range(stk_loader *ld, worker *w, size_t si, uint64_t lo, uint64_t hi,
+                        uint64_t rec, stk_error *err) {
+    const stk__shard *sh = &ld->ds->shards[si];
+    if (hi <= lo) return 0;
+    uint64_t bs = sh->block_size;
+    uint64_t b0 = (lo - sh->data_off) / bs, b1 = (hi - 1 - sh->data_off) / bs;
+    for (uint64_t b = b0; b <= b1; b++) {
+        if (block_bad(ld, si, b)) {
+            /* A damaged block may hold intact records: under on_error =
+             * skip only the damaged record itself is refused. */
+            const uint64_t *e = stk__entry(ld->ds, sh, rec - sh->first);
+            uint64_t x, z;
+            stk__record_span(ld->ds, e, &x, &z);
+            if (stk__hash(sh->map + x, (size_t)(z - x)) == e[0]) continue;
+            return stk__err(err, STK_ECHECKSUM, "%s: record %llu: checksum mismatch", sh->path,
+                            (unsigned long long)rec);
+        }
+        if (block_checked(ld, si, b)) continue;
+        uint64_t a = sh->data_off + b * bs, n = STK__MIN(bs, sh->data_end - a);
+        const uint8_t *bytes;
+        if (ld->backend == STK_BACKEND_MMAP) {
+            bytes = sh->map + a;
+        } else {
+            uint64_t len = ld->files.direct ? stk__align_up(n, DIRECT_ALIGN) : n;
+            ssize_t got = stk__pread_full(ld->fds[si], w->blockbuf, (size_t)len, a);
+            if (got < 0 || (uint64_t)got < n) {
+                /* Name the record where the file now ends, not the one
+                 * that happened to share its block. */
+                if (got >= 0) rec = stk__dataset_record_at(ld->ds, sh, a + (uint64_t)got);
+                stk__ioreq r = {(uint32_t)si, a, len, n, w->blockbuf, rec};
+                return stk__io_fail(&ld->files, &r, got < 0 ? (int)got : 0,
+                                    got < 0 ? 0 : (uint64_t)got, err);
+            }
+            bytes = w->blockbuf;
+        }
+        int rc = check_block(ld, si, b, bytes, rec, err);
+        if (rc == STK_ECHECKSUM && ld->bad) {
+            mark_bad(ld, si, b);
+            b--; /* again, now as a damaged block: the record decides */
+            continue;
+        }
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int verify_samples(stk_loader *ld, worker *w, uint32_t n, const uint64_t *recs,
+                          const uint64_t *ts, stk_error *err) {
+    for (uint32_t j = 0; j < n; j++) {
+        size_t si;
+        uint64_t lo, hi;
+        uint64_t t1 = ld->space.windows ? ts[j] + ld->space.L : 0;
+        sample_span(ld, recs[j], ts[j], t1, &si, &lo, &hi);
+        int rc = verify_range(ld, w, si, lo, hi, recs[j], err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* Checks (once per epoch) the blocks sample (rec, t) uses. */
+static int sample_ok(stk_loader *ld, worker *w, uint64_t rec, uint64_t t, stk_error *err) {
+    size_t si;
+    uint64_t lo, hi;
+    sample_span(ld, rec, t, ld->space.windows ? t + ld->space.L : 0, &si, &lo, &hi);
+    return verify_range(ld, w, si, lo, hi, rec, err);
+}
+
+/* on_error = skip: the sample at position p failed its checks (why: *err).
+ * Takes the next position whose sample passes: p+1, p+2, ... within the
+ * epoch, or within the group [gstart, gstart + gsize) in block order, so
+ * that every rank still yields the same batches.  Fails after max_skips. */
+static int substitute(stk_loader *ld, worker *w, uint64_t p, uint64_t gstart, uint64_t gsize,
+                      uint64_t *id, uint64_t *rec, uint64_t *t, stk_error *err) {
+    stk_error first = *err;
+    uint64_t n = gsize ? gsize : ld->space.n;
+    uint64_t base = gsize ? gstart : 0;
+    for (uint64_t k = 1; k <= ld->opt.max_skips && k < n; k++) {
+        uint64_t p2 = base + (p - base + k) % n;
+        uint64_t id2 = stk__order_at(&w->order, p2), r2, t2;
+        stk__space_locate(&ld->space, id2, &r2, &t2);
+        stk_error e2 = {0};
+        int rc = sample_ok(ld, w, r2, t2, &e2);
+        if (rc == 0) {
+            *id = id2;
+            *rec = r2;
+            *t = t2;
+            ld->st_skipped++;
+            pthread_mutex_lock(&ld->mu);
+            ld->last_skip = first;
+            pthread_mutex_unlock(&ld->mu);
+            return 0;
+        }
+        if (rc != STK_ECHECKSUM) {
+            *err = e2;
+            return rc;
+        }
+    }
+    int code = first.code;
+    stk__err(err, code, "on_error=skip: %llu samples in a row failed their checks; the first: %s",
+             (unsigned long long)STK__MIN(ld->opt.max_skips, n), first.message);
+    return code;
+}
+
 /* Copies samples out of group buffers (block order). */
-static int fill_groups(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *recs,
-                       const uint64_t *ts, const uint64_t *groups_of, uint64_t gen,
-                       stk_error *err) {
+static int fill_groups(stk_loader *ld, worker *w, stk_batch *s, uint64_t *recs, uint64_t *ts,
+                       const uint64_t *groups_of, uint64_t gen, stk_error *err) {
     const stk_dataset *ds = ld->ds;
     bool mm = ld->backend == STK_BACKEND_MMAP;
     group *gr = NULL;
@@ -755,6 +885,18 @@ static int fill_groups(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
             gr = group_acquire(ld, w, g, gen, err, &rc);
             pthread_mutex_unlock(&ld->mu);
             if (!gr) break;
+        }
+        if (ld->bad) {
+            /* A sample on a block the group load found damaged is replaced
+             * by the next good one of the same group. */
+            rc = sample_ok(ld, w, recs[j], ts[j], err);
+            if (rc == STK_ECHECKSUM) {
+                uint64_t gstart, gsize;
+                stk__order_group_range(&w->order, g, &gstart, &gsize);
+                rc = substitute(ld, w, stk__deal_at(&w->deal, s->b * ld->opt.batch_size + j),
+                                gstart, gsize, &s->samples[j], &recs[j], &ts[j], err);
+            }
+            if (rc) break;
         }
         uint64_t t_asm = now_ns();
         uint64_t blk = s->samples[j] / ld->block_samples;
@@ -807,54 +949,6 @@ static int fill_groups(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
     return rc;
 }
 
-/* Checks the blocks of shard bytes [lo, hi) not yet checked this epoch.
- * The mmap backend hashes the mapping; the others read each block (from
- * the page cache, usually: the batch's own reads just brought it in), so a
- * file that shrank gives an error, never a fault. */
-static int verify_range(stk_loader *ld, worker *w, size_t si, uint64_t lo, uint64_t hi,
-                        uint64_t rec, stk_error *err) {
-    const stk__shard *sh = &ld->ds->shards[si];
-    if (hi <= lo) return 0;
-    uint64_t bs = sh->block_size;
-    uint64_t b0 = (lo - sh->data_off) / bs, b1 = (hi - 1 - sh->data_off) / bs;
-    for (uint64_t b = b0; b <= b1; b++) {
-        if (block_checked(ld, si, b)) continue;
-        uint64_t a = sh->data_off + b * bs, n = STK__MIN(bs, sh->data_end - a);
-        const uint8_t *bytes;
-        if (ld->backend == STK_BACKEND_MMAP) {
-            bytes = sh->map + a;
-        } else {
-            uint64_t len = ld->files.direct ? stk__align_up(n, DIRECT_ALIGN) : n;
-            ssize_t got = stk__pread_full(ld->fds[si], w->blockbuf, (size_t)len, a);
-            if (got < 0 || (uint64_t)got < n) {
-                /* Name the record where the file now ends, not the one
-                 * that happened to share its block. */
-                if (got >= 0) rec = stk__dataset_record_at(ld->ds, sh, a + (uint64_t)got);
-                stk__ioreq r = {(uint32_t)si, a, len, n, w->blockbuf, rec};
-                return stk__io_fail(&ld->files, &r, got < 0 ? (int)got : 0,
-                                    got < 0 ? 0 : (uint64_t)got, err);
-            }
-            bytes = w->blockbuf;
-        }
-        int rc = check_block(ld, si, b, bytes, rec, err);
-        if (rc) return rc;
-    }
-    return 0;
-}
-
-static int verify_samples(stk_loader *ld, worker *w, uint32_t n, const uint64_t *recs,
-                          const uint64_t *ts, stk_error *err) {
-    for (uint32_t j = 0; j < n; j++) {
-        size_t si;
-        uint64_t lo, hi;
-        uint64_t t1 = ld->space.windows ? ts[j] + ld->space.L : 0;
-        sample_span(ld, recs[j], ts[j], t1, &si, &lo, &hi);
-        int rc = verify_range(ld, w, si, lo, hi, recs[j], err);
-        if (rc) return rc;
-    }
-    return 0;
-}
-
 static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error *err) {
     uint64_t t0 = now_ns();
     uint32_t n = s->n;
@@ -869,9 +963,20 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
     }
     ld->st_plan_n += n;
     ld->st_plan_ns += now_ns() - t0;
-    int rc = ld->use_groups ? fill_groups(ld, w, s, recs, ts, gs, gen, err)
+    int rc = 0;
+    /* Check before reading: the check brings the blocks into the page
+     * cache, and under on_error = skip a damaged sample is replaced before
+     * anything is read for it. */
+    for (uint32_t j = 0; ld->opt.verify && !ld->use_groups && j < n && rc == 0; j++) {
+        rc = sample_ok(ld, w, recs[j], ts[j], err);
+        if (rc == STK_ECHECKSUM && ld->bad)
+            rc = substitute(ld, w, stk__deal_at(&w->deal, first + j), 0, 0, &s->samples[j],
+                            &recs[j], &ts[j], err);
+    }
+    if (rc == 0)
+        rc = ld->use_groups ? fill_groups(ld, w, s, recs, ts, gs, gen, err)
                             : fill_direct(ld, w, s, recs, ts, err);
-    if (rc == 0 && ld->opt.verify) rc = verify_samples(ld, w, n, recs, ts, err);
+    if (rc == 0 && ld->opt.verify && ld->use_groups) rc = verify_samples(ld, w, n, recs, ts, err);
     if (rc == 0) {
         uint64_t bytes = 0;
         for (size_t i = 0; i < ld->nf; i++)
@@ -1101,6 +1206,13 @@ static int check_options(const stk_dataset *ds, const stk_loader_options *o, stk
     }
     if (o->order == STK_ORDER_BLOCK && o->block_group == 0)
         return stk__err(err, -EINVAL, "block_group: must be at least 1");
+    if (o->on_error != STK_ON_ERROR_RAISE && o->on_error != STK_ON_ERROR_SKIP)
+        return stk__err(err, -EINVAL, "on_error: unknown value %d", (int)o->on_error);
+    if (o->on_error == STK_ON_ERROR_SKIP && !o->verify)
+        return stk__err(err, -EINVAL,
+                        "on_error: skipping damaged samples needs verify (checksums) on");
+    if (o->on_error == STK_ON_ERROR_SKIP && o->max_skips == 0)
+        return stk__err(err, -EINVAL, "max_skips: must be at least 1");
     if (o->threads < 0 || o->threads > MAX_WORKERS)
         return stk__err(err, -EINVAL, "threads: %d is not in 0..%d", o->threads, MAX_WORKERS);
     return 0;
@@ -1193,7 +1305,9 @@ int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader 
             ld->verified_off[i + 1] = ld->verified_off[i] + (ds->shards[i].nblocks + 63) / 64;
         ld->verified_words = ld->verified_off[ds->nshards];
         ld->verified = stk__calloc(ld->verified_words + 1, sizeof *ld->verified);
-        if (!ld->verified) {
+        if (opts->on_error == STK_ON_ERROR_SKIP)
+            ld->bad = stk__calloc(ld->verified_words + 1, sizeof *ld->bad);
+        if (!ld->verified || (opts->on_error == STK_ON_ERROR_SKIP && !ld->bad)) {
             rc = stk__err(err, -ENOMEM, "out of memory");
             goto fail;
         }
@@ -1597,6 +1711,7 @@ void stk_loader_stats_get(const stk_loader *ld, stk_loader_stats *o) {
     o->assemble = (stk_stage_stats){ld->st_asm_n, ld->st_asm_bytes, ld->st_asm_ns};
     o->wait = (stk_stage_stats){ld->st_wait_n, 0, ld->st_wait_ns};
     o->verify = (stk_stage_stats){ld->st_ver_n, ld->st_ver_bytes, ld->st_ver_ns};
+    o->skipped = ld->st_skipped;
     o->batches = ld->st_batches;
     o->samples = ld->st_samples;
     o->elapsed_ns = now_ns() - ld->st_t0;
@@ -1610,12 +1725,22 @@ void stk_loader_stats_get(const stk_loader *ld, stk_loader_stats *o) {
     o->max_inflight = m;
 }
 
+uint64_t stk_loader_last_skip(stk_loader *ld, stk_error *out) {
+    if (!ld) return 0;
+    pthread_mutex_lock(&ld->mu);
+    if (out) *out = ld->last_skip;
+    uint64_t n = ld->st_skipped;
+    pthread_mutex_unlock(&ld->mu);
+    return n;
+}
+
 void stk_loader_stats_reset(stk_loader *ld) {
     if (!ld) return;
     ld->st_plan_n = ld->st_plan_ns = ld->st_io_n = ld->st_io_bytes = ld->st_io_ns = 0;
     ld->st_asm_n = ld->st_asm_bytes = ld->st_asm_ns = ld->st_wait_n = ld->st_wait_ns = 0;
     ld->st_batches = ld->st_samples = ld->st_ready_sum = ld->st_groups = 0;
     ld->st_ver_n = ld->st_ver_bytes = ld->st_ver_ns = 0;
+    ld->st_skipped = 0;
     ld->st_t0 = now_ns();
 }
 
@@ -1657,6 +1782,7 @@ void stk_loader_close(stk_loader *ld) {
     stk__free(ld->fds);
     stk__space_free(&ld->space);
     stk__free((void *)ld->verified);
+    stk__free((void *)ld->bad);
     stk__free(ld->verified_off);
     stk__free(ld->f);
     pthread_mutex_destroy(&ld->mu);

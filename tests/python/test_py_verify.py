@@ -27,3 +27,23 @@ def test_damaged_record_is_named(tmp_path, backend):
                        verify=False) as ld:
         assert sum(len(b["x"]) for b in ld) == n
         assert ld.stats()["verify"]["count"] == 0
+
+
+def test_skip_policy_replaces_the_damaged_record_and_warns(tmp_path):
+    n = 64
+    src = {"id": np.arange(n, dtype=np.int64),
+           "x": np.arange(n * 256, dtype=np.float32).reshape(n, 256)}
+    stoker.write(tmp_path / "d", src, sync=False)
+    shard = tmp_path / "d" / "shard-000000.stk"
+    data = bytearray(shard.read_bytes())
+    pos = data.find(src["x"][37].tobytes())
+    data[pos + 100] ^= 0x01
+    shard.write_bytes(bytes(data))
+    with stoker.Loader(tmp_path / "d", batch_size=8, shuffle="random", on_error="skip") as ld:
+        with pytest.warns(RuntimeWarning, match="record 37"):
+            ids = np.concatenate([b["id"].copy() for b in ld])
+        assert len(ids) == n  # same batch count: the sample was replaced, not dropped
+        assert 37 not in ids
+        assert ld.stats()["skipped"] >= 1
+    with pytest.raises(ValueError, match="on_error"):
+        stoker.Loader(tmp_path / "d", batch_size=8, on_error="ignore")
