@@ -3,17 +3,23 @@
  * can be counted, budgeted and made to fail on purpose in tests.
  */
 #include "internal.h"
+#include "fault.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-void *stk__malloc(size_t n) { return malloc(n ? n : 1); }
-
-void *stk__calloc(size_t count, size_t size) {
-    return calloc(count ? count : 1, size ? size : 1);
+static inline bool fail_alloc(void) {
+    int e;
+    return stk__fault_hit(STK__FAULT_ALLOC, &e);
 }
 
-void *stk__realloc(void *p, size_t n) { return realloc(p, n ? n : 1); }
+void *stk__malloc(size_t n) { return fail_alloc() ? NULL : malloc(n ? n : 1); }
+
+void *stk__calloc(size_t count, size_t size) {
+    return fail_alloc() ? NULL : calloc(count ? count : 1, size ? size : 1);
+}
+
+void *stk__realloc(void *p, size_t n) { return fail_alloc() ? NULL : realloc(p, n ? n : 1); }
 
 void stk__free(void *p) { free(p); }
 
@@ -26,6 +32,7 @@ char *stk__strdup(const char *s) {
 
 void *stk__aligned_alloc(size_t align, size_t n) {
     void *p = NULL;
+    if (fail_alloc()) return NULL;
     if (posix_memalign(&p, align, n ? n : align) != 0) return NULL;
     return p;
 }

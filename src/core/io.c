@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "fault.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +17,8 @@
 #include <unistd.h>
 
 int stk__open(const char *path, int flags, int mode) {
-    int fd;
+    int fd, e;
+    if (stk__fault_hit(STK__FAULT_OPEN, &e)) return e ? e : -EIO;
     do {
         fd = open(path, flags | O_CLOEXEC, mode);
     } while (fd < 0 && errno == EINTR);
@@ -25,6 +27,11 @@ int stk__open(const char *path, int flags, int mode) {
 
 ssize_t stk__pread_full(int fd, void *buf, size_t n, uint64_t off) {
     size_t done = 0;
+    int e;
+    if (stk__fault_hit(STK__FAULT_READ, &e)) {
+        if (e) return e;
+        n /= 2; /* a short read: half of what was asked */
+    }
     while (done < n) {
         ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + done));
         if (r < 0) {
@@ -39,6 +46,8 @@ ssize_t stk__pread_full(int fd, void *buf, size_t n, uint64_t off) {
 
 int stk__pwrite_full(int fd, const void *buf, size_t n, uint64_t off) {
     size_t done = 0;
+    int e;
+    if (stk__fault_hit(STK__FAULT_WRITE, &e)) return e ? e : -ENOSPC;
     while (done < n) {
         ssize_t r = pwrite(fd, (const char *)buf + done, n - done,
                            (off_t)(off + done));
@@ -53,6 +62,8 @@ int stk__pwrite_full(int fd, const void *buf, size_t n, uint64_t off) {
 }
 
 int stk__fsync(int fd) {
+    int e;
+    if (stk__fault_hit(STK__FAULT_FSYNC, &e)) return e ? e : -EIO;
     while (fsync(fd) != 0) {
         if (errno != EINTR) return -errno;
     }

@@ -286,9 +286,9 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
     int n = snprintf(note, sizeof note, "stoker pack in progress, pid %ld, started %lld\n",
                      (long)getpid(), (long long)time(NULL));
     if ((rc = stk__write_file_atomic(path, w->marker, note, (size_t)n, opts->sync))) {
+        stk__err(err, rc, "%s: cannot write %s: %s", path, w->marker, stk_strerror(rc));
         stk_writer_free(w);
-        return stk__err(err, rc, "%s: cannot write %s: %s", path, w->marker,
-                        stk_strerror(rc));
+        return rc;
     }
     *out = w;
     return 0;

@@ -8,6 +8,7 @@
  * read is continued from where it stopped.
  */
 #include "io.h"
+#include "../core/fault.h"
 
 #include <errno.h>
 #include <liburing.h>
@@ -67,7 +68,8 @@ static int uring_exec(stk__io *io, stk__ioreq *reqs, size_t n, stk_error *err) {
             inflight--;
             size_t idx = (size_t)io_uring_cqe_get_data64(cqe);
             const stk__ioreq *r = &reqs[idx];
-            int res = cqe->res;
+            int res = cqe->res, fe;
+            if (stk__fault_hit(STK__FAULT_URING, &fe)) res = fe ? fe : res / 2;
             if (res < 0) {
                 if (rc == 0) rc = stk__io_fail(io->files, r, res, 0, err);
                 finished++;
