@@ -7,7 +7,7 @@ BUILD ?= build
 PY := .venv/bin/python
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build py-install test test-c test-py sanitize tsan py-asan demo demo-npy bench clean
+.PHONY: all deps build py-install test test-c test-py sanitize tsan py-asan fuzz demo demo-npy bench clean
 
 all: build
 
@@ -51,6 +51,10 @@ tsan: deps
 # The Python package's tests against an ASan/UBSan build of the extension.
 py-asan: deps
 	@scripts/py-asan.sh
+
+# libFuzzer over every fuzz target (FUZZ_SECONDS each, default 60).
+fuzz: deps
+	@scripts/fuzz.sh
 
 demo: build py-install
 	@STOKER_BUILD=$(BUILD) $(PY) scripts/demo.py
