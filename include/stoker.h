@@ -201,6 +201,13 @@ typedef struct stk_writer_options {
     /* A JSON object copied verbatim into the manifest under "attrs", or NULL.
      * It must parse as a JSON object. */
     const char *attrs_json;
+    /* Continue an interrupted pack at the path (same schema and options):
+     * the shards it had finished and made durable are kept (with sync, up
+     * to the last few shards may be redone), stk_writer_num_records() says
+     * how many records they hold, and the caller appends from that record
+     * on.  Where no interrupted pack is found, an ordinary one starts.
+     * Default 0. */
+    int resume;
 } stk_writer_options;
 
 /* Fills `opts` with the defaults above. */

@@ -216,6 +216,8 @@ static const char pack_help[] =
     "  --part I/N         write part I of N (0-based) of the inputs; join the\n"
     "                     parts afterwards with `stoker merge DATASET`\n"
     "  --force            replace an existing dataset\n"
+    "  --resume           continue an interrupted pack of the same inputs: keep\n"
+    "                     the shards it finished, pack the rest\n"
     "  --no-sync          skip fsync (faster; not durable across power loss)\n"
     "  -q, --quiet        no progress bar and no summary\n"
     "\n"
@@ -404,6 +406,7 @@ static int cmd_pack(int argc, char **argv) {
             wo.part_index = pi;
             wo.part_count = pc;
         } else if (!strcmp(a, "--force")) wo.overwrite = 1;
+        else if (!strcmp(a, "--resume")) wo.resume = 1;
         else if (!strcmp(a, "--no-sync")) wo.sync = 0;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) quiet = true;
         else if (a[0] == '-' && a[1]) die_usage("pack", "unknown option '%s'", a);
@@ -502,6 +505,11 @@ static int cmd_pack(int argc, char **argv) {
         else
             fail(&err);
         return EXIT_ERROR;
+    }
+    uint64_t done = stk_writer_num_records(w);
+    if (done) {
+        if (!quiet) fprintf(stderr, "%s: resuming after %" PRIu64 " records already packed\n", prog, done);
+        lo += done;
     }
     progress pb;
     progress_init(&pb, "pack", quiet);

@@ -71,6 +71,7 @@ struct stk_writer {
     stk__shard_entry *shards;
     size_t nshards, shards_cap;
     int pending[MAX_PENDING_SYNC];
+    size_t pending_idx[MAX_PENDING_SYNC]; /* their entries in shards[] */
     size_t npending;
 
     uint64_t records;
@@ -195,6 +196,98 @@ static int check_options(const stk_writer_options *o, stk_error *err) {
     return 0;
 }
 
+static int journal_shard(stk_writer *w, size_t idx);
+
+/* Takes up an interrupted pack from its journal: keeps the shards the
+ * journal lists that are still intact, removes every other shard file of
+ * this writer, and continues after the kept ones. */
+static int resume_journal(stk_writer *w, stk_error *err) {
+    char *mpath = stk__path_join(w->dir, w->marker), *text = NULL;
+    size_t len = 0;
+    int rc = mpath ? stk__read_file(mpath, &text, &len) : -ENOMEM;
+    stk__free(mpath);
+    if (rc) return stk__err(err, rc, "%s: cannot read the pack journal %s: %s", w->dir,
+                            w->marker, stk_strerror(rc));
+    char want[32];
+    snprintf(want, sizeof want, "schema %016llx\n", (unsigned long long)w->schema_hash);
+    if (!strstr(text, want)) {
+        stk__free(text);
+        return stk__err(err, -EINVAL,
+                        "%s: cannot resume: the interrupted pack used another schema (start "
+                        "again with overwrite / --force)",
+                        w->dir);
+    }
+    for (char *line = strtok(text, "\n"); line && rc == 0; line = strtok(NULL, "\n")) {
+        char file[128];
+        unsigned long long recs, bytes, hh;
+        if (sscanf(line, "shard %127s %llu %llu %llx", file, &recs, &bytes, &hh) != 4) continue;
+        char expect[64];
+        snprintf(expect, sizeof expect, "%sshard-%06zu%s", w->prefix, w->nshards, STK__SHARD_EXT);
+        if (strcmp(expect, file) != 0) break;
+        /* Keep it only if it is whole: its size and header checksum. */
+        char *sp = stk__path_join(w->dir, file);
+        int fd = sp ? stk__open(sp, O_RDONLY, 0) : -ENOMEM;
+        stk__free(sp);
+        if (fd < 0) break;
+        struct stat st;
+        uint8_t h[8];
+        bool ok = fstat(fd, &st) == 0 && (uint64_t)st.st_size == bytes &&
+                  stk__pread_full(fd, h, 8, STK__H_HEADER_HASH) == 8 && stk__ld64(h) == hh;
+        close(fd);
+        if (!ok) break;
+        if (w->nshards == w->shards_cap) {
+            size_t cap = w->shards_cap ? w->shards_cap * 2 : 16;
+            stk__shard_entry *se = stk__realloc(w->shards, cap * sizeof *se);
+            if (!se) {
+                rc = -ENOMEM;
+                break;
+            }
+            w->shards = se;
+            w->shards_cap = cap;
+        }
+        stk__shard_entry *e = &w->shards[w->nshards];
+        e->file = stk__strdup(file);
+        if (!e->file) {
+            rc = -ENOMEM;
+            break;
+        }
+        e->records = recs;
+        e->bytes = bytes;
+        e->header_hash = hh;
+        w->nshards++;
+        w->records += recs;
+    }
+    stk__free(text);
+    if (rc) return stk__err(err, rc, "out of memory");
+    /* Shards after the kept ones are partial: remove them, and rewrite the
+     * journal to list exactly what is kept. */
+    DIR *d = opendir(w->dir);
+    if (!d) return stk__err(err, -errno, "%s: %s", w->dir, stk_strerror(-errno));
+    struct dirent *de;
+    size_t plen = strlen(w->prefix);
+    while ((de = readdir(d)) != NULL) {
+        size_t n = strlen(de->d_name);
+        if (n < 4 || strcmp(de->d_name + n - 4, STK__SHARD_EXT) != 0) continue;
+        if (strncmp(de->d_name, w->prefix, plen) != 0) continue;
+        if (!plen && strncmp(de->d_name, "part-", 5) == 0) continue;
+        bool kept = false;
+        for (size_t i = 0; i < w->nshards && !kept; i++) kept = !strcmp(w->shards[i].file, de->d_name);
+        if (!kept) unlinkat(dirfd(d), de->d_name, 0);
+    }
+    closedir(d);
+    char head[128];
+    int hn = snprintf(head, sizeof head, "stoker pack in progress (resumed), pid %ld\n%s",
+                      (long)getpid(), want);
+    if ((rc = stk__write_file_atomic(w->dir, w->marker, head, (size_t)hn, w->opt.sync)))
+        return stk__err(err, rc, "%s: cannot rewrite the pack journal: %s", w->dir,
+                        stk_strerror(rc));
+    for (size_t i = 0; i < w->nshards; i++)
+        if ((rc = journal_shard(w, i)))
+            return stk__err(err, rc, "%s: cannot rewrite the pack journal: %s", w->dir,
+                            stk_strerror(rc));
+    return 0;
+}
+
 int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
                       const stk_writer_options *opts, stk_writer **out,
                       stk_error *err) {
@@ -251,6 +344,14 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
     const char *own_manifest = part ? partman : STK__MANIFEST;
     bool merged = exists_in(path, STK__MANIFEST);
     int leftovers = remove_files(path, part ? w->prefix : "", true);
+    if (opts->resume && !merged && !exists_in(path, own_manifest) && exists_in(path, w->marker)) {
+        if ((rc = resume_journal(w, err))) {
+            stk_writer_free(w);
+            return rc;
+        }
+        *out = w;
+        return 0;
+    }
     if (!opts->overwrite) {
         const char *why = NULL;
         if (merged)
@@ -282,9 +383,11 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
                             stk_strerror(rc));
         }
     }
-    char note[128];
-    int n = snprintf(note, sizeof note, "stoker pack in progress, pid %ld, started %lld\n",
-                     (long)getpid(), (long long)time(NULL));
+    char note[160];
+    int n = snprintf(note, sizeof note,
+                     "stoker pack in progress, pid %ld, started %lld\nschema %016llx\n",
+                     (long)getpid(), (long long)time(NULL),
+                     (unsigned long long)w->schema_hash);
     if ((rc = stk__write_file_atomic(path, w->marker, note, (size_t)n, opts->sync))) {
         stk__err(err, rc, "%s: cannot write %s: %s", path, w->marker, stk_strerror(rc));
         stk_writer_free(w);
@@ -385,6 +488,26 @@ static int open_shard(stk_writer *w, stk_error *err) {
     return 0;
 }
 
+/* Appends a durable shard to the journal kept in the marker file, so that
+ * an interrupted pack can resume after it (stk_writer_options.resume). */
+static int journal_shard(stk_writer *w, size_t idx) {
+    const stk__shard_entry *e = &w->shards[idx];
+    char line[256];
+    int n = snprintf(line, sizeof line, "shard %s %llu %llu %016llx\n", e->file,
+                     (unsigned long long)e->records, (unsigned long long)e->bytes,
+                     (unsigned long long)e->header_hash);
+    char *p = stk__path_join(w->dir, w->marker);
+    if (!p) return -ENOMEM;
+    int fd = stk__open(p, O_WRONLY | O_APPEND, 0);
+    stk__free(p);
+    if (fd < 0) return fd;
+    ssize_t r = write(fd, line, (size_t)n);
+    int rc = r == n ? 0 : -EIO;
+    if (rc == 0 && w->opt.sync) rc = stk__fsync(fd);
+    close(fd);
+    return rc;
+}
+
 static int finish_shard(stk_writer *w, stk_error *err) {
     int rc = flush_stage(w);
     uint64_t data_end = w->pos;
@@ -453,10 +576,13 @@ static int finish_shard(stk_writer *w, stk_error *err) {
         sync_file_range(w->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
         if (w->npending == MAX_PENDING_SYNC) {
             int old = w->pending[0];
+            size_t old_idx = w->pending_idx[0];
             memmove(w->pending, w->pending + 1, (MAX_PENDING_SYNC - 1) * sizeof(int));
+            memmove(w->pending_idx, w->pending_idx + 1, (MAX_PENDING_SYNC - 1) * sizeof(size_t));
             w->npending--;
             rc = stk__fsync(old);
             close(old);
+            if (rc == 0) rc = journal_shard(w, old_idx); /* durable now */
             if (rc) {
                 close(w->fd);
                 w->fd = -1;
@@ -464,9 +590,15 @@ static int finish_shard(stk_writer *w, stk_error *err) {
                             w->dir, stk_strerror(rc));
             }
         }
+        w->pending_idx[w->npending] = w->nshards - 1;
         w->pending[w->npending++] = w->fd;
     } else {
         close(w->fd);
+        if ((rc = journal_shard(w, w->nshards - 1))) {
+            w->fd = -1;
+            return werr(w, err, rc, "%s: cannot update the pack journal: %s", w->dir,
+                        stk_strerror(rc));
+        }
     }
     w->fd = -1;
     return 0;
