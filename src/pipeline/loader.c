@@ -644,6 +644,33 @@ static int do_posts(stk_loader *ld, worker *w, size_t np, stk_error *err) {
     return 0;
 }
 
+/* Where field lf of sample j (index entry e, first row t) comes from and
+ * where it goes: its stored bytes are *len bytes at file offset *off, they
+ * decode to *raw bytes at the returned place in the slot.  A ragged field
+ * appends after *rows_done rows and records the sample's offset. */
+static uint8_t *place(const stk_loader *ld, const lfield *lf, stk_batch *s, uint32_t j,
+                      const uint64_t *e, uint64_t t, uint64_t *rows_done, uint64_t *off,
+                      uint64_t *len, uint64_t *raw) {
+    *off = e[1 + 3 * lf->dsf];
+    *len = e[2 + 3 * lf->dsf];
+    uint64_t rows = e[3 + 3 * lf->dsf];
+    if (lf->kind == F_TIME) {
+        *off += t * lf->fi->row_bytes;
+        *len = *raw = ld->space.L * lf->fi->row_bytes;
+        return s->mem + lf->data_off + j * lf->sample_bytes;
+    }
+    if (lf->kind == F_DENSE) {
+        *raw = lf->sample_bytes;
+        return s->mem + lf->data_off + j * lf->sample_bytes;
+    }
+    int64_t *offs = (int64_t *)(s->mem + lf->offs_off);
+    uint8_t *dst = s->mem + lf->data_off + *rows_done * lf->fi->row_bytes;
+    *raw = rows * lf->fi->row_bytes;
+    offs[j] = (int64_t)*rows_done;
+    *rows_done += rows;
+    return dst;
+}
+
 /* Plans and executes the reads of samples that come straight from files. */
 static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *recs,
                        const uint64_t *ts, stk_error *err) {
@@ -659,28 +686,14 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
     for (size_t fi = 0; fi < ld->nf; fi++) {
         const lfield *lf = &ld->f[fi];
         int64_t *offs = lf->kind == F_RAGGED ? (int64_t *)(s->mem + lf->offs_off) : NULL;
-        uint64_t rows_done = 0;
+        uint64_t rows_done = 0; /* ragged: rows placed so far */
         for (uint32_t j = 0; j < s->n; j++) {
             uint64_t rec = recs[j];
             size_t si = stk__dataset_shard_of(ds, rec);
             const stk__shard *sh = &ds->shards[si];
             const uint64_t *e = stk__entry(ds, sh, rec - sh->first);
-            uint64_t off = e[1 + 3 * lf->dsf], len = e[2 + 3 * lf->dsf], rows = e[3 + 3 * lf->dsf];
-            uint8_t *dst;
-            uint64_t raw;
-            if (lf->kind == F_TIME) {
-                off += ts[j] * lf->fi->row_bytes;
-                len = raw = ld->space.L * lf->fi->row_bytes;
-                dst = s->mem + lf->data_off + j * lf->sample_bytes;
-            } else if (lf->kind == F_DENSE) {
-                raw = lf->sample_bytes;
-                dst = s->mem + lf->data_off + j * lf->sample_bytes;
-            } else {
-                raw = rows * lf->fi->row_bytes;
-                offs[j] = (int64_t)rows_done;
-                dst = s->mem + lf->data_off + rows_done * lf->fi->row_bytes;
-                rows_done += rows;
-            }
+            uint64_t off, len, raw;
+            uint8_t *dst = place(ld, lf, s, j, e, ts[j], &rows_done, &off, &len, &raw);
             if (lf->f->codec == STK_CODEC_ZSTD) {
                 post *p = &w->posts[np++];
                 *p = (post){POST_ZSTD, NULL, dst, len, raw, rec, lf->dsf, NULL};
@@ -911,23 +924,8 @@ static int fill_groups(stk_loader *ld, worker *w, stk_batch *s, uint64_t *recs, 
         size_t np = 0;
         for (size_t fi = 0; fi < ld->nf && sp; fi++) {
             const lfield *lf = &ld->f[fi];
-            uint64_t off = e[1 + 3 * lf->dsf], len = e[2 + 3 * lf->dsf], rows = e[3 + 3 * lf->dsf];
-            uint8_t *dst;
-            uint64_t raw;
-            if (lf->kind == F_TIME) {
-                off += ts[j] * lf->fi->row_bytes;
-                len = raw = ld->space.L * lf->fi->row_bytes;
-                dst = s->mem + lf->data_off + j * lf->sample_bytes;
-            } else if (lf->kind == F_DENSE) {
-                raw = lf->sample_bytes;
-                dst = s->mem + lf->data_off + j * lf->sample_bytes;
-            } else {
-                int64_t *offs = (int64_t *)(s->mem + lf->offs_off);
-                raw = rows * lf->fi->row_bytes;
-                offs[j] = (int64_t)rows_done[fi];
-                dst = s->mem + lf->data_off + rows_done[fi] * lf->fi->row_bytes;
-                rows_done[fi] += rows;
-            }
+            uint64_t off, len, raw;
+            uint8_t *dst = place(ld, lf, s, j, e, ts[j], &rows_done[fi], &off, &len, &raw);
             const uint8_t *src = mm ? sh->map + off : gr->buf + sp->buf_off + (off - sp->base);
             w->posts[np++] = (post){lf->f->codec == STK_CODEC_ZSTD ? POST_ZSTD : POST_COPY, src,
                                     dst, len, raw, rec, lf->dsf, NULL};
