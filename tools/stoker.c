@@ -284,7 +284,7 @@ typedef struct rd_slot {
 typedef struct prefetcher {
     const npy_file *nf;
     char **paths;
-    const size_t *todo; /* file indexes, in packing order */
+    const size_t *queue; /* file indexes, in packing order */
     size_t n;
     rd_slot slot[PREFETCH_SLOTS];
     size_t consumed; /* slots handed back by the packer */
@@ -302,7 +302,7 @@ static void *prefetch_main(void *arg) {
         pthread_mutex_unlock(&p->mu);
         if (stop) break;
         rd_slot *sl = &p->slot[k % PREFETCH_SLOTS];
-        const stk_npy_header *h = &p->nf[p->todo[k]].h;
+        const stk_npy_header *h = &p->nf[p->queue[k]].h;
         sl->err = 0;
         if (h->data_bytes > sl->cap) {
             free(sl->buf);
@@ -310,7 +310,7 @@ static void *prefetch_main(void *arg) {
             sl->buf = malloc(sl->cap);
             if (!sl->buf) sl->err = ENOMEM, sl->cap = 0;
         }
-        int fd = sl->err ? -1 : open(p->paths[p->todo[k]], O_RDONLY | O_CLOEXEC);
+        int fd = sl->err ? -1 : open(p->paths[p->queue[k]], O_RDONLY | O_CLOEXEC);
         if (fd < 0 && !sl->err) sl->err = errno;
         size_t got = 0;
         while (fd >= 0 && got < h->data_bytes) {
@@ -520,18 +520,18 @@ static int cmd_pack(int argc, char **argv) {
     memset(&pf, 0, sizeof pf);
     pthread_t pf_tid;
     bool pf_started = false;
-    size_t *todo = NULL, k_next = 0;
+    size_t *queue = NULL, k_next = 0;
     if (!split) {
-        todo = malloc(files.n * sizeof *todo);
-        if (!todo) {
+        queue = malloc(files.n * sizeof *queue);
+        if (!queue) {
             perror("malloc");
             exit(EXIT_ERROR);
         }
         for (size_t i = 0; i < files.n; i++)
-            if (nf[i].first_row >= lo && nf[i].first_row < hi) todo[pf.n++] = i;
+            if (nf[i].first_row >= lo && nf[i].first_row < hi) queue[pf.n++] = i;
         pf.nf = nf;
         pf.paths = files.v;
-        pf.todo = todo;
+        pf.queue = queue;
         pthread_mutex_init(&pf.mu, NULL);
         pthread_cond_init(&pf.cv, NULL);
         pf_started = pthread_create(&pf_tid, NULL, prefetch_main, &pf) == 0;
@@ -608,7 +608,7 @@ static int cmd_pack(int argc, char **argv) {
         pthread_join(pf_tid, NULL);
     }
     for (int k = 0; k < PREFETCH_SLOTS; k++) free(pf.slot[k].buf);
-    free(todo);
+    free(queue);
     if (rc == 0 && stk_writer_finish(w, &err)) rc = fail(&err);
     double el = now_s() - t0;
     progress_end(&pb);
