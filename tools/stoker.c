@@ -1034,8 +1034,103 @@ static int split_list(char *s, const char **out, int max) {
     return n;
 }
 
-static int cmd_read(int argc, char **argv) {
+
+/* ---- doctor ---- */
+
+static const char doctor_help[] =
+    "Usage: stoker doctor DATASET [read options] [--step-ms M] [--max-batches N]\n"
+    "\n"
+    "Runs the loader (200 batches by default) and says where the time goes:\n"
+    "each stage's busy time as a share of the workers' time, the consumer's\n"
+    "stall, the bytes delivered against this machine's memcpy bandwidth, and\n"
+    "a verdict. With --step-ms, each batch is followed by M ms of busy CPU work\n"
+    "standing in for a training step, and the verdict says whether that run\n"
+    "would be input-bound, compute-bound or balanced, with the next thing to\n"
+    "try. Takes every option of `stoker read`.\n"
+    "\n"
+    "Example:\n"
+    "  stoker doctor basins.stk --window 365 --batch 256 --shuffle random --step-ms 50\n";
+
+static double memcpy_gbs(void) {
+    size_t n = 64u << 20;
+    char *a = malloc(n), *b = malloc(n);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return 0;
+    }
+    memset(a, 1, n);
+    memset(b, 2, n);
+    double best = 1e9;
+    for (int r = 0; r < 5; r++) {
+        double t = now_s();
+        memcpy(b, a, n);
+        t = now_s() - t;
+        if (t < best) best = t;
+        a[r] = b[n - 1 - (size_t)r];
+    }
+    free(a);
+    free(b);
+    return (double)n / best / 1e9;
+}
+
+static void doctor_report(const stk_loader_stats *st, double el, uint64_t bytes, double step_ms,
+                          stk_backend be, const stk_loader_options *o) {
+    double worker_s = el * (double)st->threads;
+    double plan = (double)st->plan.busy_ns / 1e9, io = (double)st->io.busy_ns / 1e9;
+    double as = (double)st->assemble.busy_ns / 1e9, ver = (double)st->verify.busy_ns / 1e9;
+    double stall = el > 0 ? (double)st->wait.busy_ns / 1e9 / el : 0;
+    double gbs = el > 0 ? (double)bytes / el / 1e9 : 0, mc = memcpy_gbs();
+    printf("\nwhere the loader's time goes (%u worker threads, %s backend, %.2f s):\n",
+           st->threads, stk_backend_name(be), el);
+    printf("  plan      %6.1f%%  (order, records, rows)\n", 100 * plan / worker_s);
+    printf("  io        %6.1f%%  (%s)\n", 100 * io / worker_s,
+           be == STK_BACKEND_MMAP ? "copies out of the mapping" : "reads");
+    printf("  assemble  %6.1f%%  (copies from group buffers, decompression)\n", 100 * as / worker_s);
+    printf("  verify    %6.1f%%  (checksums)\n", 100 * ver / worker_s);
+    printf("  idle      %6.1f%%  (waiting for the consumer or for free buffers)\n",
+           100 * (1 - (plan + io + as + ver) / worker_s));
+    printf("delivered %.2f GB/s of batch data; memcpy on this machine: %.2f GB/s (%.2f of it)\n",
+           gbs, mc, mc > 0 ? gbs / mc : 0);
+    printf("consumer stall: %.1f%% of the time in next()\n", 100 * stall);
+    if (step_ms <= 0) {
+        printf("verdict: the loader alone runs at %.0f batches/s; pass --step-ms with your "
+               "training step's time to see whether a run would wait for data\n",
+               el > 0 ? (double)st->batches / el : 0);
+        return;
+    }
+    const char *verdict = stall > 0.10 ? "input-bound" : stall < 0.02 ? "compute-bound" : "balanced";
+    printf("verdict: %s (with a %.1f ms step, the consumer waited %.1f%% of the time)\n", verdict,
+           step_ms, 100 * stall);
+    if (stall <= 0.10) {
+        printf("next: %s\n", stall < 0.02 ? "the model is the limit; the loader keeps up"
+                                          : "more threads or prefetch would remove the rest");
+        return;
+    }
+    double top = io;
+    const char *hint = be == STK_BACKEND_MMAP
+                           ? "reads dominate: the data may not be in memory; try --backend uring"
+                           : "reads dominate: add --threads, raise --prefetch, or use --shuffle "
+                             "block for large sequential reads";
+    if (ver > top) {
+        top = ver;
+        hint = "checksums dominate: --no-verify trades that check for speed";
+    }
+    if (as > top) {
+        top = as;
+        hint = "assembly dominates: compressed fields decode per sample; repack without "
+               "--compress, or add --threads";
+    }
+    if (plan > top) hint = "planning dominates: larger batches amortise it";
+    if ((plan + io + as + ver) / worker_s < 0.5)
+        hint = "the workers are mostly idle: raise --prefetch (more buffers in the ring)";
+    (void)o;
+    printf("next: %s\n", hint);
+}
+
+static int cmd_read(int argc, char **argv, bool doctor) {
     const char *path = NULL;
+    double step_ms = 0;
     stk_loader_options o;
     stk_loader_options_init(&o);
     uint64_t epochs = 1, max_batches = UINT64_MAX;
@@ -1047,7 +1142,7 @@ static int cmd_read(int argc, char **argv) {
 #define VAL() (i + 1 < argc ? argv[++i] : (die_usage("read", "%s needs a value", a), ""))
 #define NUM() (parse_u64(VAL(), &v) ? v : (die_usage("read", "%s wants a number", a), 0))
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(read_help, stdout);
+            fputs(doctor ? doctor_help : read_help, stdout);
             return 0;
         } else if (!strcmp(a, "--batch")) o.batch_size = (uint32_t)NUM();
         else if (!strcmp(a, "--window")) o.window = NUM();
@@ -1092,6 +1187,12 @@ static int cmd_read(int argc, char **argv) {
             const char *m = VAL();
             if (!parse_size(m, &o.memory_budget)) die_usage("read", "bad --budget '%s'", m);
         } else if (!strcmp(a, "--stats")) stats = true;
+        else if (doctor && !strcmp(a, "--step-ms")) {
+            const char *m = VAL();
+            char *end;
+            step_ms = strtod(m, &end);
+            if (*end || step_ms < 0) die_usage("doctor", "--step-ms wants milliseconds, not '%s'", m);
+        }
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--max-batches")) max_batches = NUM();
         else if (a[0] == '-') die_usage("read", "unknown option '%s'", a);
@@ -1099,7 +1200,8 @@ static int cmd_read(int argc, char **argv) {
 #undef VAL
 #undef NUM
     }
-    if (!path) die_usage("read", "DATASET is required");
+    if (!path) die_usage(doctor ? "doctor" : "read", "DATASET is required");
+    if (doctor && max_batches == UINT64_MAX) max_batches = 200;
     stk_error err = {0};
     stk_dataset *ds = NULL;
     if (stk_dataset_open(path, &ds, &err)) return fail(&err);
@@ -1110,6 +1212,7 @@ static int cmd_read(int argc, char **argv) {
     }
     double t0 = now_s();
     uint64_t samples = 0, bytes = 0, batches = 0;
+    bool warmed = false;
     int rc = 0;
     for (uint64_t e = 0; e < epochs && rc == 0; e++) {
         if (e && stk_loader_set_epoch(ld, o.epoch + e, &err)) {
@@ -1124,6 +1227,15 @@ static int cmd_read(int argc, char **argv) {
                 rc = fail(&err);
                 break;
             }
+            if (doctor && !warmed) {
+                /* Start-up (opening, the first reads) is not the steady
+                 * state the doctor reports on. */
+                stk_loader_release(ld, b);
+                stk_loader_stats_reset(ld);
+                t0 = now_s();
+                warmed = true;
+                continue;
+            }
             samples += stk_batch_size(b);
             batches++;
             for (size_t f = 0; f < stk_loader_num_fields(ld); f++) {
@@ -1132,6 +1244,11 @@ static int cmd_read(int argc, char **argv) {
                 bytes += bf.bytes;
             }
             stk_loader_release(ld, b);
+            if (step_ms > 0) { /* stands in for a training step: the CPU is busy */
+                double until = now_s() + step_ms / 1e3;
+                while (now_s() < until) {
+                }
+            }
         }
     }
     double el = now_s() - t0;
@@ -1169,6 +1286,7 @@ static int cmd_read(int argc, char **argv) {
             if (st.groups_loaded) printf("  groups    %12" PRIu64 " loaded\n", st.groups_loaded);
         }
     }
+    if (rc == 0 && doctor) doctor_report(&st, el, bytes, step_ms, stk_loader_backend(ld), &o);
     stk_loader_close(ld);
     stk_dataset_close(ds);
     return rc;
@@ -1188,6 +1306,7 @@ static const char main_help[] =
     "  verify    check every checksum of a dataset\n"
     "  cat       print one record\n"
     "  read      iterate batches and report the throughput and the stall\n"
+    "  doctor    where the loader's time goes, and whether a run is input-bound\n"
     "  version   print the library and format versions\n"
     "\n"
     "Run 'stoker COMMAND --help' for a command's options and an example.\n"
@@ -1209,7 +1328,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(n, rest);
     if (!strcmp(cmd, "verify")) return cmd_verify(n, rest);
     if (!strcmp(cmd, "cat")) return cmd_cat(n, rest);
-    if (!strcmp(cmd, "read")) return cmd_read(n, rest);
+    if (!strcmp(cmd, "read")) return cmd_read(n, rest, false);
+    if (!strcmp(cmd, "doctor")) return cmd_read(n, rest, true);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("stoker %s (format version %d)\n", stk_version(), STK_FORMAT_VERSION);
         return 0;

@@ -59,3 +59,22 @@ def test_version(stoker, arg):
     r = stoker(arg)
     assert r.returncode == 0
     assert re.fullmatch(r"stoker \d+\.\d+\.\d+ \(format version \d+\)\n", r.stdout), r.stdout
+
+
+def test_doctor_gives_a_verdict(stoker, tmp_path):
+    """`stoker doctor` with a long simulated step calls the run compute-bound;
+    without a step it reports the loader's own rate."""
+    import numpy as np
+    arr = np.arange(4000 * 8, dtype=np.float32).reshape(4000, 8)
+    np.save(tmp_path / "a.npy", arr)
+    r = stoker("pack", "--from", "npy", str(tmp_path / "a.npy"), "--split-axis0", "-o",
+               str(tmp_path / "d"), "-q")
+    assert r.returncode == 0, r.stderr
+    r = stoker("doctor", str(tmp_path / "d"), "--batch", "64", "--step-ms", "20",
+               "--max-batches", "20")
+    assert r.returncode == 0, r.stderr
+    assert "verdict: compute-bound" in r.stdout
+    for stage in ("plan", "io", "verify", "idle", "consumer stall"):
+        assert stage in r.stdout
+    r = stoker("doctor", str(tmp_path / "d"), "--batch", "64")
+    assert r.returncode == 0 and "loader alone runs at" in r.stdout
