@@ -702,18 +702,10 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
                     continue;
                 }
                 dst = NULL; /* read into staging below */
-            } else if (mm) {
-                /* Merge with the previous copy when contiguous on both sides. */
-                stk__ioreq *q = nr ? &w->reqs[nr - 1] : NULL;
-                if (q && q->shard == si && q->off + q->len == off && q->dst + q->len == dst) {
-                    q->len += len;
-                    q->need += len;
-                } else {
-                    w->reqs[nr++] = (stk__ioreq){(uint32_t)si, off, len, len, dst, rec};
-                }
-                continue;
             }
-            if (!direct && dst) {
+            if (dst && (mm || !direct)) {
+                /* Straight into place; merged with the previous read when
+                 * contiguous both in the file and in the slot. */
                 stk__ioreq *q = nr ? &w->reqs[nr - 1] : NULL;
                 if (q && q->shard == si && q->off + q->len == off && q->dst + q->len == dst) {
                     q->len += len;
