@@ -68,6 +68,24 @@ static int do_pageread(int nf, char **files) {
     return 0;
 }
 
+/* Waits for at least one completion and takes all that are there: adds
+ * their bytes to *total and returns how many, or -1 on a failed read. */
+static int reap(struct io_uring *ring, uint64_t *total) {
+    io_uring_submit_and_wait(ring, 1);
+    struct io_uring_cqe *cqe;
+    int n = 0;
+    while (io_uring_peek_cqe(ring, &cqe) == 0) {
+        if (cqe->res < 0) {
+            fprintf(stderr, "read: %s\n", strerror(-cqe->res));
+            return -1;
+        }
+        *total += (uint64_t)cqe->res;
+        n++;
+        io_uring_cqe_seen(ring, cqe);
+    }
+    return n;
+}
+
 static int do_seqread(int nf, char **files) {
     const unsigned qd = 4;
     const size_t bs = 4 << 20;
@@ -90,15 +108,10 @@ static int do_seqread(int nf, char **files) {
                 off += bs;
                 inflight++;
             }
-            io_uring_submit_and_wait(&ring, 1);
-            struct io_uring_cqe *cqe;
-            while (io_uring_peek_cqe(&ring, &cqe) == 0) {
-                if (cqe->res < 0) return fprintf(stderr, "read: %s\n", strerror(-cqe->res)), 2;
-                total += (uint64_t)cqe->res;
-                ops++;
-                inflight--;
-                io_uring_cqe_seen(&ring, cqe);
-            }
+            int got = reap(&ring, &total);
+            if (got < 0) return 2;
+            ops += (uint64_t)got;
+            inflight -= (unsigned)got;
         }
         close(fd);
     }
@@ -137,15 +150,10 @@ static int do_randread(size_t size, long count, int nf, char **files) {
             issued++;
             inflight++;
         }
-        io_uring_submit_and_wait(&ring, 1);
-        struct io_uring_cqe *cqe;
-        while (io_uring_peek_cqe(&ring, &cqe) == 0) {
-            if (cqe->res < 0) return fprintf(stderr, "read: %s\n", strerror(-cqe->res)), 2;
-            total += (uint64_t)cqe->res;
-            done++;
-            inflight--;
-            io_uring_cqe_seen(&ring, cqe);
-        }
+        int got = reap(&ring, &total);
+        if (got < 0) return 2;
+        done += got;
+        inflight -= (unsigned)got;
     }
     double el = now() - t0;
     printf("randread %.3f %.0f\n", (double)total / el / 1e9, (double)done / el);
