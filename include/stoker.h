@@ -71,7 +71,8 @@ enum {
     STK_ESCHEMA = -1008,     /* data does not fit the schema                */
     STK_ECODEC = -1009,      /* compression or decompression failed         */
     STK_EMISMATCH = -1010,   /* a shard does not match its manifest entry   */
-    STK_EUNSUPPORTED = -1011 /* valid input that this build cannot handle    */
+    STK_EUNSUPPORTED = -1011, /* valid input that this build cannot handle   */
+    STK_ESTALE = -1012        /* a source file changed since it was indexed  */
 };
 
 #define STK_ERROR_MAX 512
@@ -551,6 +552,11 @@ typedef struct stk_loader_options {
                                 * are never skipped.  Default RAISE. */
     uint64_t max_skips;        /* SKIP: this many failures in a row raise;
                                 * default 100 */
+    unsigned max_open_files;   /* descriptors the loader keeps open: with more
+                                * files than this (an in-place index of many
+                                * small files) they are opened on demand and
+                                * cached; 0 (default): from the process's
+                                * limit, which is raised where allowed */
 } stk_loader_options;
 
 /* Fills `opts` with the defaults above. */
@@ -826,6 +832,104 @@ typedef struct stk_npy_header {
  */
 STK_API int stk_npy_parse(const void *buf, size_t len, const char *name,
                           stk_npy_header *out, stk_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* In-place sources: an index over files as they are                        */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * An index maps records to byte ranges of users' own files (.npy, .wav,
+ * HDF5, or any file taken whole) and records each file's size and
+ * modification time.  stk_dataset_open opens an index file exactly as it
+ * opens a dataset directory, and the loader reads it with the same options,
+ * orders, windows, ranks and resume.  What differs: there are no checksums
+ * (verify is off; the files are the user's, not stoker's), a file that
+ * changed since indexing is refused (STK_ESTALE: re-index), and with more
+ * than STK_INDEX_MAP_MAX files the records are read with the I/O engine
+ * only (no mmap backend, stk_extent.data is NULL, valid_field unavailable).
+ */
+#define STK_INDEX_MAP_MAX 4096
+
+typedef enum stk_source {
+    STK_SOURCE_AUTO = 0, /* from the first file's extension */
+    STK_SOURCE_NPY,      /* .npy: a file per record, or rows along axis 0 */
+    STK_SOURCE_WAV,      /* .wav: a clip per record, windows over frames */
+    STK_SOURCE_HDF5,     /* .h5/.hdf5: one dataset, a record per row of axis 0 */
+    STK_SOURCE_RAW       /* any file: its bytes are one record */
+} stk_source;
+
+typedef struct stk_index_options {
+    stk_source source;
+    /* npy: every row along axis 0 of every file is a record (default: each
+     * file is one record). */
+    int split_axis0;
+    /* hdf5: the dataset's path inside the file; NULL: the file's only
+     * dataset. */
+    const char *hdf5_dataset;
+    /* wav: deliver float32 in [-1, 1) whatever the encoding (default: PCM
+     * 8/16 bits as u8/i16, 24/32 bits as i32 scaled to the full range,
+     * float as stored). */
+    int wav_float32;
+    /* The field's name; NULL: "data" (npy, hdf5), "audio" (wav), "bytes"
+     * (raw). */
+    const char *field;
+    /* Directories are walked recursively for files whose name ends in this
+     * (case-insensitive); NULL: ".npy", ".wav", ".h5" and ".hdf5", or every
+     * file for raw. */
+    const char *extension;
+} stk_index_options;
+
+STK_API void stk_index_options_init(stk_index_options *o);
+
+/*
+ * Indexes `paths` (files, or directories walked in name order) into the
+ * index file `index_path`, written atomically; a relative path in the index
+ * is relative to the index file's directory.  Sets *records when not NULL.
+ * Returns 0, or an error naming the file and what is wrong with it:
+ * STK_EBADMAGIC / STK_ECORRUPT / STK_ETRUNCATED / STK_EUNSUPPORTED from a
+ * header, STK_ESCHEMA when files disagree (dtype, trailing shape, channels,
+ * sample rate), -ENOENT when no file was found.
+ */
+STK_API int stk_index_build(const char *const *paths, size_t npaths, const char *index_path,
+                            const stk_index_options *opts, uint64_t *records,
+                            stk_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* WAV files                                                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef enum stk_wav_encoding {
+    STK_WAV_PCM8 = 1, /* unsigned */
+    STK_WAV_PCM16,
+    STK_WAV_PCM24,
+    STK_WAV_PCM32,
+    STK_WAV_FLOAT32,
+    STK_WAV_FLOAT64
+} stk_wav_encoding;
+
+/* What a WAV header says. */
+typedef struct stk_wav_header {
+    stk_wav_encoding encoding;
+    unsigned channels;
+    unsigned sample_rate;
+    unsigned bytes_per_sample;
+    uint64_t data_offset; /* where the frames begin in the file */
+    uint64_t data_bytes;  /* the data chunk's size */
+    uint64_t frames;      /* whole frames in the data chunk */
+} stk_wav_header;
+
+/*
+ * Parses the header of a RIFF/WAVE file whose first `len` bytes are in
+ * `buf` (64 KiB is plenty for any common file) and whose size is
+ * `file_size`.  Accepts PCM 8/16/24/32-bit and IEEE float 32/64-bit, plain
+ * or extensible format chunks, any channel count, any other chunks before
+ * the data.  Returns 0, or STK_EBADMAGIC (not RIFF/WAVE), STK_ETRUNCATED
+ * (the data or a chunk runs past the end of the file), STK_ECORRUPT
+ * (malformed chunks), STK_EUNSUPPORTED (RF64, other encodings).  `name` is
+ * used in messages only and may be NULL.
+ */
+STK_API int stk_wav_parse(const void *buf, size_t len, uint64_t file_size, const char *name,
+                          stk_wav_header *out, stk_error *err);
 
 #ifdef __cplusplus
 }

@@ -11,7 +11,7 @@ B=build-fuzz
 mkdir -p $B
 LIBS=$(pkg-config --cflags --libs libzstd liburing libxxhash jansson)
 SRC=$(ls src/*/*.c)
-for t in ${FUZZ_TARGETS:-manifest npy shard}; do
+for t in ${FUZZ_TARGETS:-manifest npy shard wav index}; do
     clang -g -O1 -std=c11 -D_FILE_OFFSET_BITS=64 -D_POSIX_C_SOURCE=200809L -fsanitize=fuzzer,address,undefined \
         -Iinclude -Isrc $SRC tests/fuzz/fuzz_$t.c $LIBS -lpthread -lm -o $B/fuzz_$t
     mkdir -p $B/corpus-$t

@@ -23,6 +23,7 @@ const char *stk_strerror(int code) {
     case STK_ECODEC: return "compression codec failed";
     case STK_EMISMATCH: return "shard does not match the manifest";
     case STK_EUNSUPPORTED: return "unsupported input";
+    case STK_ESTALE: return "source file changed since it was indexed";
     default: break;
     }
     if (code < 0 && code > -4096) {

@@ -64,6 +64,7 @@ void stk_dataset_close(stk_dataset *ds) {
     stk__free(ds->info);
     stk__free(ds->attrs);
     stk__free(ds->dir);
+    stk__free(ds->source);
     stk__free(ds);
 }
 
@@ -266,6 +267,7 @@ int stk_dataset_open(const char *path, stk_dataset **out, stk_error *err) {
         int rc = -errno;
         return stk__err(err, rc, "%s: %s", path, stk_strerror(rc));
     }
+    if (S_ISREG(st.st_mode) && stk__is_index_file(path)) return stk__index_open(path, out, err);
     stk_dataset *ds = stk__calloc(1, sizeof *ds);
     if (!ds) return stk__err(err, -ENOMEM, "out of memory");
     char *mpath = NULL;
@@ -424,7 +426,34 @@ int stk_dataset_get(const stk_dataset *ds, uint64_t record, size_t field,
     out->raw_bytes = out->rows * ds->info[field].row_bytes;
     out->codec = ds->fields[field].codec;
     out->shard = (uint32_t)s;
-    out->data = sh->map + out->offset;
+    /* In place: the file's bytes are the stored form; NULL where the file is
+     * not mapped or its bytes need converting. */
+    out->data = sh->map && !ds->info[field].conv ? sh->map + out->offset : NULL;
+    return 0;
+}
+
+/* In place: the bytes come from the file (through the mapping when there
+ * is one) and are converted where the field says so. */
+static int read_in_place(const stk_dataset *ds, const stk__shard *sh, const stk_extent *x,
+                         uint64_t record, size_t field, void *buf, stk_error *err) {
+    const stk__fieldinfo *fi = &ds->info[field];
+    if (!x->raw_bytes) return 0;
+    uint8_t *dst = (uint8_t *)buf + (x->raw_bytes - x->stored_bytes);
+    if (sh->map) {
+        memcpy(dst, sh->map + x->offset, (size_t)x->stored_bytes);
+    } else {
+        int fd = stk__open(sh->path, O_RDONLY, 0);
+        if (fd < 0) return stk__err(err, fd, "%s: cannot open: %s", sh->path, stk_strerror(fd));
+        ssize_t got = stk__pread_full(fd, dst, (size_t)x->stored_bytes, x->offset);
+        close(fd);
+        if (got < 0 || (uint64_t)got != x->stored_bytes)
+            return stk__err(err, got < 0 ? (int)got : STK_ETRUNCATED,
+                            "%s: record %llu: reading %llu bytes at byte %llu: %s", sh->path,
+                            (unsigned long long)record, (unsigned long long)x->stored_bytes,
+                            (unsigned long long)x->offset,
+                            got < 0 ? stk_strerror((int)got) : "the file shrank");
+    }
+    if (fi->conv) stk__conv_run(fi->conv, buf, dst, x->raw_bytes / fi->itemsize);
     return 0;
 }
 
@@ -440,6 +469,7 @@ int stk_dataset_read(const stk_dataset *ds, uint64_t record, size_t field, void 
                         (unsigned long long)record, ds->fields[field].name,
                         (unsigned long long)x.raw_bytes, cap);
     const stk__shard *sh = &ds->shards[x.shard];
+    if (ds->in_place) return read_in_place(ds, sh, &x, record, field, buf, err);
     if (flags & STK_READ_VERIFY) {
         const uint64_t *e = stk__entry(ds, sh, record - sh->first);
         uint64_t a, b;
@@ -522,9 +552,57 @@ static void progress(verify_job *j, uint64_t add) {
 
 /* Checks one shard chunk by chunk, so that the block and record checksums
  * of a chunk are computed while its bytes are still in cache. */
+/* In place there are no checksums: checks that the file is still what was
+ * indexed and that every byte the index names can be read. */
+static void verify_in_place(verify_job *j, size_t s) {
+    const stk__shard *sh = &j->ds->shards[s];
+    stk_error e;
+    struct stat st;
+    int fd = stk__open(sh->path, O_RDONLY, 0);
+    if (fd < 0) {
+        stk__err(&e, STK_ESTALE, "%s: cannot open: %s (re-run `stoker index`)", sh->path,
+                 stk_strerror(fd));
+        report(j, s, 0, &e);
+        return;
+    }
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != sh->size ||
+        (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec != sh->mtime_ns) {
+        stk__err(&e, STK_ESTALE, "%s: changed since it was indexed: re-run `stoker index`",
+                 sh->path);
+        report(j, s, 0, &e);
+        close(fd);
+        return;
+    }
+    uint8_t *buf = stk__malloc(VERIFY_CHUNK);
+    for (uint64_t a = sh->data_off; buf && a < sh->data_end && !j->stop; a += VERIFY_CHUNK) {
+        size_t n = (size_t)STK__MIN((uint64_t)VERIFY_CHUNK, sh->data_end - a);
+        ssize_t got = stk__pread_full(fd, buf, n, a);
+        if (got != (ssize_t)n) {
+            stk__err(&e, got < 0 ? (int)got : STK_ETRUNCATED,
+                     "%s: record %llu: reading at byte %llu: %s", sh->path,
+                     (unsigned long long)stk__dataset_record_at(j->ds, sh, a),
+                     (unsigned long long)a, got < 0 ? stk_strerror((int)got) : "the file shrank");
+            report(j, s, a, &e);
+            break;
+        }
+        progress(j, n);
+    }
+    if (!buf) {
+        stk__err(&e, -ENOMEM, "%s: out of memory", sh->path);
+        report(j, s, 0, &e);
+    }
+    atomic_fetch_add(&j->records, sh->nrec);
+    stk__free(buf);
+    close(fd);
+}
+
 static void verify_shard(verify_job *j, size_t s) {
     const stk_dataset *ds = j->ds;
     const stk__shard *sh = &ds->shards[s];
+    if (ds->in_place) {
+        verify_in_place(j, s);
+        return;
+    }
     const uint8_t *map = sh->map;
     uint64_t chunk = STK__MAX((uint64_t)VERIFY_CHUNK, sh->block_size);
     uint64_t r = 0; /* next record to finish */

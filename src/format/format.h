@@ -98,7 +98,30 @@ typedef struct stk__fieldinfo {
     uint64_t row_bytes; /* bytes of one row (one element for scalars) */
     int64_t fixed_rows; /* shape[0] for a fixed first dimension, 1 for a
                          * scalar, STK_RAGGED otherwise */
+    /* In-place sources only: the bytes of one row as the source file stores
+     * them, and how they become row_bytes (STK__CONV_NONE: they are equal). */
+    uint64_t stored_row_bytes;
+    int conv;
 } stk__fieldinfo;
+
+/* Element conversions from a source file's encoding to a field's dtype,
+ * done by the worker threads (sources/convert.c). */
+enum {
+    STK__CONV_NONE = 0,
+    STK__CONV_I16_F32, /* 16-bit PCM -> float32 in [-1, 1) */
+    STK__CONV_I24_F32, /* 24-bit PCM -> float32 in [-1, 1) */
+    STK__CONV_I24_I32, /* 24-bit PCM -> int32, scaled to the full range */
+    STK__CONV_U8_F32,  /* 8-bit unsigned PCM -> float32 in [-1, 1) */
+    STK__CONV_I32_F32  /* 32-bit PCM -> float32 in [-1, 1) */
+};
+/* Bytes per element a conversion reads; 0 for an unknown one. */
+size_t stk__conv_in_size(int conv);
+const char *stk__conv_name(int conv);
+int stk__conv_parse(const char *name);
+/* Converts n elements from src to dst.  dst may overlap src when the
+ * source bytes sit at the end of dst's region (dst + n*out - n*in == src):
+ * the conversion runs forward and never overwrites bytes it has yet to read. */
+void stk__conv_run(int conv, uint8_t *dst, const uint8_t *src, uint64_t n);
 
 /* Checks a schema; fills `info` (nfields entries) when not NULL. */
 int stk__schema_check(const stk_field *fields, size_t nfields,
@@ -139,6 +162,12 @@ int stk__manifest_dump(const stk__manifest *m, char **out, size_t *len,
 int stk__manifest_parse(const char *text, size_t len, const char *what,
                         stk__manifest *out, stk_error *err);
 void stk__manifest_clear(stk__manifest *m);
+/* One field as a manifest (or an index) writes it, and back; `what` and
+ * field number i name it in messages.  (json_t is jansson's.) */
+struct json_t;
+struct json_t *stk__field_json(const stk_field *f);
+int stk__field_parse(struct json_t *o, size_t i, const char *what, stk_field *f,
+                     stk_error *err);
 /* Checks that `attrs` is a JSON object and returns its compact form. */
 int stk__attrs_normalise(const char *attrs, char **out, stk_error *err);
 
@@ -154,7 +183,9 @@ typedef struct stk__shard {
     uint64_t nblocks;
     uint64_t *blocks; /* nblocks block checksums */
     uint64_t *index;  /* nrec entries of stk__entry_words(F) words */
-    const uint8_t *map; /* the whole file, read-only */
+    const uint8_t *map; /* the whole file, read-only; NULL for an in-place
+                         * index of more files than are mapped */
+    int64_t mtime_ns;   /* in-place sources: modification time when indexed */
 } stk__shard;
 
 struct stk_dataset {
@@ -168,7 +199,20 @@ struct stk_dataset {
     char *attrs;
     uint32_t align;
     uint32_t block_size;
+    /* An in-place index (sources/index.c): the shards are the users' own
+     * files; there are no checksums (block_size 0) and, past a number of
+     * files, no mappings. */
+    bool in_place;
+    bool mapped;
+    char *source; /* in place: "npy", "wav", "hdf5" or "raw" */
 };
+
+/* ---- in-place indexes (sources/index.c) ---- */
+
+/* Whether the file at `path` starts like an index (checks a few bytes). */
+bool stk__is_index_file(const char *path);
+/* Opens an index file as a dataset; checks every file it names. */
+int stk__index_open(const char *path, stk_dataset **out, stk_error *err);
 
 /* The shard holding global record `rec` (rec < nrec). */
 size_t stk__dataset_shard_of(const stk_dataset *ds, uint64_t rec);

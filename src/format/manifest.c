@@ -38,7 +38,7 @@ int stk__attrs_normalise(const char *attrs, char **out, stk_error *err) {
     return *out ? 0 : stk__err(err, -ENOMEM, "out of memory");
 }
 
-static json_t *field_json(const stk_field *f) {
+json_t *stk__field_json(const stk_field *f) {
     json_t *shape = json_array();
     for (int d = 0; d < f->ndim; d++)
         json_array_append_new(shape, json_integer(f->shape[d]));
@@ -69,7 +69,7 @@ int stk__manifest_dump(const stk__manifest *m, char **out, size_t *len,
     json_object_set_new(root, "block_size", json_integer(m->block_size));
     json_t *fields = json_array();
     for (size_t i = 0; i < m->nfields; i++)
-        json_array_append_new(fields, field_json(&m->fields[i]));
+        json_array_append_new(fields, stk__field_json(&m->fields[i]));
     json_object_set_new(root, "fields", fields);
     json_t *shards = json_array();
     for (size_t i = 0; i < m->nshards; i++) {
@@ -118,7 +118,7 @@ static int get_u64(json_t *o, const char *key, const char *what, const char *ctx
     return 0;
 }
 
-static int parse_field(json_t *o, size_t i, const char *what, stk_field *f,
+int stk__field_parse(json_t *o, size_t i, const char *what, stk_field *f,
                        stk_error *err) {
     char ctx[48];
     snprintf(ctx, sizeof ctx, "field %zu", i);
@@ -229,7 +229,7 @@ int stk__manifest_parse(const char *text, size_t len, const char *what,
     }
     for (size_t i = 0; i < nf; i++) {
         m->nfields = i + 1; /* so that clear frees what was parsed */
-        if ((rc = parse_field(json_array_get(fields, i), i, what, &m->fields[i], err)))
+        if ((rc = stk__field_parse(json_array_get(fields, i), i, what, &m->fields[i], err)))
             goto out;
     }
     if ((rc = stk__schema_check(m->fields, m->nfields, NULL, err))) {

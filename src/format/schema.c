@@ -119,6 +119,8 @@ int stk__schema_check(const stk_field *fields, size_t nfields,
             info[i].itemsize = isz;
             info[i].row_bytes = row;
             info[i].fixed_rows = f->ndim == 0 ? 1 : f->shape[0];
+            info[i].stored_row_bytes = row;
+            info[i].conv = STK__CONV_NONE;
         }
     }
     return 0;

@@ -19,14 +19,32 @@ typedef struct stk__ioreq {
                     * O_DIRECT file, whose last read comes back short) */
     uint8_t *dst;
     uint64_t rec;  /* the record it serves, for messages */
+    int fd;        /* set by stk__files_pin for the backend */
 } stk__ioreq;
 
-/* What every backend of one loader shares. */
+typedef struct stk__fdcache stk__fdcache;
+
+/* What every backend of one loader shares: the files, each opened once up
+ * front or, past a budget of descriptors, through a cache (files.c). */
 typedef struct stk__files {
     const stk_dataset *ds;
-    int *fds; /* one per shard, -1 for the mmap backend */
+    int *fds; /* one per shard, -1 for the mmap backend or when closed */
     bool direct;
+    stk__fdcache *cache; /* NULL: every file is open for the loader's life */
 } stk__files;
+
+/* Opens the dataset's files for reading: all of them when at most `budget`
+ * (0: a default from the process's descriptor limit), else on demand
+ * through a cache of `budget` descriptors. */
+int stk__files_open(stk__files *f, const stk_dataset *ds, bool direct, bool none,
+                    unsigned budget, stk_error *err);
+void stk__files_close(stk__files *f);
+/* Sets r[i].fd for n requests, opening files as needed; each stays open
+ * until unpinned. */
+int stk__files_pin(const stk__files *f, stk__ioreq *r, size_t n, stk_error *err);
+void stk__files_unpin(const stk__files *f, const stk__ioreq *r, size_t n);
+/* Descriptors open now (for tests and stats). */
+size_t stk__files_open_count(const stk__files *f);
 
 typedef struct stk__io stk__io;
 
@@ -50,7 +68,11 @@ int stk__io_mmap_open(const stk__files *f, stk__io **out, stk_error *err);
 bool stk__io_uring_available(void);
 
 static inline int stk__io_exec(stk__io *io, stk__ioreq *r, size_t n, stk_error *err) {
-    return io->ops->exec(io, r, n, err);
+    int rc = stk__files_pin(io->files, r, n, err);
+    if (rc) return rc;
+    rc = io->ops->exec(io, r, n, err);
+    stk__files_unpin(io->files, r, n);
+    return rc;
 }
 static inline void stk__io_close(stk__io *io) {
     if (io) io->ops->close(io);

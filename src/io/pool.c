@@ -27,7 +27,7 @@ int stk__io_fail(const stk__files *f, const stk__ioreq *r, int code, uint64_t go
 static int pool_exec(stk__io *io, stk__ioreq *reqs, size_t n, stk_error *err) {
     for (size_t i = 0; i < n; i++) {
         stk__ioreq *r = &reqs[i];
-        ssize_t got = stk__pread_full(io->files->fds[r->shard], r->dst, (size_t)r->len, r->off);
+        ssize_t got = stk__pread_full(r->fd, r->dst, (size_t)r->len, r->off);
         if (got < 0) return stk__io_fail(io->files, r, (int)got, 0, err);
         if ((uint64_t)got < r->need) return stk__io_fail(io->files, r, 0, (uint64_t)got, err);
     }

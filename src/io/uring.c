@@ -28,7 +28,7 @@ static void queue_read(uring_io *u, const stk__ioreq *r, size_t idx) {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
     uint64_t from = u->done[idx];
     unsigned len = (unsigned)STK__MIN(r->len - from, (uint64_t)MAX_READ);
-    io_uring_prep_read(sqe, u->base.files->fds[r->shard], r->dst + from, len, r->off + from);
+    io_uring_prep_read(sqe, r->fd, r->dst + from, len, r->off + from);
     io_uring_sqe_set_data64(sqe, idx);
 }
 

@@ -54,7 +54,7 @@
 enum { F_TIME, F_DENSE, F_RAGGED };
 enum { S_FREE, S_FILLING, S_READY, S_HELD };
 enum { G_EMPTY, G_LOADING, G_READY, G_FAILED };
-enum { POST_NONE, POST_COPY, POST_ZSTD };
+enum { POST_NONE, POST_COPY, POST_ZSTD, POST_CONV };
 
 typedef struct lfield {
     size_t dsf;
@@ -176,7 +176,6 @@ struct stk_loader {
     stk_error ferr;
 
     stk__files files;
-    int *fds;
     stk_backend backend;
 
     /* Statistics. */
@@ -261,7 +260,7 @@ static void sample_span(const stk_loader *ld, uint64_t rec, uint64_t t0, uint64_
         const lfield *lf = &ld->f[i];
         uint64_t off = e[1 + 3 * lf->dsf], len = e[2 + 3 * lf->dsf];
         if (lf->kind == F_TIME) {
-            uint64_t rb = lf->fi->row_bytes;
+            uint64_t rb = lf->fi->stored_row_bytes;
             a = STK__MIN(a, off + t0 * rb);
             z = STK__MAX(z, off + STK__MIN(t1 * rb, len));
         } else {
@@ -441,7 +440,7 @@ static int group_read(stk_loader *ld, worker *w, group *gr, stk_error *err) {
             uint64_t len = STK__MIN((uint64_t)SPAN_CHUNK, end - off);
             uint64_t need = off + len <= sp->end ? len : sp->end > off ? sp->end - off : 0;
             w->reqs[k++] = (stk__ioreq){sp->shard, off, len, need,
-                                        gr->buf + sp->buf_off + (off - sp->base), rec};
+                                        gr->buf + sp->buf_off + (off - sp->base), rec, -1};
         }
         bytes += end - sp->base;
     }
@@ -628,6 +627,9 @@ static int do_posts(stk_loader *ld, worker *w, size_t np, stk_error *err) {
         post *p = &w->posts[i];
         if (p->kind == POST_COPY) {
             memcpy(p->dst, p->src, (size_t)p->len);
+        } else if (p->kind == POST_CONV) {
+            const stk__fieldinfo *fi = &ld->ds->info[p->field];
+            stk__conv_run(fi->conv, p->dst, p->src, p->raw / fi->itemsize);
         } else if (p->kind == POST_ZSTD) {
             size_t r = ZSTD_decompressDCtx(w->dctx, p->dst, (size_t)p->raw, p->src, (size_t)p->len);
             if (ZSTD_isError(r) || r != p->raw) {
@@ -655,8 +657,9 @@ static uint8_t *place(const stk_loader *ld, const lfield *lf, stk_batch *s, uint
     *len = e[2 + 3 * lf->dsf];
     uint64_t rows = e[3 + 3 * lf->dsf];
     if (lf->kind == F_TIME) {
-        *off += t * lf->fi->row_bytes;
-        *len = *raw = ld->space.L * lf->fi->row_bytes;
+        *off += t * lf->fi->stored_row_bytes;
+        *len = ld->space.L * lf->fi->stored_row_bytes;
+        *raw = ld->space.L * lf->fi->row_bytes;
         return s->mem + lf->data_off + j * lf->sample_bytes;
     }
     if (lf->kind == F_DENSE) {
@@ -694,6 +697,13 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
             const uint64_t *e = stk__entry(ds, sh, rec - sh->first);
             uint64_t off, len, raw;
             uint8_t *dst = place(ld, lf, s, j, e, ts[j], &rows_done, &off, &len, &raw);
+            if (lf->fi->conv) {
+                /* The stored bytes land at the end of the sample's place and
+                 * are widened forward over themselves (sources/convert.c). */
+                uint8_t *tail = dst + (raw - len);
+                w->posts[np++] = (post){POST_CONV, tail, dst, len, raw, rec, lf->dsf, NULL};
+                dst = tail;
+            }
             if (lf->f->codec == STK_CODEC_ZSTD) {
                 post *p = &w->posts[np++];
                 *p = (post){POST_ZSTD, NULL, dst, len, raw, rec, lf->dsf, NULL};
@@ -711,7 +721,7 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
                     q->len += len;
                     q->need += len;
                 } else {
-                    w->reqs[nr++] = (stk__ioreq){(uint32_t)si, off, len, len, dst, rec};
+                    w->reqs[nr++] = (stk__ioreq){(uint32_t)si, off, len, len, dst, rec, -1};
                 }
                 continue;
             }
@@ -735,7 +745,7 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
                 if (stage_pos + (hi - lo) > w->stage_cap)
                     return stk__err(err, -ENOMEM, "staging area too small");
                 w->reqs[nr++] = (stk__ioreq){(uint32_t)si, lo, hi - lo, off + len - lo,
-                                             w->stage + stage_pos, rec};
+                                             w->stage + stage_pos, rec, -1};
                 src = w->stage + stage_pos + (off - lo);
                 stage_pos = stk__align_up(stage_pos + (hi - lo), direct ? DIRECT_ALIGN : 64);
             }
@@ -792,12 +802,16 @@ static int verify_range(stk_loader *ld, worker *w, size_t si, uint64_t lo, uint6
             bytes = sh->map + a;
         } else {
             uint64_t len = ld->files.direct ? stk__align_up(n, DIRECT_ALIGN) : n;
-            ssize_t got = stk__pread_full(ld->fds[si], w->blockbuf, (size_t)len, a);
+            stk__ioreq pin = {(uint32_t)si, a, len, n, w->blockbuf, rec, -1};
+            int prc = stk__files_pin(&ld->files, &pin, 1, err);
+            if (prc) return prc;
+            ssize_t got = stk__pread_full(pin.fd, w->blockbuf, (size_t)len, a);
+            stk__files_unpin(&ld->files, &pin, 1);
             if (got < 0 || (uint64_t)got < n) {
                 /* Name the record where the file now ends, not the one
                  * that happened to share its block. */
                 if (got >= 0) rec = stk__dataset_record_at(ld->ds, sh, a + (uint64_t)got);
-                stk__ioreq r = {(uint32_t)si, a, len, n, w->blockbuf, rec};
+                stk__ioreq r = {(uint32_t)si, a, len, n, w->blockbuf, rec, -1};
                 return stk__io_fail(&ld->files, &r, got < 0 ? (int)got : 0,
                                     got < 0 ? 0 : (uint64_t)got, err);
             }
@@ -919,8 +933,10 @@ static int fill_groups(stk_loader *ld, worker *w, stk_batch *s, uint64_t *recs, 
             uint64_t off, len, raw;
             uint8_t *dst = place(ld, lf, s, j, e, ts[j], &rows_done[fi], &off, &len, &raw);
             const uint8_t *src = mm ? sh->map + off : gr->buf + sp->buf_off + (off - sp->base);
-            w->posts[np++] = (post){lf->f->codec == STK_CODEC_ZSTD ? POST_ZSTD : POST_COPY, src,
-                                    dst, len, raw, rec, lf->dsf, NULL};
+            int kind = lf->f->codec == STK_CODEC_ZSTD ? POST_ZSTD
+                       : lf->fi->conv                 ? POST_CONV
+                                                      : POST_COPY;
+            w->posts[np++] = (post){kind, src, dst, len, raw, rec, lf->dsf, NULL};
         }
         if (!sp)
             rc = stk__err(err, -EFAULT, "%s: record %llu is missing from its block's spans",
@@ -1124,6 +1140,7 @@ static bool mostly_resident(const stk_dataset *ds) {
     long page = sysconf(_SC_PAGESIZE);
     for (size_t s = 0; s < ds->nshards; s++) {
         const stk__shard *sh = &ds->shards[s];
+        if (!sh->map) return false;
         for (uint64_t off = 0; off < sh->size; off += (uint64_t)page * sizeof vec) {
             size_t len = (size_t)STK__MIN((uint64_t)page * sizeof vec, sh->size - off);
             if (mincore((void *)(sh->map + off), len, vec) != 0) return false;
@@ -1136,28 +1153,8 @@ static bool mostly_resident(const stk_dataset *ds) {
 }
 
 static int open_files(stk_loader *ld, stk_error *err) {
-    const stk_dataset *ds = ld->ds;
-    ld->fds = stk__malloc((ds->nshards ? ds->nshards : 1) * sizeof *ld->fds);
-    if (!ld->fds) return stk__err(err, -ENOMEM, "out of memory");
-    for (size_t i = 0; i < ds->nshards; i++) ld->fds[i] = -1;
-    ld->files.ds = ds;
-    ld->files.fds = ld->fds;
-    ld->files.direct = ld->opt.direct != 0;
-    if (ld->backend == STK_BACKEND_MMAP) return 0;
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max &&
-        rl.rlim_cur < ds->nshards + 64) {
-        rl.rlim_cur = STK__MIN(rl.rlim_max, (rlim_t)ds->nshards + 256);
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
-    for (size_t i = 0; i < ds->nshards; i++) {
-        int fd = stk__open(ds->shards[i].path, O_RDONLY | (ld->opt.direct ? O_DIRECT : 0), 0);
-        if (fd < 0)
-            return stk__err(err, fd, "%s: cannot open shard%s: %s", ds->shards[i].path,
-                            ld->opt.direct ? " with O_DIRECT" : "", stk_strerror(fd));
-        ld->fds[i] = fd;
-    }
-    return 0;
+    return stk__files_open(&ld->files, ld->ds, ld->opt.direct != 0,
+                           ld->backend == STK_BACKEND_MMAP, ld->opt.max_open_files, err);
 }
 
 static int check_options(const stk_dataset *ds, const stk_loader_options *o, stk_error *err) {
@@ -1198,6 +1195,27 @@ static int check_options(const stk_dataset *ds, const stk_loader_options *o, stk
         return stk__err(err, -EINVAL, "block_group: must be at least 1");
     if (o->on_error != STK_ON_ERROR_RAISE && o->on_error != STK_ON_ERROR_SKIP)
         return stk__err(err, -EINVAL, "on_error: unknown value %d", (int)o->on_error);
+    if (ds->in_place) {
+        if (o->direct)
+            return stk__err(err, -EINVAL,
+                            "direct: %s is an in-place index; its files are read through the "
+                            "page cache (their records are not aligned for O_DIRECT)",
+                            ds->dir);
+        if (o->on_error == STK_ON_ERROR_SKIP)
+            return stk__err(err, -EINVAL,
+                            "on_error: skipping damaged samples needs checksums, and the files "
+                            "of an in-place index have none");
+        if (o->backend == STK_BACKEND_MMAP && !ds->mapped)
+            return stk__err(err, -EINVAL,
+                            "backend: an index of more than %d files is not mapped; use "
+                            "uring or pool",
+                            STK_INDEX_MAP_MAX);
+        if (o->valid_field && !ds->mapped)
+            return stk__err(err, -EINVAL,
+                            "valid_field: needs the files mapped, and an index of more than "
+                            "%d files is not",
+                            STK_INDEX_MAP_MAX);
+    }
     if (o->on_error == STK_ON_ERROR_SKIP && !o->verify)
         return stk__err(err, -EINVAL,
                         "on_error: skipping damaged samples needs verify (checksums) on");
@@ -1219,6 +1237,13 @@ int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader 
     *out = NULL;
     int rc = check_options(ds, opts, err);
     if (rc) return rc;
+    stk_loader_options in_place;
+    if (ds->in_place && opts->verify) {
+        /* Users' own files carry no checksums to verify. */
+        in_place = *opts;
+        in_place.verify = 0;
+        opts = &in_place;
+    }
     stk_loader *ld = stk__calloc(1, sizeof *ld);
     if (!ld) return stk__err(err, -ENOMEM, "out of memory");
     ld->ds = ds;
@@ -1766,10 +1791,7 @@ void stk_loader_close(stk_loader *ld) {
         }
     stk__free(ld->slots);
     stk__free(ld->slot_mem);
-    if (ld->fds)
-        for (size_t i = 0; i < ld->ds->nshards; i++)
-            if (ld->fds[i] >= 0) close(ld->fds[i]);
-    stk__free(ld->fds);
+    stk__files_close(&ld->files);
     stk__space_free(&ld->space);
     stk__free((void *)ld->verified);
     stk__free((void *)ld->bad);

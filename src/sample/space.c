@@ -148,6 +148,14 @@ int stk__space_build(stk__space *sp, const stk_dataset *ds, const stk__space_par
             return rc;
         }
         const uint8_t *base = x.data;
+        if (!base) {
+            size_t s = stk__dataset_shard_of(ds, r);
+            stk__space_free(sp);
+            return stk__err(err, -EINVAL,
+                            "%s: valid_field '%s' is converted as it is read, so its values "
+                            "cannot be scanned in place",
+                            ds->shards[s].path, vf->name);
+        }
         uint64_t elems = vi->row_bytes / vi->itemsize;
         uint64_t cum = 0, run_t0 = 0, run_n = 0;
         for (uint64_t k = 0; k < nstarts; k++) {

@@ -1,0 +1,256 @@
+/*
+ * hdf5.c: where the rows of an HDF5 dataset lie in its file, found once
+ * through libhdf5 when an index is built.  The loader then reads those
+ * bytes itself, so the hot path never takes libhdf5's global lock.
+ *
+ * Layouts: contiguous (one run), and chunked without filters where each
+ * chunk spans every dimension after the first (a run per chunk).  Filtered
+ * (compressed) chunks and chunks that cut rows apart are refused with a
+ * message: their rows are not plain byte ranges.
+ */
+#include "sources.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void stk__h5info_free(stk__h5info *h) {
+    if (!h) return;
+    stk__free(h->runs);
+    stk__free(h->dataset);
+    memset(h, 0, sizeof *h);
+}
+
+#ifndef STK_HAVE_HDF5
+
+int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_error *err) {
+    STK__UNUSED(dset);
+    memset(out, 0, sizeof *out);
+    return stk__err(err, STK_EUNSUPPORTED,
+                    "%s: this stoker was built without HDF5 support (libhdf5-dev was not "
+                    "found at build time)",
+                    path);
+}
+
+#else
+
+#include <hdf5.h>
+
+typedef struct finder {
+    char *name;
+    int count;
+} finder;
+
+#if H5_VERSION_GE(1, 12, 0)
+typedef H5O_info2_t obj_info;
+#define VISIT(f, fd) H5Ovisit3(f, H5_INDEX_NAME, H5_ITER_INC, visit, fd, H5O_INFO_BASIC)
+#else
+typedef H5O_info_t obj_info;
+#define VISIT(f, fd) H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit, fd, H5O_INFO_BASIC)
+#endif
+
+static herr_t visit(hid_t obj, const char *name, const obj_info *info, void *arg) {
+    STK__UNUSED(obj);
+    finder *f = arg;
+    if (info->type == H5O_TYPE_DATASET) {
+        if (f->count++ == 0) f->name = stk__strdup(name);
+    }
+    return 0;
+}
+
+static int map_type(hid_t t, stk_dtype *out) {
+    H5T_class_t c = H5Tget_class(t);
+    size_t sz = H5Tget_size(t);
+    if (c == H5T_INTEGER || c == H5T_FLOAT) {
+        if (sz > 1 && H5Tget_order(t) != H5T_ORDER_LE) return -ERANGE;
+    }
+    if (c == H5T_INTEGER) {
+        bool sign = H5Tget_sign(t) == H5T_SGN_2;
+        switch (sz) {
+        case 1: *out = sign ? STK_I8 : STK_U8; return 0;
+        case 2: *out = sign ? STK_I16 : STK_U16; return 0;
+        case 4: *out = sign ? STK_I32 : STK_U32; return 0;
+        case 8: *out = sign ? STK_I64 : STK_U64; return 0;
+        }
+    } else if (c == H5T_FLOAT) {
+        /* Only IEEE layouts: native little-endian float types. */
+        if (sz == 4 && H5Tequal(t, H5T_IEEE_F32LE) > 0) { *out = STK_F32; return 0; }
+        if (sz == 8 && H5Tequal(t, H5T_IEEE_F64LE) > 0) { *out = STK_F64; return 0; }
+        if (sz == 2) { *out = STK_F16; return 0; }
+    }
+    return -EINVAL;
+}
+
+static int cmp_run(const void *a, const void *b) {
+    const stk__h5run *x = a, *y = b;
+    return x->first < y->first ? -1 : x->first > y->first;
+}
+
+int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_error *err) {
+    memset(out, 0, sizeof *out);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t f = H5I_INVALID_HID, d = H5I_INVALID_HID, sp = H5I_INVALID_HID,
+          t = H5I_INVALID_HID, pl = H5I_INVALID_HID;
+    int rc = 0;
+    f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) {
+        rc = stk__err(err, STK_EBADMAGIC, "%s: not an HDF5 file libhdf5 can open", path);
+        goto out;
+    }
+    if (dset) {
+        out->dataset = stk__strdup(dset);
+    } else {
+        finder fd = {NULL, 0};
+        VISIT(f, &fd);
+        if (fd.count != 1) {
+            stk__free(fd.name);
+            rc = stk__err(err, fd.count ? -EINVAL : -ENOENT,
+                          "%s: holds %d datasets; name the one to read (--dataset)", path,
+                          fd.count);
+            goto out;
+        }
+        out->dataset = fd.name;
+    }
+    if (!out->dataset) {
+        rc = stk__err(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    d = H5Dopen2(f, out->dataset, H5P_DEFAULT);
+    if (d < 0) {
+        rc = stk__err(err, -ENOENT, "%s: no dataset '%s'", path, out->dataset);
+        goto out;
+    }
+    sp = H5Dget_space(d);
+    int nd = H5Sget_simple_extent_ndims(sp);
+    if (nd < 1 || nd > STK_MAX_DIMS) {
+        rc = stk__err(err, STK_EUNSUPPORTED,
+                      "%s: dataset '%s' has %d dimensions; 1 to %d are supported (records "
+                      "run along the first)",
+                      path, out->dataset, nd, STK_MAX_DIMS);
+        goto out;
+    }
+    hsize_t dims[STK_MAX_DIMS], cdims[STK_MAX_DIMS];
+    H5Sget_simple_extent_dims(sp, dims, NULL);
+    out->ndim = nd;
+    for (int k = 0; k < nd; k++) out->dims[k] = (int64_t)dims[k];
+    t = H5Dget_type(d);
+    int m = map_type(t, &out->dtype);
+    if (m) {
+        rc = stk__err(err, STK_EUNSUPPORTED,
+                      "%s: dataset '%s': %s; little-endian integers and IEEE floats are "
+                      "supported",
+                      path, out->dataset,
+                      m == -ERANGE ? "the type is big-endian" : "the element type is not numeric");
+        goto out;
+    }
+    uint64_t row = H5Tget_size(t);
+    for (int k = 1; k < nd; k++) row *= dims[k];
+    pl = H5Dget_create_plist(d);
+    H5D_layout_t lay = H5Pget_layout(pl);
+    if (dims[0] == 0) goto out;
+    if (lay == H5D_CONTIGUOUS) {
+        haddr_t a = H5Dget_offset(d);
+        if (a == HADDR_UNDEF) {
+            rc = stk__err(err, STK_EUNSUPPORTED,
+                          "%s: dataset '%s' was never written (no storage allocated)", path,
+                          out->dataset);
+            goto out;
+        }
+        out->runs = stk__malloc(sizeof *out->runs);
+        if (!out->runs) {
+            rc = stk__err(err, -ENOMEM, "out of memory");
+            goto out;
+        }
+        out->runs[0] = (stk__h5run){(uint64_t)a, 0, dims[0]};
+        out->nruns = 1;
+        goto out;
+    }
+    if (lay != H5D_CHUNKED) {
+        rc = stk__err(err, STK_EUNSUPPORTED,
+                      "%s: dataset '%s' uses the compact layout (tiny data held in the "
+                      "header); pack it with `stoker pack` instead",
+                      path, out->dataset);
+        goto out;
+    }
+    int nfilt = H5Pget_nfilters(pl);
+    if (nfilt > 0) {
+        unsigned flags;
+        size_t nelem = 0;
+        char fname[64] = "";
+        H5Pget_filter2(pl, 0, &flags, &nelem, NULL, sizeof fname, fname, NULL);
+        rc = stk__err(err, STK_EUNSUPPORTED,
+                      "%s: dataset '%s' has filtered chunks (%s%s); in-place reading "
+                      "needs plain chunks: rewrite it without compression (h5repack -f "
+                      "NONE) or pack it with `stoker pack`",
+                      path, out->dataset, fname[0] ? fname : "a filter",
+                      nfilt > 1 ? " and more" : "");
+        goto out;
+    }
+    H5Pget_chunk(pl, nd, cdims);
+    for (int k = 1; k < nd; k++)
+        if (cdims[k] != dims[k]) {
+            rc = stk__err(err, STK_EUNSUPPORTED,
+                          "%s: dataset '%s': chunks of dimension %d hold %llu of %llu "
+                          "entries, so a row is split between chunks; rechunk so that each "
+                          "chunk holds whole rows (h5repack -l %s:CHUNK=N",
+                          path, out->dataset, k, (unsigned long long)cdims[k],
+                          (unsigned long long)dims[k], out->dataset);
+            size_t l = strlen(err ? err->message : "");
+            for (int j = 1; err && j < nd && l + 24 < sizeof err->message; j++)
+                l += (size_t)snprintf(err->message + l, sizeof err->message - l, "x%llu",
+                                      (unsigned long long)dims[j]);
+            if (err && l + 2 < sizeof err->message) strcat(err->message, ")");
+            goto out;
+        }
+    hsize_t nch = 0;
+    H5Dget_num_chunks(d, sp, &nch);
+    out->runs = stk__calloc(nch ? nch : 1, sizeof *out->runs);
+    if (!out->runs) {
+        rc = stk__err(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    for (hsize_t i = 0; i < nch; i++) {
+        hsize_t coord[STK_MAX_DIMS];
+        unsigned mask = 0;
+        haddr_t a;
+        hsize_t size;
+        if (H5Dget_chunk_info(d, sp, i, coord, &mask, &a, &size) < 0 || a == HADDR_UNDEF) {
+            rc = stk__err(err, STK_ECORRUPT, "%s: dataset '%s': chunk %llu cannot be located",
+                          path, out->dataset, (unsigned long long)i);
+            goto out;
+        }
+        uint64_t n = STK__MIN((uint64_t)cdims[0], (uint64_t)(dims[0] - coord[0]));
+        if (size < n * row) {
+            rc = stk__err(err, STK_ECORRUPT,
+                          "%s: dataset '%s': chunk at row %llu stores %llu bytes, less than "
+                          "its %llu rows take",
+                          path, out->dataset, (unsigned long long)coord[0],
+                          (unsigned long long)size, (unsigned long long)n);
+            goto out;
+        }
+        out->runs[out->nruns++] = (stk__h5run){(uint64_t)a, (uint64_t)coord[0], n};
+    }
+    qsort(out->runs, out->nruns, sizeof *out->runs, cmp_run);
+    uint64_t next = 0;
+    for (size_t i = 0; i < out->nruns; i++) {
+        if (out->runs[i].first != next) break;
+        next += out->runs[i].count;
+    }
+    if (next != dims[0]) {
+        rc = stk__err(err, STK_EUNSUPPORTED,
+                      "%s: dataset '%s': rows from %llu on are in chunks never written "
+                      "(they read as the fill value); write them or pack the dataset",
+                      path, out->dataset, (unsigned long long)next);
+        goto out;
+    }
+out:
+    if (pl >= 0) H5Pclose(pl);
+    if (t >= 0) H5Tclose(t);
+    if (sp >= 0) H5Sclose(sp);
+    if (d >= 0) H5Dclose(d);
+    if (f >= 0) H5Fclose(f);
+    if (rc) stk__h5info_free(out);
+    return rc;
+}
+
+#endif

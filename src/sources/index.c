@@ -1,0 +1,703 @@
+/*
+ * index.c: in-place sources.  `stoker index` maps the records of users' own
+ * files (.npy, .wav, HDF5, any file taken whole) to byte ranges once, and
+ * stk_dataset_open turns such an index into an ordinary dataset whose
+ * "shards" are those files, so the loader reads them with everything it
+ * has: orders, windows, ranks, resume, io_uring.
+ *
+ * The index is a JSON file (docs/FORMAT.md, "In-place index"):
+ *
+ *   {"format": "stoker-index", "version": 1, "source": "wav",
+ *    "records": N, "field": {name, dtype, shape, codec, ..., "stored": conv},
+ *    "attrs": {...},
+ *    "files": [{"path": p, "size": bytes, "mtime_ns": t,
+ *               "runs": [[offset, count, stride, rows], ...]}, ...]}
+ *
+ * A run is `count` records of `rows` rows each, the k-th at byte
+ * offset + k * stride; a record's stored bytes are rows times the field's
+ * stored row size.  A clip or a file per record is a run of one; an array
+ * cut along axis 0 is one run (or one per HDF5 chunk), however many rows.
+ */
+#define _GNU_SOURCE
+#include "sources.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define INDEX_FORMAT "stoker-index"
+#define INDEX_VERSION 1
+#define HEAD_BYTES 65536
+
+typedef struct irun {
+    uint64_t off, count, stride, rows;
+} irun;
+
+typedef struct ifile {
+    char *path; /* as the user named it (for messages and reading) */
+    uint64_t size;
+    int64_t mtime_ns;
+    irun *runs;
+    size_t nruns, cap;
+} ifile;
+
+typedef struct builder {
+    const stk_index_options *o;
+    stk_source src;
+    char fname[STK_NAME_MAX];
+    stk_field f;       /* the field delivered */
+    stk_field stored;  /* its stored form: dtype and shape in the file */
+    int conv;
+    bool have;
+    const char *first; /* the file that set the schema, for messages */
+    ifile *files;
+    size_t n, cap;
+    uint64_t records;
+    unsigned rate;
+    const char *skip;  /* the index file itself, never indexed */
+} builder;
+
+void stk_index_options_init(stk_index_options *o) {
+    memset(o, 0, sizeof *o);
+    o->source = STK_SOURCE_AUTO;
+}
+
+static const char *source_name(stk_source s) {
+    switch (s) {
+    case STK_SOURCE_NPY: return "npy";
+    case STK_SOURCE_WAV: return "wav";
+    case STK_SOURCE_HDF5: return "hdf5";
+    case STK_SOURCE_RAW: return "raw";
+    default: return "auto";
+    }
+}
+
+static bool ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcasecmp(s + a - b, suf) == 0;
+}
+
+static stk_source source_of(const char *path) {
+    if (ends_with(path, ".npy")) return STK_SOURCE_NPY;
+    if (ends_with(path, ".wav")) return STK_SOURCE_WAV;
+    if (ends_with(path, ".h5") || ends_with(path, ".hdf5")) return STK_SOURCE_HDF5;
+    return STK_SOURCE_AUTO;
+}
+
+static bool wanted(const builder *b, const char *name) {
+    if (b->o->extension) return ends_with(name, b->o->extension);
+    if (b->src == STK_SOURCE_RAW) return true;
+    stk_source s = source_of(name);
+    return s != STK_SOURCE_AUTO && (b->src == STK_SOURCE_AUTO || s == b->src);
+}
+
+/* ---- building ---- */
+
+static ifile *new_file(builder *b, const char *path, const struct stat *st, stk_error *err) {
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        ifile *nf = stk__realloc(b->files, cap * sizeof *nf);
+        if (!nf) return stk__err(err, -ENOMEM, "out of memory"), NULL;
+        b->files = nf;
+        b->cap = cap;
+    }
+    ifile *f = &b->files[b->n];
+    memset(f, 0, sizeof *f);
+    if (!(f->path = stk__strdup(path))) return stk__err(err, -ENOMEM, "out of memory"), NULL;
+    f->size = (uint64_t)st->st_size;
+    f->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+    b->n++;
+    return f;
+}
+
+static int add_run(ifile *f, uint64_t off, uint64_t count, uint64_t stride, uint64_t rows,
+                   stk_error *err) {
+    if (f->nruns == f->cap) {
+        size_t cap = f->cap ? f->cap * 2 : 1;
+        irun *r = stk__realloc(f->runs, cap * sizeof *r);
+        if (!r) return stk__err(err, -ENOMEM, "out of memory");
+        f->runs = r;
+        f->cap = cap;
+    }
+    f->runs[f->nruns++] = (irun){off, count, stride, rows};
+    return 0;
+}
+
+/* Sets the schema from the first file, or checks a later file against it.
+ * `stored` is the record's form in the file; `ragged_ok` lets the first
+ * dimension differ between files (the field becomes ragged). */
+static int settle(builder *b, const char *path, const stk_field *stored, stk_dtype out_dtype,
+                  int conv, bool ragged_ok, stk_error *err) {
+    if (!b->have) {
+        b->stored = *stored;
+        b->f = *stored;
+        b->f.dtype = out_dtype;
+        b->f.name = b->fname;
+        b->conv = conv;
+        b->first = b->files[b->n - 1].path;
+        b->have = true;
+        return 0;
+    }
+    bool same = b->stored.dtype == stored->dtype && b->stored.ndim == stored->ndim &&
+                b->conv == conv;
+    for (int d = 1; same && d < stored->ndim; d++) same = b->stored.shape[d] == stored->shape[d];
+    if (same && stored->ndim > 0 && b->stored.shape[0] != stored->shape[0]) {
+        if (!ragged_ok) same = false;
+        else b->f.shape[0] = b->stored.shape[0] = STK_RAGGED;
+    }
+    if (!same) {
+        char a[160], z[160];
+        size_t la = (size_t)snprintf(a, sizeof a, "%s (", stk_dtype_name(b->stored.dtype));
+        size_t lz = (size_t)snprintf(z, sizeof z, "%s (", stk_dtype_name(stored->dtype));
+        for (int d = 0; d < b->stored.ndim && la < 120; d++)
+            la += (size_t)snprintf(a + la, sizeof a - la, "%s%lld", d ? ", " : "",
+                                   (long long)b->stored.shape[d]);
+        for (int d = 0; d < stored->ndim && lz < 120; d++)
+            lz += (size_t)snprintf(z + lz, sizeof z - lz, "%s%lld", d ? ", " : "",
+                                   (long long)stored->shape[d]);
+        return stk__err(err, STK_ESCHEMA,
+                        "%s: holds %s); %s, indexed first, holds %s): every file of an "
+                        "index must agree on the dtype and all but the first dimension",
+                        path, z, b->first, a);
+    }
+    return 0;
+}
+
+static int read_head(int fd, const char *path, uint8_t *buf, size_t cap, size_t *got,
+                     stk_error *err) {
+    ssize_t n = stk__pread_full(fd, buf, cap, 0);
+    if (n < 0) return stk__err(err, (int)n, "%s: %s", path, stk_strerror((int)n));
+    *got = (size_t)n;
+    return 0;
+}
+
+static int add_npy(builder *b, ifile *f, const uint8_t *head, size_t n, stk_error *err) {
+    stk_npy_header h;
+    int rc = stk_npy_parse(head, n, f->path, &h, err);
+    if (rc) return rc;
+    if (h.data_offset > f->size || h.data_bytes > f->size - h.data_offset)
+        return stk__err(err, STK_ETRUNCATED,
+                        "%s: the header promises %llu bytes of data at byte %llu but the "
+                        "file has %llu bytes",
+                        f->path, (unsigned long long)h.data_bytes,
+                        (unsigned long long)h.data_offset, (unsigned long long)f->size);
+    stk_field s = {NULL, h.dtype, 0, {0}, STK_CODEC_NONE, 0};
+    if (b->o->split_axis0) {
+        if (h.ndim < 1)
+            return stk__err(err, STK_ESCHEMA,
+                            "%s: a 0-dimensional array has no axis 0 to split", f->path);
+        s.ndim = h.ndim - 1;
+        for (int d = 1; d < h.ndim; d++) s.shape[d - 1] = h.shape[d];
+        uint64_t count = (uint64_t)h.shape[0];
+        uint64_t stride = count ? h.data_bytes / count : 0;
+        uint64_t rows = s.ndim ? (uint64_t)s.shape[0] : 1;
+        if ((rc = settle(b, f->path, &s, h.dtype, STK__CONV_NONE, false, err))) return rc;
+        if (count && (rc = add_run(f, h.data_offset, count, stride, rows, err))) return rc;
+        b->records += count;
+        return 0;
+    }
+    s.ndim = h.ndim;
+    memcpy(s.shape, h.shape, sizeof s.shape);
+    uint64_t rows = h.ndim ? (uint64_t)h.shape[0] : 1;
+    if ((rc = settle(b, f->path, &s, h.dtype, STK__CONV_NONE, h.ndim > 0, err))) return rc;
+    if ((rc = add_run(f, h.data_offset, 1, 0, rows, err))) return rc;
+    b->records++;
+    return 0;
+}
+
+static int add_wav(builder *b, ifile *f, const uint8_t *head, size_t n, stk_error *err) {
+    stk_wav_header h;
+    int rc = stk_wav_parse(head, n, f->size, f->path, &h, err);
+    if (rc) return rc;
+    static const struct {
+        stk_dtype stored, plain, f32;
+        int conv_plain, conv_f32;
+    } enc[] = {
+        [STK_WAV_PCM8] = {STK_U8, STK_U8, STK_F32, STK__CONV_NONE, STK__CONV_U8_F32},
+        [STK_WAV_PCM16] = {STK_I16, STK_I16, STK_F32, STK__CONV_NONE, STK__CONV_I16_F32},
+        [STK_WAV_PCM24] = {STK_BYTES, STK_I32, STK_F32, STK__CONV_I24_I32, STK__CONV_I24_F32},
+        [STK_WAV_PCM32] = {STK_I32, STK_I32, STK_F32, STK__CONV_NONE, STK__CONV_I32_F32},
+        [STK_WAV_FLOAT32] = {STK_F32, STK_F32, STK_F32, STK__CONV_NONE, STK__CONV_NONE},
+        [STK_WAV_FLOAT64] = {STK_F64, STK_F64, 0, STK__CONV_NONE, -1},
+    };
+    bool f32 = b->o->wav_float32 != 0;
+    if (f32 && enc[h.encoding].conv_f32 < 0)
+        return stk__err(err, STK_EUNSUPPORTED,
+                        "%s: 64-bit float audio is delivered as f64; leave out the float32 "
+                        "conversion",
+                        f->path);
+    int conv = f32 ? enc[h.encoding].conv_f32 : enc[h.encoding].conv_plain;
+    stk_dtype out = f32 ? enc[h.encoding].f32 : enc[h.encoding].plain;
+    /* The stored form, for comparing files: 24-bit samples as 3 bytes. */
+    stk_field s = {NULL, enc[h.encoding].stored, 2, {STK_RAGGED, h.channels}, STK_CODEC_NONE, 0};
+    if (h.encoding == STK_WAV_PCM24) s.shape[1] = 3 * (int64_t)h.channels;
+    if (b->have && b->rate != h.sample_rate)
+        return stk__err(err, STK_ESCHEMA,
+                        "%s: sample rate %u Hz; %s, indexed first, has %u Hz: an index holds "
+                        "one sample rate",
+                        f->path, h.sample_rate, b->first, b->rate);
+    if (!b->have) b->rate = h.sample_rate;
+    if ((rc = settle(b, f->path, &s, out, conv, true, err))) return rc;
+    b->f.shape[1] = h.channels;
+    if ((rc = add_run(f, h.data_offset, 1, 0, h.frames, err))) return rc;
+    b->records++;
+    return 0;
+}
+
+static int add_hdf5(builder *b, ifile *f, stk_error *err) {
+    stk__h5info h;
+    int rc = stk__hdf5_index(f->path, b->o->hdf5_dataset, &h, err);
+    if (rc) return rc;
+    stk_field s = {NULL, h.dtype, h.ndim - 1, {0}, STK_CODEC_NONE, 0};
+    for (int d = 1; d < h.ndim; d++) s.shape[d - 1] = h.dims[d];
+    uint64_t row = stk_dtype_size(h.dtype);
+    for (int d = 1; d < h.ndim; d++) row *= (uint64_t)h.dims[d];
+    uint64_t rows = s.ndim ? (uint64_t)s.shape[0] : 1;
+    rc = settle(b, f->path, &s, h.dtype, STK__CONV_NONE, false, err);
+    for (size_t i = 0; rc == 0 && i < h.nruns; i++) {
+        const stk__h5run *r = &h.runs[i];
+        if (r->off > f->size || r->count * row > f->size - r->off)
+            rc = stk__err(err, STK_ECORRUPT,
+                          "%s: dataset '%s': rows %llu.. lie past the end of the file",
+                          f->path, h.dataset, (unsigned long long)r->first);
+        else rc = add_run(f, r->off, r->count, row, rows, err);
+    }
+    if (rc == 0) b->records += (uint64_t)h.dims[0];
+    stk__h5info_free(&h);
+    return rc;
+}
+
+static int add_file(builder *b, const char *path, const struct stat *st, stk_error *err) {
+    stk_source s = b->src;
+    if (s == STK_SOURCE_AUTO) {
+        s = source_of(path);
+        if (s == STK_SOURCE_AUTO)
+            return stk__err(err, -EINVAL,
+                            "%s: cannot tell the format from the name; say which source "
+                            "(npy, wav, hdf5 or raw)",
+                            path);
+        b->src = s;
+    }
+    ifile *f = new_file(b, path, st, err);
+    if (!f) return err ? err->code : -ENOMEM;
+    if (s == STK_SOURCE_RAW) {
+        stk_field fs = {NULL, STK_BYTES, 1, {(int64_t)f->size}, STK_CODEC_NONE, 0};
+        int rc = settle(b, path, &fs, STK_BYTES, STK__CONV_NONE, true, err);
+        if (rc == 0 && f->size) rc = add_run(f, 0, 1, 0, f->size, err);
+        if (rc == 0 && !f->size) rc = add_run(f, 0, 1, 0, 0, err);
+        if (rc == 0) b->records++;
+        return rc;
+    }
+    if (s == STK_SOURCE_HDF5) return add_hdf5(b, f, err);
+    int fd = stk__open(path, O_RDONLY, 0);
+    if (fd < 0) return stk__err(err, fd, "%s: cannot open: %s", path, stk_strerror(fd));
+    uint8_t *head = stk__malloc(HEAD_BYTES);
+    size_t n = 0;
+    int rc = head ? read_head(fd, path, head, HEAD_BYTES, &n, err)
+                  : stk__err(err, -ENOMEM, "out of memory");
+    close(fd);
+    if (rc == 0) rc = s == STK_SOURCE_NPY ? add_npy(b, f, head, n, err) : add_wav(b, f, head, n, err);
+    stk__free(head);
+    return rc;
+}
+
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int walk(builder *b, const char *path, bool named, stk_error *err) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        int rc = -errno;
+        return stk__err(err, rc, "%s: %s", path, stk_strerror(rc));
+    }
+    if (S_ISREG(st.st_mode)) {
+        if (b->skip && strcmp(path, b->skip) == 0) return 0;
+        if (!named && !wanted(b, path)) return 0;
+        return add_file(b, path, &st, err);
+    }
+    if (!S_ISDIR(st.st_mode)) return named ? stk__err(err, -EINVAL, "%s: not a file or directory", path) : 0;
+    DIR *d = opendir(path);
+    if (!d) {
+        int rc = -errno;
+        return stk__err(err, rc, "%s: %s", path, stk_strerror(rc));
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue; /* hidden files, . and .. */
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            char **nn = stk__realloc(names, cap * sizeof *nn);
+            if (!nn) { rc = stk__err(err, -ENOMEM, "out of memory"); break; }
+            names = nn;
+        }
+        if (!(names[n] = stk__path_join(path, e->d_name))) { rc = stk__err(err, -ENOMEM, "out of memory"); break; }
+        n++;
+    }
+    closedir(d);
+    if (rc == 0) qsort(names, n, sizeof *names, cmp_name);
+    for (size_t i = 0; i < n && rc == 0; i++) rc = walk(b, names[i], false, err);
+    for (size_t i = 0; i < n; i++) stk__free(names[i]);
+    stk__free(names);
+    return rc;
+}
+
+/* The path to store for `path`: relative to the index's directory when the
+ * file lies under it, absolute otherwise. */
+static char *stored_path(const char *index_dir_real, const char *path) {
+    char *real = realpath(path, NULL);
+    if (!real) return NULL;
+    size_t l = strlen(index_dir_real);
+    char *out;
+    if (strncmp(real, index_dir_real, l) == 0 && real[l] == '/') out = stk__strdup(real + l + 1);
+    else if (strcmp(index_dir_real, "/") == 0) out = stk__strdup(real + 1);
+    else out = stk__strdup(real);
+    free(real);
+    return out;
+}
+
+static char *dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return stk__strdup(".");
+    if (slash == path) return stk__strdup("/");
+    return strndup(path, (size_t)(slash - path));
+}
+
+static void builder_free(builder *b) {
+    for (size_t i = 0; i < b->n; i++) {
+        stk__free(b->files[i].path);
+        stk__free(b->files[i].runs);
+    }
+    stk__free(b->files);
+}
+
+int stk_index_build(const char *const *paths, size_t npaths, const char *index_path,
+                    const stk_index_options *opts, uint64_t *records, stk_error *err) {
+    stk_index_options defaults;
+    if (!opts) {
+        stk_index_options_init(&defaults);
+        opts = &defaults;
+    }
+    if (!paths || !npaths || !index_path)
+        return stk__err(err, -EINVAL, "stk_index_build: paths and an index path are needed");
+    if (opts->source < STK_SOURCE_AUTO || opts->source > STK_SOURCE_RAW)
+        return stk__err(err, -EINVAL, "source: unknown value %d", (int)opts->source);
+    builder b;
+    memset(&b, 0, sizeof b);
+    b.o = opts;
+    b.src = opts->source;
+    b.skip = index_path;
+    int rc = 0;
+    json_t *root = NULL;
+    char *idir = dir_of(index_path), *idir_real = NULL, *text = NULL;
+    for (size_t i = 0; i < npaths && rc == 0; i++) rc = walk(&b, paths[i], true, err);
+    if (rc) goto out;
+    if (b.n == 0) {
+        rc = stk__err(err, -ENOENT, "%s%s: no %s files found", paths[0],
+                      npaths > 1 ? " (and the other paths)" : "",
+                      b.src == STK_SOURCE_AUTO ? ".npy, .wav or HDF5" : source_name(b.src));
+        goto out;
+    }
+    const char *def = b.src == STK_SOURCE_WAV ? "audio" : b.src == STK_SOURCE_RAW ? "bytes" : "data";
+    snprintf(b.fname, sizeof b.fname, "%s", opts->field ? opts->field : def);
+    b.f.name = b.fname;
+    if ((rc = stk__schema_check(&b.f, 1, NULL, err))) goto out;
+    if (!idir || !(idir_real = realpath(idir, NULL))) {
+        rc = stk__err(err, idir ? -errno : -ENOMEM, "%s: the index's directory: %s", index_path,
+                      stk_strerror(idir ? -errno : -ENOMEM));
+        goto out;
+    }
+    root = json_object();
+    json_object_set_new(root, "format", json_string(INDEX_FORMAT));
+    json_object_set_new(root, "version", json_integer(INDEX_VERSION));
+    json_object_set_new(root, "source", json_string(source_name(b.src)));
+    json_object_set_new(root, "records", json_integer((json_int_t)b.records));
+    json_t *field = stk__field_json(&b.f);
+    json_object_set_new(field, "stored", json_string(stk__conv_name(b.conv)));
+    json_object_set_new(root, "field", field);
+    json_t *attrs = json_object();
+    if (b.src == STK_SOURCE_WAV) json_object_set_new(attrs, "sample_rate", json_integer(b.rate));
+    json_object_set_new(root, "attrs", attrs);
+    json_t *files = json_array();
+    json_object_set_new(root, "files", files);
+    for (size_t i = 0; i < b.n; i++) {
+        const ifile *f = &b.files[i];
+        char *p = stored_path(idir_real, f->path);
+        if (!p) {
+            rc = stk__err(err, -errno ? -errno : -ENOMEM, "%s: %s", f->path, stk_strerror(-errno));
+            goto out;
+        }
+        json_t *o = json_object(), *runs = json_array();
+        json_object_set_new(o, "path", json_string(p));
+        stk__free(p);
+        json_object_set_new(o, "size", json_integer((json_int_t)f->size));
+        json_object_set_new(o, "mtime_ns", json_integer((json_int_t)f->mtime_ns));
+        for (size_t k = 0; k < f->nruns; k++) {
+            const irun *r = &f->runs[k];
+            json_array_append_new(runs, json_pack("[IIII]", (json_int_t)r->off,
+                                                  (json_int_t)r->count, (json_int_t)r->stride,
+                                                  (json_int_t)r->rows));
+        }
+        json_object_set_new(o, "runs", runs);
+        json_array_append_new(files, o);
+    }
+    text = json_dumps(root, JSON_COMPACT);
+    if (!text) {
+        rc = stk__err(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    const char *slash = strrchr(index_path, '/');
+    rc = stk__write_file_atomic(idir, slash ? slash + 1 : index_path, text, strlen(text), err);
+    if (rc == 0 && records) *records = b.records;
+out:
+    free(text);
+    json_decref(root);
+    free(idir_real);
+    stk__free(idir);
+    builder_free(&b);
+    return rc;
+}
+
+/* ---- opening ---- */
+
+bool stk__is_index_file(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char buf[64];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = 0;
+    return strstr(buf, "\"" INDEX_FORMAT "\"") != NULL;
+}
+
+#define BAD(...) stk__err(err, STK_ECORRUPT, __VA_ARGS__)
+
+static int json_u64(json_t *v, uint64_t *out) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0) return -1;
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+/* Fills shard `sh` from file entry `o`; checks it against the file. */
+static int open_file(stk_dataset *ds, stk__shard *sh, json_t *o, size_t i, const char *what,
+                     uint64_t srb, stk_error *err) {
+    const char *p = json_string_value(json_object_get(o, "path"));
+    json_t *runs = json_object_get(o, "runs");
+    uint64_t size, mt;
+    json_t *mtv = json_object_get(o, "mtime_ns");
+    if (!p || !*p || json_u64(json_object_get(o, "size"), &size) || !json_is_integer(mtv) ||
+        !json_is_array(runs))
+        return BAD("%s: file %zu needs \"path\", \"size\", \"mtime_ns\" and \"runs\"", what, i);
+    mt = (uint64_t)json_integer_value(mtv);
+    sh->path = p[0] == '/' ? stk__strdup(p) : stk__path_join(ds->dir, p);
+    if (!sh->path) return stk__err(err, -ENOMEM, "out of memory");
+    sh->size = size;
+    sh->mtime_ns = (int64_t)mt;
+    size_t nr = json_array_size(runs);
+    uint64_t nrec = 0;
+    for (size_t k = 0; k < nr; k++) {
+        json_t *r = json_array_get(runs, k);
+        uint64_t c;
+        if (!json_is_array(r) || json_array_size(r) != 4 || json_u64(json_array_get(r, 1), &c))
+            return BAD("%s: %s: run %zu must be [offset, count, stride, rows]", what, p, k);
+        if (__builtin_add_overflow(nrec, c, &nrec) || nrec > (UINT64_C(1) << 40))
+            return BAD("%s: %s: record counts overflow", what, p);
+    }
+    sh->nrec = nrec;
+    sh->index = stk__malloc((size_t)(nrec ? nrec : 1) * 4 * sizeof(uint64_t));
+    if (!sh->index) return stk__err(err, -ENOMEM, "out of memory");
+    const stk__fieldinfo *fi = &ds->info[0];
+    uint64_t lo = UINT64_MAX, hi = 0, at = 0;
+    for (size_t k = 0; k < nr; k++) {
+        json_t *r = json_array_get(runs, k);
+        uint64_t off, count = 0, stride, rows, len;
+        json_u64(json_array_get(r, 1), &count);
+        if (json_u64(json_array_get(r, 0), &off) || json_u64(json_array_get(r, 2), &stride) ||
+            json_u64(json_array_get(r, 3), &rows))
+            return BAD("%s: %s: run %zu must be [offset, count, stride, rows]", what, p, k);
+        if (fi->fixed_rows != STK_RAGGED && rows != (uint64_t)fi->fixed_rows)
+            return stk__err(err, STK_ESCHEMA, "%s: %s: run %zu has records of %llu rows; the "
+                            "field fixes %lld", what, p, k, (unsigned long long)rows,
+                            (long long)fi->fixed_rows);
+        uint64_t span, last;
+        if (!stk__mul_ok(rows, srb, &len) || !stk__mul_ok(count ? count - 1 : 0, stride, &span) ||
+            __builtin_add_overflow(off, span, &last) || (count && (last > size || len > size - last)))
+            return stk__err(err, STK_EBOUNDS,
+                            "%s: %s: run %zu (%llu records at byte %llu) points outside the "
+                            "file's %llu bytes",
+                            what, p, k, (unsigned long long)count, (unsigned long long)off,
+                            (unsigned long long)size);
+        for (uint64_t c = 0; c < count; c++) {
+            uint64_t *e = sh->index + 4 * at++;
+            e[0] = 0;
+            e[1] = off + c * stride;
+            e[2] = len;
+            e[3] = rows;
+        }
+        if (count) {
+            lo = STK__MIN(lo, off);
+            hi = STK__MAX(hi, last + len);
+        }
+    }
+    sh->data_off = lo == UINT64_MAX ? 0 : lo;
+    sh->data_end = hi;
+    return 0;
+}
+
+/* Checks that file `sh` is still what was indexed; maps it when asked. */
+static int check_file(stk__shard *sh, bool map, stk_error *err) {
+    int fd = stk__open(sh->path, O_RDONLY, 0);
+    if (fd < 0)
+        return stk__err(err, fd == -ENOENT ? STK_ESTALE : fd,
+                        "%s: cannot open a file of the index: %s%s", sh->path,
+                        stk_strerror(fd), fd == -ENOENT ? " (re-run `stoker index`)" : "");
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) != 0) {
+        rc = -errno;
+        stk__err(err, rc, "%s: %s", sh->path, stk_strerror(rc));
+    } else {
+        int64_t mt = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        if ((uint64_t)st.st_size != sh->size || mt != sh->mtime_ns)
+            rc = stk__err(err, STK_ESTALE,
+                          "%s: changed since it was indexed (size %llu, was %llu; modified "
+                          "%s): re-run `stoker index`",
+                          sh->path, (unsigned long long)st.st_size,
+                          (unsigned long long)sh->size,
+                          mt != sh->mtime_ns ? "since" : "no later");
+    }
+    if (rc == 0 && map && sh->size) {
+        void *m = mmap(NULL, (size_t)sh->size, PROT_READ, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) {
+            rc = -errno;
+            stk__err(err, rc, "%s: cannot map: %s", sh->path, stk_strerror(rc));
+        } else {
+            sh->map = m;
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+int stk__index_open(const char *path, stk_dataset **out, stk_error *err) {
+    *out = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    int rc = stk__read_file(path, &text, &len);
+    if (rc) return stk__err(err, rc, "%s: %s", path, stk_strerror(rc));
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    stk__free(text);
+    if (!root) return BAD("%s: not valid JSON (line %d: %s)", path, je.line, je.text);
+    stk_dataset *ds = stk__calloc(1, sizeof *ds);
+    if (!ds) {
+        json_decref(root);
+        return stk__err(err, -ENOMEM, "out of memory");
+    }
+    ds->in_place = true;
+    ds->align = 1;
+    const char *fmt = json_string_value(json_object_get(root, "format"));
+    const char *src = json_string_value(json_object_get(root, "source"));
+    json_t *ver = json_object_get(root, "version"), *field = json_object_get(root, "field");
+    json_t *files = json_object_get(root, "files"), *attrs = json_object_get(root, "attrs");
+    uint64_t records;
+    if (!fmt || strcmp(fmt, INDEX_FORMAT) != 0) {
+        rc = stk__err(err, STK_EBADMAGIC, "%s: not a stoker index", path);
+        goto fail;
+    }
+    if (!json_is_integer(ver) || json_integer_value(ver) != INDEX_VERSION) {
+        rc = stk__err(err, STK_EVERSION, "%s: index version %lld; this stoker reads version %d",
+                      path, json_is_integer(ver) ? (long long)json_integer_value(ver) : -1LL,
+                      INDEX_VERSION);
+        goto fail;
+    }
+    if (!src || !json_is_object(field) || !json_is_array(files) ||
+        json_u64(json_object_get(root, "records"), &records) ||
+        (attrs && !json_is_object(attrs))) {
+        rc = BAD("%s: needs \"source\", \"records\", an object \"field\" and an array \"files\"",
+                 path);
+        goto fail;
+    }
+    ds->dir = dir_of(path);
+    ds->source = stk__strdup(src);
+    ds->fields = stk__calloc(1, sizeof *ds->fields);
+    ds->info = stk__calloc(1, sizeof *ds->info);
+    char *a = attrs ? json_dumps(attrs, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    ds->attrs = stk__strdup(a ? a : "{}");
+    free(a);
+    if (!ds->dir || !ds->source || !ds->fields || !ds->info || !ds->attrs) {
+        rc = stk__err(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    ds->nfields = 1;
+    if ((rc = stk__field_parse(field, 0, path, &ds->fields[0], err))) goto fail;
+    if ((rc = stk__schema_check(ds->fields, 1, ds->info, err))) {
+        stk__err_prefix(err, "%s: ", path);
+        rc = err ? (err->code = STK_ECORRUPT) : STK_ECORRUPT;
+        goto fail;
+    }
+    if (ds->fields[0].codec != STK_CODEC_NONE) {
+        rc = BAD("%s: an index's field is stored uncompressed", path);
+        goto fail;
+    }
+    const char *conv = json_string_value(json_object_get(field, "stored"));
+    int cv = conv ? stk__conv_parse(conv) : 0;
+    if (cv < 0) {
+        rc = BAD("%s: unknown stored encoding \"%s\"", path, conv);
+        goto fail;
+    }
+    stk__fieldinfo *fi = &ds->info[0];
+    fi->conv = cv;
+    if (cv) {
+        size_t out_sz = fi->itemsize, in_sz = stk__conv_in_size(cv);
+        if (out_sz < in_sz || out_sz != 4) {
+            rc = BAD("%s: encoding \"%s\" cannot deliver %s", path, conv,
+                     stk_dtype_name(ds->fields[0].dtype));
+            goto fail;
+        }
+        fi->stored_row_bytes = fi->row_bytes / out_sz * in_sz;
+    }
+    size_t nf = json_array_size(files);
+    ds->shards = stk__calloc(nf ? nf : 1, sizeof *ds->shards);
+    if (!ds->shards) {
+        rc = stk__err(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    ds->mapped = nf <= STK_INDEX_MAP_MAX;
+    uint64_t first = 0;
+    for (size_t i = 0; i < nf; i++) {
+        stk__shard *sh = &ds->shards[i];
+        ds->nshards = i + 1;
+        sh->first = first;
+        if ((rc = open_file(ds, sh, json_array_get(files, i), i, path, fi->stored_row_bytes, err)) ||
+            (rc = check_file(sh, ds->mapped, err)))
+            goto fail;
+        first += sh->nrec;
+    }
+    if (first != records) {
+        rc = BAD("%s: the files hold %llu records but \"records\" says %llu", path,
+                 (unsigned long long)first, (unsigned long long)records);
+        goto fail;
+    }
+    ds->nrec = records;
+    json_decref(root);
+    *out = ds;
+    return 0;
+fail:
+    json_decref(root);
+    stk_dataset_close(ds);
+    return rc;
+}

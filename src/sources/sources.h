@@ -1,0 +1,33 @@
+/*
+ * sources.h: what the in-place index (index.c) needs of the readers of
+ * other formats.
+ */
+#ifndef STK_SOURCES_H
+#define STK_SOURCES_H
+
+#include "../format/format.h"
+
+/* Rows [first, first + count) of an HDF5 dataset's axis 0 stored
+ * contiguously at byte `off` of the file. */
+typedef struct stk__h5run {
+    uint64_t off, first, count;
+} stk__h5run;
+
+typedef struct stk__h5info {
+    stk_dtype dtype;
+    int ndim;
+    int64_t dims[STK_MAX_DIMS];
+    stk__h5run *runs; /* sorted by first, covering every row once */
+    size_t nruns;
+    char *dataset;    /* the dataset's path in the file */
+} stk__h5info;
+
+/* Finds where the rows of dataset `dset` (NULL: the file's only dataset)
+ * lie in the HDF5 file `path`.  STK_EUNSUPPORTED where this build has no
+ * HDF5, or for layouts whose rows are not plain bytes in the file
+ * (compressed or filtered chunks, chunks that split a row, big-endian or
+ * compound types), with what to do instead. */
+int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_error *err);
+void stk__h5info_free(stk__h5info *h);
+
+#endif
