@@ -19,7 +19,7 @@ import numpy as np
 from . import _stoker
 from ._stoker import StokerError
 
-__all__ = ["Loader", "StokerError", "write", "version"]
+__all__ = ["Loader", "StokerError", "index", "write", "version"]
 __version__ = _stoker.version
 version = _stoker.version
 
@@ -102,6 +102,12 @@ class Loader:
                   ["skipped"] and named in a RuntimeWarning
     max_skips     with "skip", this many failures in a row raise (100)
     output        "numpy" (default), "torch" or "dlpack"
+    max_open_files  descriptors kept open; past it (an in-place index of many
+                  small files) files are opened on demand and cached (0: from
+                  the process's limit)
+
+    `path` is a dataset directory or an in-place index written by
+    stoker.index / `stoker index`; both take the same options.
 
     Ragged fields (record mode) come as ``name`` (the rows concatenated) and
     ``name_offsets`` (int64, batch_size + 1).
@@ -112,7 +118,7 @@ class Loader:
                  block_samples=0, block_group=16, rank=None, world_size=None, pad=False,
                  drop_last=False, backend="auto", direct=False, threads=0, prefetch=0,
                  queue_depth=64, memory_budget=1 << 30, verify=True, on_error="raise",
-                 max_skips=100, output="numpy"):
+                 max_skips=100, output="numpy", max_open_files=0):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
         batch_size = _check_int("batch_size", batch_size, 1, high=_U32)
@@ -160,7 +166,8 @@ class Loader:
             os.fspath(path), batch_size, fields, window or 0, stride, valid_field, valid_code,
             order, seed, epoch, block_bytes, block_samples, block_group, rank, world_size,
             bool(pad), bool(drop_last), backend_code, bool(direct), threads, prefetch,
-            queue_depth, memory_budget, bool(verify), on_error_code, max_skips)
+            queue_depth, memory_budget, bool(verify), on_error_code, max_skips,
+            _check_int("max_open_files", max_open_files, high=_U32))
         self._skip_mode = on_error_code == 1
         self._skipped = 0
         self.batch_size = batch_size
@@ -336,6 +343,39 @@ def _field_spec(name, arr, ragged, compress):
     if ragged and shape:
         shape[0] = -1
     return (name, _stk_dtype(name, arr), tuple(shape), codec, level)
+
+
+_SOURCES = {None: 0, "npy": 1, "wav": 2, "hdf5": 3, "raw": 4}
+
+
+def index(paths, output, *, source=None, split_axis0=False, dataset=None, float32=False,
+          field=None, extension=None):
+    """Indexes files where they lie so that a Loader reads them in place.
+
+    paths        a file or directory, or a list of them (directories are walked
+                 in name order)
+    output       the index file to write (replaced atomically)
+    source       "npy", "wav", "hdf5" or "raw" (default: from the first file's
+                 extension)
+    split_axis0  npy: every row along axis 0 is a record (default: a file is
+                 a record)
+    dataset      hdf5: the dataset to read (default: the file's only one)
+    float32      wav: deliver float32 in [-1, 1) (default: PCM 16 as int16,
+                 24 and 32 as int32 scaled to the full range, float as stored)
+    field        the field's name (default "data", "audio" or "bytes")
+    extension    in directories, only files whose name ends so
+
+    Returns the number of records.  Each file's size and modification time
+    are recorded; a Loader refuses a file that changed since (re-index it).
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = [os.fspath(p) for p in paths]
+    if source not in _SOURCES:
+        raise ValueError(f"source must be one of npy, wav, hdf5, raw or None, not {source!r}")
+    return _stoker.index(paths, os.fspath(output), source=_SOURCES[source],
+                         split_axis0=bool(split_axis0), dataset=dataset, float32=bool(float32),
+                         field=field, extension=extension)
 
 
 def write(path, source, *, overwrite=False, shard_bytes=256 << 20, align=64, sync=True,

@@ -407,7 +407,7 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
                              "valid", "order", "seed", "epoch", "block_bytes", "block_samples",
                              "block_group", "rank", "world_size", "pad", "drop_last", "backend",
                              "direct", "threads", "prefetch", "queue_depth", "memory_budget",
-                             "verify", "on_error", "max_skips", NULL};
+                             "verify", "on_error", "max_skips", "max_open_files", NULL};
     const char *path;
     stk_loader_options o;
     stk_loader_options_init(&o);
@@ -418,12 +418,14 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
                        budget = 1ull << 30;
     int verify = 1, on_error = 0;
     unsigned long long max_skips = 100;
+    unsigned int max_open = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiK", kwlist, &path, &batch, &fields, &window,
+            args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiKI", kwlist, &path, &batch, &fields, &window,
             &stride, &valid_field, &valid, &order, &seed, &epoch, &bb, &bs, &block_group, &rank,
             &world, &pad, &drop_last, &backend, &direct, &threads, &prefetch, &qd, &budget,
-            &verify, &on_error, &max_skips))
+            &verify, &on_error, &max_skips, &max_open))
         return -1;
+    o.max_open_files = max_open;
     o.batch_size = batch;
     o.window = window;
     o.stride = stride;
@@ -965,7 +967,55 @@ static PyObject *py_write_arrow(PyObject *mod, PyObject *args) {
     return PyLong_FromUnsignedLongLong(records);
 }
 
+static PyObject *py_index(PyObject *mod, PyObject *args, PyObject *kw) {
+    (void)mod;
+    static char *kwlist[] = {"paths", "output", "source", "split_axis0", "dataset",
+                             "float32", "field", "extension", NULL};
+    PyObject *paths;
+    const char *out, *dataset = NULL, *field = NULL, *ext = NULL;
+    int source = 0, split = 0, f32 = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|ipzpzz", kwlist, &paths, &out, &source,
+                                     &split, &dataset, &f32, &field, &ext))
+        return NULL;
+    PyObject *seq = PySequence_Fast(paths, "paths must be a sequence of str");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    const char **v = PyMem_Calloc((size_t)n + 1, sizeof *v);
+    if (!v) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        v[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
+        if (!v[i]) {
+            PyMem_Free(v);
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    stk_index_options o;
+    stk_index_options_init(&o);
+    o.source = (stk_source)source;
+    o.split_axis0 = split;
+    o.hdf5_dataset = dataset;
+    o.wav_float32 = f32;
+    o.field = field;
+    o.extension = ext;
+    stk_error err = {0};
+    uint64_t records = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_index_build(v, (size_t)n, out, &o, &records, &err);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(v);
+    Py_DECREF(seq);
+    if (rc) return raise_stk(rc, &err);
+    return PyLong_FromUnsignedLongLong(records);
+}
+
 static PyMethodDef module_methods[] = {
+    {"index", (PyCFunction)(void (*)(void))py_index, METH_VARARGS | METH_KEYWORDS,
+     "Indexes files in place (see stoker.index); returns the record count."},
     {"write_arrow", py_write_arrow, METH_VARARGS,
      "Packs an Arrow C stream (capsule) into a dataset; returns the record count."},
     {NULL, NULL, 0, NULL}};

@@ -105,7 +105,7 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
         if (fd.count != 1) {
             stk__free(fd.name);
             rc = stk__err(err, fd.count ? -EINVAL : -ENOENT,
-                          "%s: holds %d datasets; name the one to read (--dataset)", path,
+                          "%s: holds %d datasets; name the one to read (--dataset, or dataset= in Python)", path,
                           fd.count);
             goto out;
         }
