@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-COMMANDS = ["pack", "merge", "inspect", "verify", "cat"]
+COMMANDS = ["pack", "merge", "index", "inspect", "verify", "cat"]
 
 
 @pytest.mark.parametrize("flag", ["--help", "-h"])
