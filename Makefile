@@ -67,6 +67,7 @@ bench: build py-install
 	STOKER_BUILD=$(BUILD) $(PY) bench/pack_verify.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/engine.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/python_vs_cli.py
+	STOKER_BUILD=$(BUILD) $(PY) bench/inplace.py
 	DEMO_RECORD=1 STOKER_BUILD=$(BUILD) $(PY) scripts/demo.py
 
 clean:
