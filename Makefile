@@ -63,7 +63,11 @@ demo: build py-install
 demo-npy: build
 	@STOKER_BUILD=$(BUILD) scripts/demo.sh
 
+# The benchmarks, quick by default (a few minutes for the reports' workloads
+# on top of the engine's); FULL=1 runs the reports' sizes (tens of GB, hours).
 bench: build py-install
+	@BENCH=1 scripts/deps.sh
+	STOKER_BUILD=$(BUILD) $(PY) bench/suite.py $(if $(FULL),--full,)
 	STOKER_BUILD=$(BUILD) $(PY) bench/pack_verify.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/engine.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/python_vs_cli.py

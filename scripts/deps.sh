@@ -38,3 +38,21 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; th
     .venv/bin/python -m pip install -q -r "$REQ"
     echo "$want" >"$STAMP"
 fi
+
+# With BENCH=1 (make bench): the benchmarks' peers and tools, from
+# requirements-bench.txt. Its "# no-deps: PKG" lines are installed without
+# their declared dependencies, which that file lists by hand.
+if [ "${BENCH:-0}" = 1 ]; then
+    BREQ=requirements-bench.txt
+    BSTAMP=.venv/.requirements-bench.sha
+    bwant=$(cat "$REQ" "$BREQ" | sha256sum | cut -d' ' -f1)
+    if [ "$(cat "$BSTAMP" 2>/dev/null)" != "$bwant" ]; then
+        echo "deps: installing the benchmarks' packages from $BREQ"
+        .venv/bin/python -m pip install -q -r "$BREQ"
+        nodeps=$(sed -n 's/^# no-deps: *//p' "$BREQ")
+        # shellcheck disable=SC2086
+        [ -z "$nodeps" ] || .venv/bin/python -m pip install -q --no-deps $nodeps
+        .venv/bin/python -c 'import torch, sys; v = torch.__version__.split("+")[0]; sys.exit(0 if v == "2.13.0" else "deps: torch " + v + " replaced 2.13.0")'
+        echo "$bwant" >"$BSTAMP"
+    fi
+fi

@@ -1,0 +1,404 @@
+"""The reports' workloads, every contender side by side, against the hardware.
+
+For each workload of bench/workloads.py: the report's own way of loading, the
+report's Dataset in a tuned torch DataLoader, the peers (WebDataset, MosaicML
+Streaming, LitData) and stoker, each in a process of its own
+(bench/suite_run.py), alternating, --reps repetitions, medians; the hardware
+limits measured in the same repetitions (bench/limits.c). Warm cases run from
+the page cache; cold cases evict the contender's files first (posix_fadvise
+DONTNEED) and read at most one epoch.
+
+    python bench/suite.py            # quick: small workloads, a few minutes
+    python bench/suite.py --full     # the reports' sizes (tens of GB, long)
+
+Writes the "suite" section of docs/BENCHMARKS.md and docs/img/suite-*.png.
+"""
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import BUILD, OUT, ROOT, drop_cache, machine, median, write_section
+import workloads as W
+from contenders import FORMAT_OF
+
+LIMITS = BUILD / "stoker-limits"
+IMG = ROOT / "docs" / "img"
+NAMES = {"report": "the report's way", "torch": "tuned DataLoader", "orc": "open/read/close per file",
+         "wds": "WebDataset", "mds": "MosaicML Streaming", "litdata": "LitData", "stoker": "stoker"}
+PEERS = ("wds", "mds", "litdata")
+TITLES = {"basins": "Basin windows (report 000)", "events": "Variable-length events (report 001)",
+          "audio": "Audio clips (report 003)", "spectro": "Spectrogram segments (report 004)",
+          "bits": "Bit vectors (report 002)"}
+
+
+def say(*a):
+    print(*a, flush=True)
+
+
+def limit(*args):
+    out = subprocess.run([str(LIMITS), *args], check=True, capture_output=True, text=True).stdout
+    f = out.split()
+    return float(f[1]), float(f[2])
+
+
+def warm(files):
+    for i in range(0, len(files), 500):
+        subprocess.run(["cat", *files[i:i + 500]], stdout=subprocess.DEVNULL, check=True)
+
+
+def run_one(name, system, d, seconds, epochs, opts, min_batches=3):
+    o = dict(opts, epochs=epochs)
+    cmd = [sys.executable, str(ROOT / "bench" / "suite_run.py"), name, system, str(d), "--seconds",
+           str(seconds), "--opts", json.dumps(o)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 4 + 240)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out"}
+    if r.returncode != 0 or not r.stdout.strip():
+        return {"error": (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1][:200]}
+    x = json.loads(r.stdout.strip().splitlines()[-1])
+    if epochs == 1:   # cold: the whole epoch from the contender's creation
+        x["rate"] = x["total_samples"] / x["total_seconds"]
+    else:
+        x["rate"] = x["samples"] / x["seconds"] if x["seconds"] > 0 and x["batches"] else None
+    return x
+
+
+def systems_of(name):
+    s = ["report", "torch"] + (["orc"] if name == "audio" else []) + list(PEERS) + ["stoker"]
+    return s
+
+
+def tune(name, d, seconds):
+    """The DataLoader's knobs: workers x prefetch_factor, one short run each;
+    persistent_workers and pin_memory are always on."""
+    best, res = None, {}
+    for nw in (1, 2, 4):
+        for pf in (2, 8):
+            r = run_one(name, "torch", d, seconds, 1000, {"workers": nw, "prefetch": pf})
+            res[f"{nw}x{pf}"] = r.get("rate")
+            if r.get("rate") and (best is None or r["rate"] > best[0]):
+                best = (r["rate"], {"workers": nw, "prefetch": pf})
+    return (best[1] if best else {"workers": 2, "prefetch": 4}), res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--full", action="store_true")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=None, help="timed seconds per run")
+    ap.add_argument("--workloads", default="basins,events,audio,spectro,bits")
+    ap.add_argument("--tune", action="store_true", help="sweep the DataLoader's knobs (on in --full)")
+    a = ap.parse_args()
+    mode = "full" if a.full else "quick"
+    seconds = a.seconds or (5.0 if a.full else 1.5)
+    names = a.workloads.split(",")
+    cold_names = names if a.full else [n for n in names if n == "audio"]
+    t_all = time.perf_counter()
+
+    say(f"== suite ({mode}): preparing data")
+    data = {n: W.prepare(n, mode, log=say) for n in names}
+    t_prep = time.perf_counter() - t_all
+
+    opts = {}
+    tuning = {}
+    for n in names:
+        if a.tune or a.full:
+            say(f"== tuning the DataLoader for {n}")
+            opts[n], tuning[n] = tune(n, data[n][1], min(seconds, 2.0))
+        else:
+            opts[n] = {"workers": 2, "prefetch": 4}
+
+    res = {}   # (name, case, system) -> list of runs
+    lim = {}   # (name, what) -> list of (GB/s, ops/s)
+    for rep in range(a.reps):
+        say(f"== repetition {rep + 1}/{a.reps}")
+        lim.setdefault(("all", "memcpy"), []).append(limit("memcpy", "256", "9"))
+        for n in names:
+            p, d = data[n]
+            shards = W.files_of(d, "stoker")
+            size = int(W.payload_bytes(p))
+            warm(shards)
+            lim.setdefault((n, "pageread"), []).append(limit("pageread", *shards))
+            systems = systems_of(n)
+            k = rep % len(systems)
+            order = systems[k:] + systems[:k]
+            for s in order:
+                files = W.files_of(d, FORMAT_OF[s])
+                warm(files)
+                r = run_one(n, s, d, seconds * (3 if n == "spectro" else 1), 10**6, opts[n])
+                res.setdefault((n, "warm", s), []).append(r)
+                say(f"   {n:8s} warm {s:8s} {fmt_rate(r)}")
+            if n in cold_names:
+                drop_cache(shards)
+                lim.setdefault((n, "seqread"), []).append(limit("seqread", *shards))
+                drop_cache(shards)
+                count = str(20000 if a.full else 4000)
+                lim.setdefault((n, "randread"), []).append(limit("randread", str(size), count, *shards))
+                for s in order:
+                    files = W.files_of(d, FORMAT_OF[s])
+                    drop_cache(files)
+                    r = run_one(n, s, d, seconds * 4, 1, opts[n])
+                    res.setdefault((n, "cold", s), []).append(r)
+                    say(f"   {n:8s} cold {s:8s} {fmt_rate(r)}")
+    elapsed = time.perf_counter() - t_all
+    raw = {"mode": mode, "reps": a.reps, "seconds": seconds, "elapsed": elapsed, "prepare": t_prep,
+           "opts": opts, "tuning": tuning,
+           "params": {n: data[n][0] for n in names},
+           "results": [{"workload": k[0], "case": k[1], "system": k[2], "runs": v} for k, v in res.items()],
+           "limits": [{"workload": k[0], "what": k[1], "runs": v} for k, v in lim.items()]}
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"suite-{mode}.json").write_text(json.dumps(raw))
+    report(raw)
+
+
+def fmt_rate(r):
+    if r.get("error"):
+        return "failed: " + r["error"]
+    if r.get("rate") is None:
+        return "no batches"
+    return f"{r['rate']:>12,.0f} samples/s  (start-up {r['startup']:.2f} s, {r['batches']} batches)"
+
+
+def med_rate(runs):
+    xs = [r["rate"] for r in runs if r.get("rate")]
+    return median(xs) if xs else None
+
+
+def report(raw):
+    """The markdown section and the plots, from the raw results."""
+    res = {(x["workload"], x["case"], x["system"]): x["runs"] for x in raw["results"]}
+    lim = {(x["workload"], x["what"]): x["runs"] for x in raw["limits"]}
+    names = list(raw["params"])
+    memcpy = median([x[0] for x in lim[("all", "memcpy")]]) * 1e9
+    lines = [
+        "## The reports' workloads against the field (issue: benchmarks)", "",
+        f"Machine: {machine()}. Mode: **{raw['mode']}** (`make bench`; `make bench FULL=1` for the "
+        f"reports' sizes). Every contender ran in each of {raw['reps']} repetitions, in rotating "
+        f"order, each in a process of its own; medians. Warm runs are timed for {raw['seconds']:g} s "
+        "(3x for spectrograms) after the first batch, over as many epochs as fit; cold runs start "
+        "with the contender's files evicted (posix_fadvise DONTNEED) and read one epoch (at most "
+        f"{4 * raw['seconds']:g} s); their rate counts from the contender's creation, first batch and "
+        "start-up included, since a loader reads ahead while it starts. Warm rates leave start-up "
+        "(to the first batch) out; it is listed apart. Produced by "
+        f"bench/suite.py in {raw['elapsed'] / 60:.1f} min ({raw['prepare']:.0f} s of it making or "
+        "checking the data). No GPU: batches stay in host memory, which is where every loader "
+        "here hands them over.", "",
+        "![throughput per system](img/suite-throughput.png)", "",
+        "![per-batch wait over the run](img/suite-stalls.png)", "",
+        "Contenders: **the report's way** is the loading code each report describes (see "
+        "bench/contenders.py); **tuned DataLoader** is the report's Dataset in a DataLoader with "
+        f"persistent workers, pin_memory and the workers/prefetch_factor pair "
+        f"{'found best by a sweep (below)' if raw['tuning'] else 'of 2 and 4 (quick mode does not sweep; --tune and full mode do)'}"
+        " (pin_memory has no effect without a GPU); the peers read their own format of the same "
+        "samples (written untimed by bench/workloads.py) in a DataLoader with the same workers; "
+        "stoker is `stoker.Loader`, `random` order, default options. Memory copy (single thread, "
+        f"bench/limits.c): {memcpy / 1e9:.1f} GB/s.", "",
+    ]
+    targets = []
+    for n in names:
+        p = raw["params"][n]
+        size = W.payload_bytes(p)
+        lines += [f"### {TITLES[n]}", "", describe(n, p, raw["opts"].get(n)), ""]
+        for case in ("warm", "cold"):
+            systems = [s for s in systems_of(n) if (n, case, s) in res]
+            if not systems:
+                continue
+            base = med_rate(res[(n, case, "report")])
+            if case == "warm":
+                lim_rate, lim_name = memcpy / size, "memcpy"
+            else:
+                rr = lim.get((n, "randread"))
+                lim_rate = median([x[1] for x in rr]) if rr else None
+                sq = median([x[0] for x in lim[(n, "seqread")]]) if (n, "seqread") in lim else None
+                lim_name = f"O_DIRECT random reads of {size / 1024:.0f} KiB"
+            lines += [f"**{case}** | limit: {lim_name}"
+                      + (f" = {lim_rate:,.0f} samples/s" if lim_rate else "")
+                      + (f"; O_DIRECT sequential {sq:.2f} GB/s" if case == "cold" and sq else "")
+                      + (f"; page-cache read(2) {median([x[0] for x in lim[(n, 'pageread')]]):.1f} GB/s"
+                         if case == "warm" else ""), "",
+                      "| system | samples/s | GB/s | x report's way | x limit | start-up s | all runs |",
+                      "|---|---:|---:|---:|---:|---:|---|"]
+            for s in systems:
+                runs = res[(n, case, s)]
+                m = med_rate(runs)
+                errs = [r["error"] for r in runs if r.get("error")]
+                if m is None:
+                    lines.append(f"| {NAMES[s]} | failed | | | | | {errs[0] if errs else 'no batches'} |")
+                    continue
+                st = median([r["startup"] for r in runs if r.get("rate")])
+                bold = "**" if s == "stoker" else ""
+                lines.append(
+                    f"| {bold}{NAMES[s]}{bold} | {m:,.0f} | {m * size / 1e9:.2f} | "
+                    f"{bold}{m / base:.1f}{bold} | {m / lim_rate:.2f} | {st:.2f} | "
+                    + ", ".join(f"{r['rate']:,.0f}" if r.get("rate") else "x" for r in runs) + " |"
+                    if base and lim_rate else f"| {NAMES[s]} | {m:,.0f} | | | | {st:.2f} | |")
+            lines.append("")
+            st_rate = med_rate(res.get((n, case, "stoker"), []))
+            peer_rates = [med_rate(res[(n, case, s)]) for s in PEERS if (n, case, s) in res]
+            peer_rates = [x for x in peer_rates if x]
+            best_peer = max(peer_rates) if peer_rates else None
+            targets += target_rows(n, case, st_rate, base, best_peer, lim_rate, size, memcpy, res)
+    lines += ["### Issue targets, this run", "", "| target | measured | met |", "|---|---:|---|"]
+    lines += [f"| {t} | {v} | {'yes' if ok else '**no**'} |" for t, v, ok in targets]
+    lines += ["", GAPS]
+    if raw["tuning"]:
+        lines += ["", "DataLoader sweep (samples/s, workers x prefetch_factor): " + "; ".join(
+            f"{n}: " + ", ".join(f"{k} {v:,.0f}" if v else f"{k} failed" for k, v in t.items())
+            for n, t in raw["tuning"].items())]
+    text = "\n".join(lines)
+    print(text)
+    write_section("suite", text)
+    plots(raw, res, names)
+
+
+def target_rows(n, case, st, base, best_peer, lim_rate, size, memcpy, res):
+    rows = []
+    if st is None:
+        return rows
+    if n == "basins" and case == "warm":
+        rows.append(("basin windows, warm: stoker >= 30x the report's way", f"{st / base:.0f}x",
+                     st / base >= 30))
+        if best_peer:
+            rows.append(("basin windows, warm: >= 3x the best peer", f"{st / best_peer:.1f}x",
+                         st / best_peer >= 3))
+        rows.append(("basin windows, warm: >= 0.5 of memcpy bandwidth",
+                     f"{st * size / memcpy:.2f}", st * size / memcpy >= 0.5))
+    if n == "events" and case == "warm":
+        rows.append(("events, warm: >= 20x the report's way", f"{st / base:.1f}x", st / base >= 20))
+        if best_peer:
+            rows.append(("events, warm: >= 3x the best peer", f"{st / best_peer:.1f}x",
+                         st / best_peer >= 3))
+    if n == "audio" and case == "cold" and lim_rate:
+        rows.append(("audio, cold: >= 0.8 of random reads at the clip size", f"{st / lim_rate:.2f}",
+                     st / lim_rate >= 0.8))
+    if n == "audio" and case == "warm":
+        orc = med_rate(res.get(("audio", "warm", "orc"), []))
+        if orc:
+            rows.append(("audio, warm: >= 2.5x one open/read/close per file", f"{st / orc:.1f}x",
+                         st / orc >= 2.5))
+    return rows
+
+
+def describe(n, p, o):
+    o = o or {}
+    dl = f"tuned DataLoader: {o.get('workers')} workers, prefetch_factor {o.get('prefetch')}"
+    if n == "basins":
+        return (f"{p['basins']:,} basins x 10-30 years daily x 16 float32 features, one Parquet file "
+                "per basin; windows of 365 days, batches of 256. The report's way: a map-style Dataset "
+                "cutting each window from a polars frame held by a file cache behind one global lock, a "
+                "batch sampler drawing every batch from 50 files, 10 worker processes. The peers hold "
+                "whole basins; one shared pool stage (256 basins per worker, one window from each per "
+                "batch) cuts and mixes the windows. stoker: `window=365, fields=['x', 'y']`. "
+                f"GB/s counts the 23 KiB of features per window. {dl}.")
+    if n == "events":
+        return (f"{p['events']:,} events of 10-500 rows x 6 float32 in {p['files']} Parquet files; "
+                "batches of 256 (rows concatenated, with offsets). The report's way: a map-style "
+                "Dataset that reads an event's Parquet file (keeping the last one) and slices its "
+                "rows, with shuffle=False and no workers, as the report runs it (it measured "
+                "shuffling 140x slower); every other contender shuffles. " + dl + ".")
+    if n == "audio":
+        return (f"{p['clips']:,} WAV clips of 1-5 s, 16 kHz int16 mono, read whole in a random "
+                "order; batches of 256 clips. The report's way: a thread pool of 4 "
+                "(cpu_max_workers) reading each clip with soundfile. open/read/close: one "
+                "os.open/os.read/os.close per file on one thread, no decoding. The tuned "
+                f"DataLoader reads one WAV per sample with soundfile ({dl[18:]}).")
+    if n == "spectro":
+        return (f"{p['files'] * W.SEGS_PER_FILE:,} segments of 64 x 4 float32 (1 KiB) in one HDF5 "
+                "dataset, chunked (256 segments a chunk) and uncompressed; batches of 5632, shuffled. "
+                "The report's way: the HDF5 file opened once per worker, one segment read per "
+                "sample; 8 workers, prefetch_factor 4, persistent, pinned. " + dl + ".")
+    return (f"{p['rows']:,} bloom-filter bit vectors of 1024 bits, stored as strings in HDF5; "
+            "batches of 1024. The report's way: the table read into pandas and each string turned "
+            "into a float32 tensor with a per-row apply (that conversion is the start-up), then a "
+            "DataLoader with 2 workers, no pinning. The other contenders deliver the bits as bytes "
+            "(0/1), to be widened on the GPU. " + dl + ".")
+
+
+GAPS = """### Where stoker falls short, why, and what next
+
+These notes are kept by hand; the tables above are the measurement they refer to.
+
+- **Audio, cold, against random reads at the clip size.** The limit is 32 O_DIRECT reads of
+  the mean clip size in flight on one thread (stoker-limits randread). stoker's default
+  (`auto`) backend on evicted shards is io_uring with buffered reads: each worker queues a
+  batch's 256 reads at once, but only up to `queue_depth` (64) are in flight per worker, and
+  each read goes through the page cache (copy plus read-ahead that fetches bytes of the next
+  clip, which random order throws away). Plan: measure `direct=True` and a larger
+  `queue_depth` in this case (both are loader options), and if O_DIRECT closes the gap make
+  `auto` choose it for cold random whole-record reads above a size threshold.
+- **Short epochs in quick mode.** The quick workloads are small (an epoch of stoker events
+  or spectrogram segments lasts a fraction of a second), so warm runs span several epochs and
+  include the loader's epoch turnover (`set_epoch` and the first batches of the next epoch in
+  flight); full mode runs whole epochs at the reports' sizes.
+- **Peers' rates include their DataLoader workers' hand-off.** Each peer batch crosses a process
+  boundary (shared memory) as in their documented use; stoker's batches are views of its own
+  buffers in the training process. That difference is part of what is measured, not removed.
+"""
+
+
+def plots(raw, res, names):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    IMG.mkdir(parents=True, exist_ok=True)
+    colors = {"report": "#b04040", "torch": "#d08030", "orc": "#a0a0a0", "wds": "#5080c0",
+              "mds": "#50a0a0", "litdata": "#8060b0", "stoker": "#208020"}
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 4.2), squeeze=False)
+    for ax, n in zip(axes[0], names):
+        labels, vals, cols, hatch = [], [], [], []
+        for case in ("warm", "cold"):
+            for s in systems_of(n):
+                if (n, case, s) not in res:
+                    continue
+                m = med_rate(res[(n, case, s)])
+                labels.append(f"{NAMES[s]} ({case})")
+                vals.append(m or 0)
+                cols.append(colors[s])
+                hatch.append("//" if case == "cold" else "")
+        y = range(len(labels))
+        bars = ax.barh(list(y), vals, color=cols)
+        for b, h in zip(bars, hatch):
+            b.set_hatch(h)
+        ax.set_yticks(list(y))
+        ax.set_yticklabels(labels, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xscale("log")
+        ax.set_xlabel("samples/s (log)")
+        ax.set_title(TITLES[n], fontsize=9)
+    fig.suptitle(f"Throughput per system, {raw['mode']} mode (median of {raw['reps']}); hatched: cold")
+    fig.tight_layout()
+    fig.savefig(IMG / "suite-throughput.png", dpi=90)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.8), squeeze=False)
+    for ax, n in zip(axes[0], names):
+        for s in systems_of(n):
+            runs = [r for r in res.get((n, "warm", s), []) if r.get("waits")]
+            if not runs:
+                continue
+            r = runs[-1]
+            t, acc = [], 0.0
+            for w in r["waits"]:
+                acc += w
+                t.append(acc)
+            ax.plot(t, [1e3 * w for w in r["waits"]], ".", ms=2, color=colors[s], label=NAMES[s])
+        ax.set_yscale("log")
+        ax.set_xlabel("seconds into the timed run")
+        ax.set_ylabel("wait in next() per batch, ms (log)")
+        ax.set_title(TITLES[n] + ", warm", fontsize=9)
+        ax.legend(fontsize=6, markerscale=4)
+    fig.suptitle("Stalls: each batch's wait in the consumer over the run (last repetition)")
+    fig.tight_layout()
+    fig.savefig(IMG / "suite-stalls.png", dpi=90)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--report":
+        report(json.loads(Path(sys.argv[2]).read_text()))
+    else:
+        main()
