@@ -322,21 +322,43 @@ GAPS = """### Where stoker falls short, why, and what next
 
 These notes are kept by hand; the tables above are the measurement they refer to.
 
-- **Audio, cold, against random reads at the clip size.** The limit is 32 O_DIRECT reads of
-  the mean clip size in flight on one thread (stoker-limits randread). stoker's default
-  (`auto`) backend on evicted shards is io_uring with buffered reads: each worker queues a
-  batch's 256 reads at once, but only up to `queue_depth` (64) are in flight per worker, and
-  each read goes through the page cache (copy plus read-ahead that fetches bytes of the next
-  clip, which random order throws away). Plan: measure `direct=True` and a larger
-  `queue_depth` in this case (both are loader options), and if O_DIRECT closes the gap make
-  `auto` choose it for cold random whole-record reads above a size threshold.
-- **Short epochs in quick mode.** The quick workloads are small (an epoch of stoker events
-  or spectrogram segments lasts a fraction of a second), so warm runs span several epochs and
-  include the loader's epoch turnover (`set_epoch` and the first batches of the next epoch in
-  flight); full mode runs whole epochs at the reports' sizes.
+- **Audio, warm, against one open/read/close per file (target 2.5x).** Both deliver every byte
+  of every clip once, by copying it: read(2) copies from the page cache in the kernel, stoker's
+  mmap backend copies from its mapping into the batch buffer. A single thread running read(2)
+  already moves about half of single-thread memcpy bandwidth here (the "x limit" column), so on
+  two cores a copying loader is bounded near 2x it, whatever its overheads; stoker also hashes
+  each 64 KiB block once per epoch (read-time checksums), which on a quick-mode epoch of a few
+  hundred MB is a second pass over the data. Plan: for whole-record batches from the mmap
+  backend, deliver views of the mapping (offsets into shards) instead of copies, so that the
+  one copy left is the one into pinned memory for the GPU, and check blocks once per dataset
+  open rather than per epoch when the shards are read-only and unchanged (an engine change in
+  src/pipeline, not done by the benchmarks).
+- **Audio, cold, against random O_DIRECT reads at the clip size (target 0.8).** The limit is 32
+  reads of the mean clip size in flight from one thread (stoker-limits randread). stoker's
+  `auto` backend on evicted shards is io_uring with buffered reads, up to `queue_depth` (64)
+  in flight per worker; read-ahead on buffered reads fetches the start of the next clip in
+  the shard, which random order throws away. In quick mode an epoch is 23 batches, so the
+  loader's start-up and first batch weigh on the cold figure (it counts from the loader's
+  creation). With `stoker read --direct` the same epoch ran at about half the buffered rate
+  in a side test: O_DIRECT reads are widened to 4 KiB and staged, then copied. Plan: measure
+  on the full-size workload (51,000 clips), where start-up weighs less, and look at the
+  direct path's staging copy and per-read submission before making `auto` prefer it.
+- **The cold disk is shared and its speed varies between runs** (here sequential O_DIRECT
+  from about 0.75 to 1.6 GB/s); compare the ratios within one run.
+- **Short epochs in quick mode.** The quick workloads are small (an epoch of stoker events or
+  spectrogram segments lasts a fraction of a second), so warm runs span many epochs and
+  include the loader's epoch turnover; full mode runs the reports' sizes.
 - **Peers' rates include their DataLoader workers' hand-off.** Each peer batch crosses a process
   boundary (shared memory) as in their documented use; stoker's batches are views of its own
-  buffers in the training process. That difference is part of what is measured, not removed.
+  buffers in the training process. That difference is part of what is measured.
+- **LitData on small fixed-size samples** (spectrogram segments, 1 KiB) delivered about one
+  batch of 5,632 in the timed window: its shuffled reads go sample by sample through its
+  chunk reader in Python. It is measured as installed, with default options.
+- **MosaicML Streaming's start-up** (about 2 s) is its shared-memory and index set-up per run;
+  it is not in the warm rates and is in the cold ones.
+- **Harness note.** Each run ends by terminating its DataLoader workers: left alone, the
+  workers of an unfinished epoch keep prefetching for a few seconds after their parent exits
+  and took CPU from the next contender (stoker's events rate read 3x low before this).
 """
 
 
