@@ -9,7 +9,7 @@ command -v clang >/dev/null || { echo "fuzz: installing clang"; apt-get install 
 SECS=${FUZZ_SECONDS:-60}
 B=build-fuzz
 mkdir -p $B
-LIBS=$(pkg-config --cflags --libs libzstd liburing libxxhash jansson)
+LIBS=$(pkg-config --cflags --libs libzstd liburing libxxhash jansson zlib)
 SRC=$(ls src/*/*.c)
 for t in ${FUZZ_TARGETS:-manifest npy shard wav index}; do
     clang -g -O1 -std=c11 -D_FILE_OFFSET_BITS=64 -D_POSIX_C_SOURCE=200809L -fsanitize=fuzzer,address,undefined \

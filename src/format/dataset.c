@@ -54,6 +54,7 @@ static void shard_release(stk__shard *sh) {
     stk__free(sh->path);
     stk__free(sh->index);
     stk__free(sh->blocks);
+    stk__free(sh->chunk);
 }
 
 void stk_dataset_close(stk_dataset *ds) {
@@ -428,7 +429,9 @@ int stk_dataset_get(const stk_dataset *ds, uint64_t record, size_t field,
     out->shard = (uint32_t)s;
     /* In place: the file's bytes are the stored form; NULL where the file is
      * not mapped or its bytes need converting. */
-    out->data = sh->map && !ds->info[field].conv ? sh->map + out->offset : NULL;
+    out->data = sh->map && !ds->info[field].conv && !ds->info[field].chunks
+                    ? sh->map + out->offset
+                    : NULL;
     return 0;
 }
 
@@ -438,7 +441,20 @@ static int read_in_place(const stk_dataset *ds, const stk__shard *sh, const stk_
                          uint64_t record, size_t field, void *buf, stk_error *err) {
     const stk__fieldinfo *fi = &ds->info[field];
     if (!x->raw_bytes) return 0;
-    uint8_t *dst = (uint8_t *)buf + (x->raw_bytes - x->stored_bytes);
+    uint8_t *chunk = NULL, *plain = NULL;
+    const uint64_t *c = fi->chunks ? sh->chunk + 2 * (record - sh->first) : NULL;
+    uint8_t *dst = c && c[1] ? NULL : (uint8_t *)buf + (x->raw_bytes - x->stored_bytes);
+    if (c && c[1]) {
+        /* Read the whole deflated chunk, inflate it, keep the record's slice. */
+        chunk = stk__malloc((size_t)x->stored_bytes + 1);
+        plain = stk__malloc((size_t)c[1] + 1);
+        if (!chunk || !plain) {
+            stk__free(chunk);
+            stk__free(plain);
+            return stk__err(err, -ENOMEM, "out of memory");
+        }
+        dst = chunk;
+    }
     if (sh->map) {
         memcpy(dst, sh->map + x->offset, (size_t)x->stored_bytes);
     } else {
@@ -452,6 +468,19 @@ static int read_in_place(const stk_dataset *ds, const stk__shard *sh, const stk_
                             (unsigned long long)record, (unsigned long long)x->stored_bytes,
                             (unsigned long long)x->offset,
                             got < 0 ? stk_strerror((int)got) : "the file shrank");
+    }
+    if (c && c[1]) {
+        bool ok = stk__inflate(plain, c[1], chunk, x->stored_bytes);
+        if (ok) memcpy(buf, plain + c[0], (size_t)x->raw_bytes);
+        stk__free(chunk);
+        stk__free(plain);
+        if (!ok)
+            return stk__err(err, STK_ECODEC,
+                            "%s: record %llu: its deflated chunk at byte %llu does not inflate "
+                            "to %llu bytes",
+                            sh->path, (unsigned long long)record,
+                            (unsigned long long)x->offset, (unsigned long long)c[1]);
+        return 0;
     }
     if (fi->conv) stk__conv_run(fi->conv, buf, dst, x->raw_bytes / fi->itemsize);
     return 0;

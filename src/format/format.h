@@ -102,7 +102,15 @@ typedef struct stk__fieldinfo {
      * them, and how they become row_bytes (STK__CONV_NONE: they are equal). */
     uint64_t stored_row_bytes;
     int conv;
+    /* In place: STK__CHUNKS_DEFLATE when records are slices of deflated
+     * chunks (compressed HDF5); the index entry then names the chunk. */
+    int chunks;
 } stk__fieldinfo;
+
+enum { STK__CHUNKS_NONE = 0, STK__CHUNKS_DEFLATE = 1 };
+/* Inflates a zlib stream of `len` bytes into exactly `raw` bytes at dst;
+ * false when it is damaged or of another size. */
+bool stk__inflate(uint8_t *dst, uint64_t raw, const uint8_t *src, uint64_t len);
 
 /* Element conversions from a source file's encoding to a field's dtype,
  * done by the worker threads (sources/convert.c). */
@@ -186,6 +194,8 @@ typedef struct stk__shard {
     const uint8_t *map; /* the whole file, read-only; NULL for an in-place
                          * index of more files than are mapped */
     int64_t mtime_ns;   /* in-place sources: modification time when indexed */
+    uint64_t *chunk;    /* in place, deflated chunks: per record {offset of
+                         * its bytes in the inflated chunk, inflated size} */
 } stk__shard;
 
 struct stk_dataset {

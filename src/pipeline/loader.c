@@ -54,7 +54,7 @@
 enum { F_TIME, F_DENSE, F_RAGGED };
 enum { S_FREE, S_FILLING, S_READY, S_HELD };
 enum { G_EMPTY, G_LOADING, G_READY, G_FAILED };
-enum { POST_NONE, POST_COPY, POST_ZSTD, POST_CONV };
+enum { POST_NONE, POST_COPY, POST_ZSTD, POST_CONV, POST_CHUNK };
 
 typedef struct lfield {
     size_t dsf;
@@ -113,6 +113,7 @@ typedef struct post {
     uint64_t rec;
     size_t field;
     const uint8_t **srcp; /* where src will be known after the read */
+    uint64_t skip;    /* POST_CHUNK: bytes of the record before the sample's */
 } post;
 
 typedef struct worker {
@@ -127,6 +128,13 @@ typedef struct worker {
     uint8_t *stage;
     uint64_t stage_cap;
     ZSTD_DCtx *dctx;
+    /* Deflated chunks: the last one inflated, kept for the next record of
+     * the same chunk (sequential and block orders read them in turn). */
+    uint8_t *chunk;
+    uint64_t chunk_cap;
+    size_t chunk_shard;
+    uint64_t chunk_off;
+    bool chunk_valid;
     uint64_t *ids; /* 3 * batch_size: records, rows and groups of a batch */
     uint8_t *blockbuf; /* one checksum block, for verifying through reads */
     /* The epoch's order and dealing as of the work in hand, copied under
@@ -259,7 +267,7 @@ static void sample_span(const stk_loader *ld, uint64_t rec, uint64_t t0, uint64_
     for (size_t i = 0; i < ld->nf; i++) {
         const lfield *lf = &ld->f[i];
         uint64_t off = e[1 + 3 * lf->dsf], len = e[2 + 3 * lf->dsf];
-        if (lf->kind == F_TIME) {
+        if (lf->kind == F_TIME && !lf->fi->chunks) {
             uint64_t rb = lf->fi->stored_row_bytes;
             a = STK__MIN(a, off + t0 * rb);
             z = STK__MAX(z, off + STK__MIN(t1 * rb, len));
@@ -622,11 +630,50 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     return 0;
 }
 
+/* A record (or window) out of a deflated chunk whose stored bytes are at
+ * p->src: inflates the chunk (unless this worker just did) and copies the
+ * sample's bytes. */
+static int post_chunk(stk_loader *ld, worker *w, const post *p, stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    size_t si = stk__dataset_shard_of(ds, p->rec);
+    const stk__shard *sh = &ds->shards[si];
+    uint64_t local = p->rec - sh->first;
+    const uint64_t *c = sh->chunk + 2 * local;
+    if (c[1] == 0) { /* a chunk the filter left plain */
+        memcpy(p->dst, p->src + p->skip, (size_t)p->raw);
+        return 0;
+    }
+    uint64_t off = stk__entry(ds, sh, local)[1];
+    if (!(w->chunk_valid && w->chunk_shard == si && w->chunk_off == off)) {
+        if (c[1] > w->chunk_cap) {
+            uint8_t *b = stk__realloc(w->chunk, (size_t)c[1]);
+            if (!b) return stk__err(err, -ENOMEM, "out of memory");
+            w->chunk = b;
+            w->chunk_cap = c[1];
+        }
+        w->chunk_valid = false;
+        if (!stk__inflate(w->chunk, c[1], p->src, p->len))
+            return stk__err(err, STK_ECODEC,
+                            "%s: record %llu: its deflated chunk at byte %llu does not inflate "
+                            "to %llu bytes",
+                            sh->path, (unsigned long long)p->rec, (unsigned long long)off,
+                            (unsigned long long)c[1]);
+        w->chunk_valid = true;
+        w->chunk_shard = si;
+        w->chunk_off = off;
+    }
+    memcpy(p->dst, w->chunk + c[0] + p->skip, (size_t)p->raw);
+    return 0;
+}
+
 static int do_posts(stk_loader *ld, worker *w, size_t np, stk_error *err) {
     for (size_t i = 0; i < np; i++) {
         post *p = &w->posts[i];
         if (p->kind == POST_COPY) {
             memcpy(p->dst, p->src, (size_t)p->len);
+        } else if (p->kind == POST_CHUNK) {
+            int rc = post_chunk(ld, w, p, err);
+            if (rc) return rc;
         } else if (p->kind == POST_CONV) {
             const stk__fieldinfo *fi = &ld->ds->info[p->field];
             stk__conv_run(fi->conv, p->dst, p->src, p->raw / fi->itemsize);
@@ -656,6 +703,11 @@ static uint8_t *place(const stk_loader *ld, const lfield *lf, stk_batch *s, uint
     *off = e[1 + 3 * lf->dsf];
     *len = e[2 + 3 * lf->dsf];
     uint64_t rows = e[3 + 3 * lf->dsf];
+    if (lf->kind == F_TIME && lf->fi->chunks) {
+        /* The whole chunk is read; the window is cut after inflating. */
+        *raw = ld->space.L * lf->fi->row_bytes;
+        return s->mem + lf->data_off + j * lf->sample_bytes;
+    }
     if (lf->kind == F_TIME) {
         *off += t * lf->fi->stored_row_bytes;
         *len = ld->space.L * lf->fi->stored_row_bytes;
@@ -701,12 +753,14 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
                 /* The stored bytes land at the end of the sample's place and
                  * are widened forward over themselves (sources/convert.c). */
                 uint8_t *tail = dst + (raw - len);
-                w->posts[np++] = (post){POST_CONV, tail, dst, len, raw, rec, lf->dsf, NULL};
+                w->posts[np++] = (post){POST_CONV, tail, dst, len, raw, rec, lf->dsf, NULL, 0};
                 dst = tail;
             }
-            if (lf->f->codec == STK_CODEC_ZSTD) {
+            if (lf->f->codec == STK_CODEC_ZSTD || lf->fi->chunks) {
                 post *p = &w->posts[np++];
-                *p = (post){POST_ZSTD, NULL, dst, len, raw, rec, lf->dsf, NULL};
+                *p = (post){lf->fi->chunks ? POST_CHUNK : POST_ZSTD, NULL, dst, len, raw, rec,
+                            lf->dsf, NULL, 0};
+                if (lf->kind == F_TIME) p->skip = ts[j] * lf->fi->row_bytes;
                 if (mm) {
                     p->src = sh->map + off;
                     continue;
@@ -749,10 +803,10 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
                 src = w->stage + stage_pos + (off - lo);
                 stage_pos = stk__align_up(stage_pos + (hi - lo), direct ? DIRECT_ALIGN : 64);
             }
-            if (lf->f->codec == STK_CODEC_ZSTD) {
+            if (lf->f->codec == STK_CODEC_ZSTD || lf->fi->chunks) {
                 w->posts[np - 1].src = src;
             } else {
-                w->posts[np++] = (post){POST_COPY, src, dst, len, len, rec, lf->dsf, NULL};
+                w->posts[np++] = (post){POST_COPY, src, dst, len, len, rec, lf->dsf, NULL, 0};
             }
         }
         if (offs) {
@@ -934,9 +988,11 @@ static int fill_groups(stk_loader *ld, worker *w, stk_batch *s, uint64_t *recs, 
             uint8_t *dst = place(ld, lf, s, j, e, ts[j], &rows_done[fi], &off, &len, &raw);
             const uint8_t *src = mm ? sh->map + off : gr->buf + sp->buf_off + (off - sp->base);
             int kind = lf->f->codec == STK_CODEC_ZSTD ? POST_ZSTD
+                       : lf->fi->chunks               ? POST_CHUNK
                        : lf->fi->conv                 ? POST_CONV
                                                       : POST_COPY;
-            w->posts[np++] = (post){kind, src, dst, len, raw, rec, lf->dsf, NULL};
+            uint64_t skip = lf->kind == F_TIME && lf->fi->chunks ? ts[j] * lf->fi->row_bytes : 0;
+            w->posts[np++] = (post){kind, src, dst, len, raw, rec, lf->dsf, NULL, skip};
         }
         if (!sp)
             rc = stk__err(err, -EFAULT, "%s: record %llu is missing from its block's spans",
@@ -1389,7 +1445,7 @@ int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader 
     /* Ring size from what the budget leaves. */
     uint64_t stage_cap = 0;
     for (size_t i = 0; i < ld->nf; i++)
-        if (ld->f[i].f->codec == STK_CODEC_ZSTD) stage_cap += B * stk__align_up(ld->f[i].max_stored + 2 * DIRECT_ALIGN, 64);
+        if (ld->f[i].f->codec == STK_CODEC_ZSTD || ld->f[i].fi->chunks) stage_cap += B * stk__align_up(ld->f[i].max_stored + 2 * DIRECT_ALIGN, 64);
     if (opts->direct && !ld->use_groups) stage_cap += ld->slot_bytes + B * ld->nf * 2 * DIRECT_ALIGN;
     stage_cap = stk__align_up(stage_cap, DIRECT_ALIGN);
     uint64_t fixed = groups_bytes + stage_cap * (uint64_t)ld->nw;
@@ -1773,6 +1829,7 @@ void stk_loader_close(stk_loader *ld) {
         stk__free(w->reqs);
         stk__free(w->posts);
         stk__free(w->stage);
+        stk__free(w->chunk);
         stk__free(w->ids);
         stk__free(w->blockbuf);
         ZSTD_freeDCtx(w->dctx);

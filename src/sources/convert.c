@@ -90,3 +90,14 @@ void stk__conv_run(int conv, uint8_t *dst, const uint8_t *src, uint64_t n) {
         break;
     }
 }
+
+/* ---- deflated chunks (compressed HDF5) ---- */
+
+#include <zlib.h>
+
+bool stk__inflate(uint8_t *dst, uint64_t raw, const uint8_t *src, uint64_t len) {
+    if (raw > UINT32_MAX || len > UINT32_MAX) return false;
+    uLongf out = (uLongf)raw;
+    int rc = uncompress(dst, &out, src, (uLong)len);
+    return rc == Z_OK && out == raw;
+}

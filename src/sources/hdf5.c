@@ -3,10 +3,10 @@
  * through libhdf5 when an index is built.  The loader then reads those
  * bytes itself, so the hot path never takes libhdf5's global lock.
  *
- * Layouts: contiguous (one run), and chunked without filters where each
- * chunk spans every dimension after the first (a run per chunk).  Filtered
- * (compressed) chunks and chunks that cut rows apart are refused with a
- * message: their rows are not plain byte ranges.
+ * Layouts: contiguous (one run), and chunked where each chunk spans every
+ * dimension after the first (a run per chunk), plain or deflated (gzip);
+ * the worker threads inflate deflated chunks.  Other filters, and chunks
+ * that cut rows apart, are refused with what to do instead.
  */
 #include "sources.h"
 
@@ -161,7 +161,7 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
             rc = stk__err(err, -ENOMEM, "out of memory");
             goto out;
         }
-        out->runs[0] = (stk__h5run){(uint64_t)a, 0, dims[0]};
+        out->runs[0] = (stk__h5run){(uint64_t)a, 0, dims[0], 0, 0};
         out->nruns = 1;
         goto out;
     }
@@ -173,17 +173,22 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
         goto out;
     }
     int nfilt = H5Pget_nfilters(pl);
-    if (nfilt > 0) {
+    for (int k = 0; k < nfilt; k++) {
         unsigned flags;
         size_t nelem = 0;
         char fname[64] = "";
-        H5Pget_filter2(pl, 0, &flags, &nelem, NULL, sizeof fname, fname, NULL);
+        H5Z_filter_t id = H5Pget_filter2(pl, (unsigned)k, &flags, &nelem, NULL, sizeof fname,
+                                         fname, NULL);
+        if (id == H5Z_FILTER_DEFLATE && nfilt == 1) {
+            out->deflate = true;
+            continue;
+        }
         rc = stk__err(err, STK_EUNSUPPORTED,
-                      "%s: dataset '%s' has filtered chunks (%s%s); in-place reading "
-                      "needs plain chunks: rewrite it without compression (h5repack -f "
-                      "NONE) or pack it with `stoker pack`",
-                      path, out->dataset, fname[0] ? fname : "a filter",
-                      nfilt > 1 ? " and more" : "");
+                      "%s: dataset '%s' has the %s filter%s; stoker inflates gzip (deflate) "
+                      "chunks and reads plain ones: rewrite it with gzip alone or none "
+                      "(h5repack -f GZIP=4 or -f NONE) or pack it with `stoker pack`",
+                      path, out->dataset, fname[0] ? fname : "unknown",
+                      nfilt > 1 ? " among others" : "");
         goto out;
     }
     H5Pget_chunk(pl, nd, cdims);
@@ -220,7 +225,9 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
             goto out;
         }
         uint64_t n = STK__MIN((uint64_t)cdims[0], (uint64_t)(dims[0] - coord[0]));
-        if (size < n * row) {
+        uint64_t craw = (uint64_t)cdims[0] * row;
+        bool deflated = out->deflate && !(mask & 1);
+        if (!deflated && size < n * row) {
             rc = stk__err(err, STK_ECORRUPT,
                           "%s: dataset '%s': chunk at row %llu stores %llu bytes, less than "
                           "its %llu rows take",
@@ -228,7 +235,9 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
                           (unsigned long long)size, (unsigned long long)n);
             goto out;
         }
-        out->runs[out->nruns++] = (stk__h5run){(uint64_t)a, (uint64_t)coord[0], n};
+        out->runs[out->nruns++] =
+            (stk__h5run){(uint64_t)a, (uint64_t)coord[0], n, deflated ? size : 0,
+                         deflated ? craw : 0};
     }
     qsort(out->runs, out->nruns, sizeof *out->runs, cmp_run);
     uint64_t next = 0;

@@ -15,7 +15,10 @@
  *
  * A run is `count` records of `rows` rows each, the k-th at byte
  * offset + k * stride; a record's stored bytes are rows times the field's
- * stored row size.  A clip or a file per record is a run of one; an array
+ * stored row size.  A deflated HDF5 chunk is a run of six:
+ * [offset, count, stride, rows, stored, raw]: the chunk's `stored` bytes at
+ * `offset` inflate to `raw` bytes, in which the k-th record starts at
+ * k * stride (the field then says "chunks": "deflate").  A clip or a file per record is a run of one; an array
  * cut along axis 0 is one run (or one per HDF5 chunk), however many rows.
  */
 #define _GNU_SOURCE
@@ -40,6 +43,7 @@
 
 typedef struct irun {
     uint64_t off, count, stride, rows;
+    uint64_t stored, raw; /* a deflated chunk; 0 for plain bytes */
 } irun;
 
 typedef struct ifile {
@@ -63,6 +67,7 @@ typedef struct builder {
     size_t n, cap;
     uint64_t records;
     unsigned rate;
+    bool deflate;
     const char *skip;  /* the index file itself, never indexed */
 } builder;
 
@@ -128,7 +133,7 @@ static int add_run(ifile *f, uint64_t off, uint64_t count, uint64_t stride, uint
         f->runs = r;
         f->cap = cap;
     }
-    f->runs[f->nruns++] = (irun){off, count, stride, rows};
+    f->runs[f->nruns++] = (irun){off, count, stride, rows, 0, 0};
     return 0;
 }
 
@@ -263,13 +268,25 @@ static int add_hdf5(builder *b, ifile *f, stk_error *err) {
     for (int d = 1; d < h.ndim; d++) row *= (uint64_t)h.dims[d];
     uint64_t rows = s.ndim ? (uint64_t)s.shape[0] : 1;
     rc = settle(b, f->path, &s, h.dtype, STK__CONV_NONE, false, err);
+    if (rc == 0 && b->n > 1 && b->deflate != h.deflate)
+        rc = stk__err(err, STK_ESCHEMA,
+                      "%s: dataset '%s' is %s but %s's is %s: an index holds one kind", f->path,
+                      h.dataset, h.deflate ? "deflated" : "plain", b->first,
+                      b->deflate ? "deflated" : "plain");
+    b->deflate = h.deflate;
     for (size_t i = 0; rc == 0 && i < h.nruns; i++) {
         const stk__h5run *r = &h.runs[i];
-        if (r->off > f->size || r->count * row > f->size - r->off)
+        uint64_t span = r->stored ? r->stored : r->count * row;
+        if (r->off > f->size || span > f->size - r->off) {
             rc = stk__err(err, STK_ECORRUPT,
                           "%s: dataset '%s': rows %llu.. lie past the end of the file",
                           f->path, h.dataset, (unsigned long long)r->first);
-        else rc = add_run(f, r->off, r->count, row, rows, err);
+        } else if ((rc = add_run(f, r->off, r->count, row, rows, err)) == 0 && h.deflate) {
+            /* A chunk HDF5 kept plain (filter skipped) is inflated as stored
+             * bytes would not be: mark it with stored = raw = 0. */
+            f->runs[f->nruns - 1].stored = r->stored;
+            f->runs[f->nruns - 1].raw = r->raw;
+        }
     }
     if (rc == 0) b->records += (uint64_t)h.dims[0];
     stk__h5info_free(&h);
@@ -426,6 +443,7 @@ int stk_index_build(const char *const *paths, size_t npaths, const char *index_p
     json_object_set_new(root, "records", json_integer((json_int_t)b.records));
     json_t *field = stk__field_json(&b.f);
     json_object_set_new(field, "stored", json_string(stk__conv_name(b.conv)));
+    if (b.deflate) json_object_set_new(field, "chunks", json_string("deflate"));
     json_object_set_new(root, "field", field);
     json_t *attrs = json_object();
     if (b.src == STK_SOURCE_WAV) json_object_set_new(attrs, "sample_rate", json_integer(b.rate));
@@ -446,9 +464,13 @@ int stk_index_build(const char *const *paths, size_t npaths, const char *index_p
         json_object_set_new(o, "mtime_ns", json_integer((json_int_t)f->mtime_ns));
         for (size_t k = 0; k < f->nruns; k++) {
             const irun *r = &f->runs[k];
-            json_array_append_new(runs, json_pack("[IIII]", (json_int_t)r->off,
-                                                  (json_int_t)r->count, (json_int_t)r->stride,
-                                                  (json_int_t)r->rows));
+            json_t *run = json_pack("[IIII]", (json_int_t)r->off, (json_int_t)r->count,
+                                    (json_int_t)r->stride, (json_int_t)r->rows);
+            if (b.deflate) {
+                json_array_append_new(run, json_integer((json_int_t)r->stored));
+                json_array_append_new(run, json_integer((json_int_t)r->raw));
+            }
+            json_array_append_new(runs, run);
         }
         json_object_set_new(o, "runs", runs);
         json_array_append_new(files, o);
@@ -511,14 +533,19 @@ static int open_file(stk_dataset *ds, stk__shard *sh, json_t *o, size_t i, const
     for (size_t k = 0; k < nr; k++) {
         json_t *r = json_array_get(runs, k);
         uint64_t c;
-        if (!json_is_array(r) || json_array_size(r) != 4 || json_u64(json_array_get(r, 1), &c))
-            return BAD("%s: %s: run %zu must be [offset, count, stride, rows]", what, p, k);
+        size_t want = ds->info[0].chunks ? 6 : 4;
+        if (!json_is_array(r) || json_array_size(r) != want || json_u64(json_array_get(r, 1), &c))
+            return BAD("%s: %s: run %zu must be [offset, count, stride, rows%s]", what, p, k,
+                       want == 6 ? ", stored, raw" : "");
         if (__builtin_add_overflow(nrec, c, &nrec) || nrec > (UINT64_C(1) << 40))
             return BAD("%s: %s: record counts overflow", what, p);
     }
     sh->nrec = nrec;
     sh->index = stk__malloc((size_t)(nrec ? nrec : 1) * 4 * sizeof(uint64_t));
     if (!sh->index) return stk__err(err, -ENOMEM, "out of memory");
+    if (ds->info[0].chunks &&
+        !(sh->chunk = stk__malloc((size_t)(nrec ? nrec : 1) * 2 * sizeof(uint64_t))))
+        return stk__err(err, -ENOMEM, "out of memory");
     const stk__fieldinfo *fi = &ds->info[0];
     uint64_t lo = UINT64_MAX, hi = 0, at = 0;
     for (size_t k = 0; k < nr; k++) {
@@ -532,7 +559,41 @@ static int open_file(stk_dataset *ds, stk__shard *sh, json_t *o, size_t i, const
             return stk__err(err, STK_ESCHEMA, "%s: %s: run %zu has records of %llu rows; the "
                             "field fixes %lld", what, p, k, (unsigned long long)rows,
                             (long long)fi->fixed_rows);
-        uint64_t span, last;
+        uint64_t span, last, stored = 0, raw = 0;
+        if (fi->chunks && (json_u64(json_array_get(r, 4), &stored) ||
+                           json_u64(json_array_get(r, 5), &raw)))
+            return BAD("%s: %s: run %zu: stored and raw sizes must be integers", what, p, k);
+        if (stored) {
+            /* A deflated chunk: the records are slices of its inflated bytes,
+             * the file holds `stored` bytes at `off`. */
+            if (!stk__mul_ok(rows, srb, &len) || !stk__mul_ok(count ? count - 1 : 0, stride, &span) ||
+                span > raw || len > raw - span || raw > (UINT64_C(1) << 32) || off > size ||
+                stored > size - off)
+                return stk__err(err, STK_EBOUNDS,
+                                "%s: %s: run %zu (a chunk of %llu bytes at byte %llu, %llu "
+                                "inflated) points outside the file or the chunk",
+                                what, p, k, (unsigned long long)stored, (unsigned long long)off,
+                                (unsigned long long)raw);
+            for (uint64_t q = 0; q < count; q++) {
+                uint64_t *e = sh->index + 4 * at;
+                e[0] = 0;
+                e[1] = off;
+                e[2] = stored;
+                e[3] = rows;
+                sh->chunk[2 * at] = q * stride;
+                sh->chunk[2 * at + 1] = raw;
+                at++;
+            }
+            if (count) {
+                lo = STK__MIN(lo, off);
+                hi = STK__MAX(hi, off + stored);
+            }
+            continue;
+        }
+        if (fi->chunks) {
+            /* A chunk the filter skipped: plain bytes, "inflated" as is. */
+            raw = 0;
+        }
         if (!stk__mul_ok(rows, srb, &len) || !stk__mul_ok(count ? count - 1 : 0, stride, &span) ||
             __builtin_add_overflow(off, span, &last) || (count && (last > size || len > size - last)))
             return stk__err(err, STK_EBOUNDS,
@@ -541,6 +602,12 @@ static int open_file(stk_dataset *ds, stk__shard *sh, json_t *o, size_t i, const
                             what, p, k, (unsigned long long)count, (unsigned long long)off,
                             (unsigned long long)size);
         for (uint64_t c = 0; c < count; c++) {
+            if (sh->chunk) {
+                /* Plain bytes in a chunked-codec field: a "chunk" of exactly
+                 * the record, marked by an inflated size of 0. */
+                sh->chunk[2 * at] = 0;
+                sh->chunk[2 * at + 1] = 0;
+            }
             uint64_t *e = sh->index + 4 * at++;
             e[0] = 0;
             e[1] = off + c * stride;
@@ -661,6 +728,16 @@ int stk__index_open(const char *path, stk_dataset **out, stk_error *err) {
     }
     stk__fieldinfo *fi = &ds->info[0];
     fi->conv = cv;
+    const char *chunks = json_string_value(json_object_get(field, "chunks"));
+    if (chunks && strcmp(chunks, "deflate") != 0) {
+        rc = BAD("%s: unknown chunk codec \"%s\"", path, chunks);
+        goto fail;
+    }
+    fi->chunks = chunks ? STK__CHUNKS_DEFLATE : STK__CHUNKS_NONE;
+    if (fi->chunks && cv) {
+        rc = BAD("%s: a field is either converted or in deflated chunks, not both", path);
+        goto fail;
+    }
     if (cv) {
         size_t out_sz = fi->itemsize, in_sz = stk__conv_in_size(cv);
         if (out_sz < in_sz || out_sz != 4) {

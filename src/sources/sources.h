@@ -11,6 +11,8 @@
  * contiguously at byte `off` of the file. */
 typedef struct stk__h5run {
     uint64_t off, first, count;
+    uint64_t stored; /* deflated chunk: its size in the file; 0: plain */
+    uint64_t raw;    /* deflated chunk: its inflated size */
 } stk__h5run;
 
 typedef struct stk__h5info {
@@ -20,13 +22,14 @@ typedef struct stk__h5info {
     stk__h5run *runs; /* sorted by first, covering every row once */
     size_t nruns;
     char *dataset;    /* the dataset's path in the file */
+    bool deflate;     /* chunks are deflated (gzip filter) */
 } stk__h5info;
 
 /* Finds where the rows of dataset `dset` (NULL: the file's only dataset)
- * lie in the HDF5 file `path`.  STK_EUNSUPPORTED where this build has no
- * HDF5, or for layouts whose rows are not plain bytes in the file
- * (compressed or filtered chunks, chunks that split a row, big-endian or
- * compound types), with what to do instead. */
+ * lie in the HDF5 file `path`: plain byte ranges, or deflated chunks.
+ * STK_EUNSUPPORTED where this build has no HDF5, or for layouts the loader
+ * cannot read itself (filters other than deflate, chunks that split a row,
+ * big-endian or compound types), with what to do instead. */
 int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_error *err);
 void stk__h5info_free(stk__h5info *h);
 

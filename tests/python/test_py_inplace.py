@@ -190,12 +190,16 @@ def make_h5(path):
         f.create_dataset("cont", data=data["cont"])
         f.create_dataset("chunked", data=data["chunked"], chunks=(8, 6, 4))
         f.create_dataset("series", data=data["series"], chunks=(3, 50, 3))
-        f.create_dataset("gz", data=data["cont"], chunks=(10, 5), compression="gzip")
+        f.create_dataset("gz", data=data["chunked"], chunks=(8, 6, 4), compression="gzip")
+        f.create_dataset("gzseries", data=data["series"], chunks=(4, 50, 3),
+                         compression="gzip", compression_opts=9)
+        f.create_dataset("shuffled", data=data["cont"], chunks=(10, 5), compression="gzip",
+                         shuffle=True)
         f.create_dataset("split", data=data["cont"], chunks=(10, 2))
     return data
 
 
-@pytest.mark.parametrize("name", ["cont", "chunked", "series"])
+@pytest.mark.parametrize("name", ["cont", "chunked", "series", "gz", "gzseries"])
 def test_hdf5_values_equal_h5py(tmp_path, name):
     make_h5(tmp_path / "s.h5")
     idx = tmp_path / f"{name}.idx"
@@ -204,17 +208,20 @@ def test_hdf5_values_equal_h5py(tmp_path, name):
         refs = [f[name][i] for i in range(f[name].shape[0])]
     for order in ORDERS:
         check_loader(idx, refs, "data", batch_size=7, shuffle=order, seed=2)
-    if name == "series":
+    for backend in BACKENDS:
+        check_loader(idx, refs, "data", batch_size=16, shuffle="random", backend=backend)
+    if name in ("series", "gzseries"):
         # windows over each segment's 50 rows, across chunk boundaries of axis 0
         check_loader(idx, refs, "data", window=12, stride=5, batch_size=9, shuffle="random")
 
 
 def test_hdf5_refusals_say_what_to_do(tmp_path):
     make_h5(tmp_path / "s.h5")
-    with pytest.raises(ValueError, match=r"s\.h5: holds 5 datasets; name the one"):
+    with pytest.raises(ValueError, match=r"s\.h5: holds 7 datasets; name the one"):
         stoker.index(tmp_path / "s.h5", tmp_path / "x.idx")
-    with pytest.raises(stoker.StokerError, match=r"filtered chunks \(deflate"):
-        stoker.index(tmp_path / "s.h5", tmp_path / "x.idx", dataset="gz")
+    with pytest.raises(stoker.StokerError, match=r"has the shuffle filter among others; stoker "
+                       r"inflates gzip"):
+        stoker.index(tmp_path / "s.h5", tmp_path / "x.idx", dataset="shuffled")
     with pytest.raises(stoker.StokerError, match=r"a row is split between chunks"):
         stoker.index(tmp_path / "s.h5", tmp_path / "x.idx", dataset="split")
     with pytest.raises(FileNotFoundError, match=r"no dataset 'nope'"):
@@ -312,3 +319,22 @@ def test_resume_mid_epoch_over_an_index(tmp_path):
     got = np.concatenate([b["data"] for _, b in first + rest]).ravel()
     want = np.concatenate([b["data"] for _, b in full]).ravel()
     np.testing.assert_array_equal(got, want)
+
+
+def test_hdf5_damaged_deflated_chunk_names_file_and_record(tmp_path):
+    make_h5(tmp_path / "s.h5")
+    idx = tmp_path / "gz.idx"
+    stoker.index(tmp_path / "s.h5", idx, dataset="gz")
+    doc = json.loads(idx.read_text())
+    off, count, stride, rows, stored, raw = doc["files"][0]["runs"][3]
+    with open(tmp_path / "s.h5", "r+b") as f:  # damage the 4th chunk (records 24..31)
+        f.seek(off + stored // 2)
+        b = f.read(8)
+        f.seek(off + stored // 2)
+        f.write(bytes(x ^ 0xFF for x in b))
+    st = os.stat(tmp_path / "s.h5")
+    doc["files"][0]["mtime_ns"] = st.st_mtime_ns
+    idx.write_text(json.dumps(doc))
+    ld = stoker.Loader(idx, batch_size=8, shuffle="sequential")
+    with pytest.raises(stoker.StokerError, match=r"s\.h5: record 2[4-9]|s\.h5: record 3[01]"):
+        drain(ld)
