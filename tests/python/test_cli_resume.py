@@ -19,11 +19,23 @@ def test_resume_after_kill_equals_a_full_pack(tmp_path):
     subprocess.run([exe, "pack", "--from", "npy", str(src), "--split-axis0", "-o", str(full),
                     "--shard-size", "1M", "-q"], check=True)
     resumed_any = False
-    for delay in (0.05, 0.1, 0.2, 0.3):
-        ds = tmp_path / f"r{delay}"
+    # Kill points chosen by what the packer has made durable, not by the
+    # clock: after the journal names 1, 3 and 8 shards (a fixed delay made
+    # the test depend on the machine's speed).
+    for after in (1, 3, 8):
+        ds = tmp_path / f"r{after}"
         p = subprocess.Popen([exe, "pack", "--from", "npy", str(src), "--split-axis0", "-o",
                               str(ds), "--shard-size", "1M", "-q"])
-        time.sleep(delay)
+        journal = ds / ".packing"
+        deadline = time.monotonic() + 60
+        while p.poll() is None and time.monotonic() < deadline:
+            try:
+                lines = journal.read_text().splitlines()
+            except OSError:
+                lines = []
+            if sum(line.startswith("shard ") for line in lines) >= after:
+                break
+            time.sleep(0.001)
         p.send_signal(signal.SIGKILL)
         p.wait()
         r = subprocess.run([exe, "pack", "--from", "npy", str(src), "--split-axis0", "-o",
