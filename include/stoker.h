@@ -337,6 +337,10 @@ STK_API int stk_dataset_find_field(const stk_dataset *ds, const char *name);
 /* The manifest's "attrs" object as compact JSON text ("{}" when none).
  * Valid until stk_dataset_close. */
 STK_API const char *stk_dataset_attrs(const stk_dataset *ds);
+/* The share of the dataset's file bytes in the page cache now (0..1), or -1
+ * when it cannot be told (an in-place index of more files than are
+ * mapped).  The loader's auto backend maps data that is at least 0.9 in. */
+STK_API double stk_dataset_resident(const stk_dataset *ds);
 
 typedef struct stk_shard_info {
     const char *file;      /* full path; valid until stk_dataset_close */
@@ -706,6 +710,96 @@ STK_API uint64_t stk_loader_last_skip(stk_loader *ld, stk_error *out);
 
 /* Zeroes the counters and restarts elapsed time. */
 STK_API void stk_loader_stats_reset(stk_loader *ld);
+
+/*
+ * Tracing: a timeline of what each of the loader's threads does, written as
+ * a Chrome trace (the JSON Trace Event Format) that Perfetto
+ * (ui.perfetto.dev) and chrome://tracing open.  Each worker thread shows its
+ * batches ("batch", with the batch number and sample count) and, nested
+ * inside, "plan" (order to records to reads), "verify" (checksums of blocks
+ * first used this epoch), "read" (through the I/O engine, with the read
+ * count and bytes) and "assemble" (copies, decompression, conversions); in
+ * block order also "group load" and "group wait".  The consumer thread
+ * shows each call of next() ("next": the time it waited) and the spans the
+ * caller adds with stk_loader_trace_span (a training step, say).
+ *
+ * stk_loader_trace_start starts recording (again: what was recorded is
+ * discarded), keeping at most `max_spans` spans per thread, the rest
+ * counted as dropped (0: 65536, about 4 MiB per thread).  The first call
+ * allocates the buffers and fixes their size for the loader's life.
+ * Returns 0 or -ENOMEM.  Recording costs a clock read per span; while it is
+ * off, nothing but a flag test.
+ * stk_loader_trace_stop stops recording; what was recorded is kept.
+ * stk_loader_trace_span adds a span [t0_ns, t1_ns) named `name` (at most 27
+ * bytes kept) to the consumer's thread, times from stk_now_ns(); returns 0
+ * (also when not recording) or -EINVAL.
+ * stk_loader_trace_write writes what was recorded since the last start to
+ * `path` (through a temporary file and rename); recording goes on.  Times
+ * in the file count from the first span; the file's "otherData" gives that
+ * origin on stk_now_ns()'s clock and the number of dropped spans.  A
+ * batch's span is recorded when the batch is done, so the stages of one
+ * still being filled at the time of writing are left out.  Returns
+ * 0, -EINVAL (nothing recorded yet) or the errno of the failed write.
+ * Thread-safety: call these from the consumer thread.
+ */
+STK_API int stk_loader_trace_start(stk_loader *ld, uint32_t max_spans, stk_error *err);
+STK_API void stk_loader_trace_stop(stk_loader *ld);
+STK_API int stk_loader_trace_span(stk_loader *ld, const char *name, uint64_t t0_ns,
+                                  uint64_t t1_ns);
+STK_API int stk_loader_trace_write(stk_loader *ld, const char *path, stk_error *err);
+/* The clock of stats and traces: CLOCK_MONOTONIC in nanoseconds (the clock
+ * of Python's time.monotonic_ns on Linux). */
+STK_API uint64_t stk_now_ns(void);
+
+/*
+ * Diagnosis: what `stoker doctor` and stoker.profile report.  From a run's
+ * stats (reset after the first batch, so that start-up is left out), the
+ * batch bytes the consumer received and the run's length:
+ *   - each stage's busy time as a share of the workers' time (threads x
+ *     seconds), and the idle rest;
+ *   - the stall: the share of the run the consumer spent waiting in next();
+ *   - the bytes delivered per second against a measured limit;
+ *   - with a training step in the run (with_step), a verdict: input-bound
+ *     when the stall exceeds 10% (the accelerator would wait that long),
+ *     compute-bound under 2%, balanced between; without one, the verdict is
+ *     STK_VERDICT_UNKNOWN ("loader alone");
+ *   - the next thing to try, from the verdict and the stage that dominates.
+ */
+typedef enum stk_verdict {
+    STK_VERDICT_UNKNOWN = 0,
+    STK_VERDICT_INPUT_BOUND = 1,
+    STK_VERDICT_BALANCED = 2,
+    STK_VERDICT_COMPUTE_BOUND = 3
+} stk_verdict;
+
+typedef struct stk_diagnosis {
+    double seconds;
+    double batches_per_s, samples_per_s, bytes_per_s;
+    double share_plan, share_io, share_assemble, share_verify, share_idle;
+    double stall;             /* 0..1 */
+    double limit_bytes_per_s; /* as given */
+    double of_limit;          /* bytes_per_s / limit_bytes_per_s (0: no limit) */
+    stk_verdict verdict;
+    const char *verdict_name; /* "input-bound", "balanced", "compute-bound" or
+                               * "loader alone"; static */
+    char next[256];           /* the next thing to try, a sentence */
+} stk_diagnosis;
+
+STK_API void stk_diagnose(const stk_loader_stats *st, stk_backend backend, uint64_t bytes,
+                          double seconds, double limit_bytes_per_s, int with_step,
+                          stk_diagnosis *out);
+STK_API const char *stk_verdict_name(stk_verdict v);
+
+/* Single-thread memcpy bandwidth in bytes/s (best of 5 copies of 64 MiB):
+ * the limit for data already in memory. */
+STK_API double stk_measure_memcpy(void);
+/* The device's sequential read bandwidth under the dataset's files, in
+ * bytes/s: O_DIRECT reads of 4 MiB, one at a time, through the files in
+ * order for at most `max_seconds`; the limit for data not in memory.
+ * Returns 0, or the error of opening a file (a file system without
+ * O_DIRECT gives -EINVAL). */
+STK_API int stk_measure_read(const stk_dataset *ds, double max_seconds, double *bytes_per_s,
+                             stk_error *err);
 
 /* Stops the threads (waiting for reads in flight to land), frees every
  * buffer and descriptor.  Safe at any moment.  Accepts NULL. */

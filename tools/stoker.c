@@ -1122,6 +1122,7 @@ static const char read_help[] =
     "  --stats              print per-stage statistics\n"
     "  --max-batches N      stop each epoch after N batches\n"
     "  --json               print the figures as one JSON object\n"
+    "  --trace FILE         write a Chrome trace of the run (opens in ui.perfetto.dev)\n"
     "\n"
     "Example:\n"
     "  stoker read basins.stk --window 365 --batch 256 --shuffle random\n";
@@ -1137,93 +1138,63 @@ static int split_list(char *s, const char **out, int max) {
 
 static const char doctor_help[] =
     "Usage: stoker doctor DATASET [read options] [--step-ms M] [--max-batches N]\n"
+    "                     [--trace FILE]\n"
     "\n"
-    "Runs the loader (200 batches by default) and says where the time goes:\n"
-    "each stage's busy time as a share of the workers' time, the consumer's\n"
-    "stall, the bytes delivered against this machine's memcpy bandwidth, and\n"
-    "a verdict. With --step-ms, each batch is followed by M ms of busy CPU work\n"
-    "standing in for a training step, and the verdict says whether that run\n"
-    "would be input-bound, compute-bound or balanced, with the next thing to\n"
-    "try. Takes every option of `stoker read`.\n"
+    "Runs the loader (200 batches by default, after a first one left out as\n"
+    "start-up) and says where the time goes: each stage's busy time as a share\n"
+    "of the workers' time, the consumer's stall, and the bytes delivered against\n"
+    "the limit measured on the spot (memcpy when the data is in memory, else the\n"
+    "device's O_DIRECT sequential reads under the dataset). With --step-ms, each\n"
+    "batch is followed by M ms of busy CPU work standing in for a training step,\n"
+    "and the verdict says whether that run is input-bound (stall above 10%),\n"
+    "compute-bound (below 2%) or balanced, with the next thing to try.\n"
+    "--trace FILE writes a Chrome trace of the run (open it in ui.perfetto.dev):\n"
+    "each worker thread's batches with plan, verify, read and assemble nested\n"
+    "inside, and the consumer's waits. Takes every option of `stoker read`.\n"
     "\n"
     "Example:\n"
     "  stoker doctor basins.stk --window 365 --batch 256 --shuffle random --step-ms 50\n";
 
-static double memcpy_gbs(void) {
-    size_t n = 64u << 20;
-    char *a = malloc(n), *b = malloc(n);
-    if (!a || !b) {
-        free(a);
-        free(b);
-        return 0;
-    }
-    memset(a, 1, n);
-    memset(b, 2, n);
-    double best = 1e9;
-    for (int r = 0; r < 5; r++) {
-        double t = now_s();
-        memcpy(b, a, n);
-        t = now_s() - t;
-        if (t < best) best = t;
-        a[r] = b[n - 1 - (size_t)r];
-    }
-    free(a);
-    free(b);
-    return (double)n / best / 1e9;
-}
-
 static void doctor_report(const stk_loader_stats *st, double el, uint64_t bytes, double step_ms,
-                          stk_backend be, const stk_loader_options *o) {
-    double worker_s = el * (double)st->threads;
-    double plan = (double)st->plan.busy_ns / 1e9, io = (double)st->io.busy_ns / 1e9;
-    double as = (double)st->assemble.busy_ns / 1e9, ver = (double)st->verify.busy_ns / 1e9;
-    double stall = el > 0 ? (double)st->wait.busy_ns / 1e9 / el : 0;
-    double gbs = el > 0 ? (double)bytes / el / 1e9 : 0, mc = memcpy_gbs();
+                          stk_loader *ld, stk_dataset *ds) {
+    stk_backend be = stk_loader_backend(ld);
+    double limit = stk_measure_memcpy();
+    const char *limit_name = "memcpy, one thread";
+    double resident = stk_dataset_resident(ds);
+    if (resident >= 0)
+        printf("\n%.0f%% of the dataset's bytes are in the page cache\n", 100 * resident);
+    if (resident < 0.9) {
+        /* Data not in memory is read from the device, which may be the limit. */
+        double rd = 0;
+        stk_error e = {0};
+        if (stk_measure_read(ds, 1.0, &rd, &e) == 0 && rd > 0 && rd < limit) {
+            limit = rd;
+            limit_name = "device, O_DIRECT sequential reads";
+        }
+    }
+    stk_diagnosis d;
+    stk_diagnose(st, be, bytes, el, limit, step_ms > 0, &d);
     printf("\nwhere the loader's time goes (%u worker threads, %s backend, %.2f s):\n",
            st->threads, stk_backend_name(be), el);
-    printf("  plan      %6.1f%%  (order, records, rows)\n", 100 * plan / worker_s);
-    printf("  io        %6.1f%%  (%s)\n", 100 * io / worker_s,
+    printf("  plan      %6.1f%%  (order, records, rows)\n", 100 * d.share_plan);
+    printf("  io        %6.1f%%  (%s)\n", 100 * d.share_io,
            be == STK_BACKEND_MMAP ? "copies out of the mapping" : "reads");
-    printf("  assemble  %6.1f%%  (copies from group buffers, decompression)\n", 100 * as / worker_s);
-    printf("  verify    %6.1f%%  (checksums)\n", 100 * ver / worker_s);
+    printf("  assemble  %6.1f%%  (copies from group buffers, decompression, conversions)\n",
+           100 * d.share_assemble);
+    printf("  verify    %6.1f%%  (checksums)\n", 100 * d.share_verify);
     printf("  idle      %6.1f%%  (waiting for the consumer or for free buffers)\n",
-           100 * (1 - (plan + io + as + ver) / worker_s));
-    printf("delivered %.2f GB/s of batch data; memcpy on this machine: %.2f GB/s (%.2f of it)\n",
-           gbs, mc, mc > 0 ? gbs / mc : 0);
-    printf("consumer stall: %.1f%% of the time in next()\n", 100 * stall);
-    if (step_ms <= 0) {
-        printf("verdict: the loader alone runs at %.0f batches/s; pass --step-ms with your "
-               "training step's time to see whether a run would wait for data\n",
-               el > 0 ? (double)st->batches / el : 0);
-        return;
-    }
-    const char *verdict = stall > 0.10 ? "input-bound" : stall < 0.02 ? "compute-bound" : "balanced";
-    printf("verdict: %s (with a %.1f ms step, the consumer waited %.1f%% of the time)\n", verdict,
-           step_ms, 100 * stall);
-    if (stall <= 0.10) {
-        printf("next: %s\n", stall < 0.02 ? "the model is the limit; the loader keeps up"
-                                          : "more threads or prefetch would remove the rest");
-        return;
-    }
-    double top = io;
-    const char *hint = be == STK_BACKEND_MMAP
-                           ? "reads dominate: the data may not be in memory; try --backend uring"
-                           : "reads dominate: add --threads, raise --prefetch, or use --shuffle "
-                             "block for large sequential reads";
-    if (ver > top) {
-        top = ver;
-        hint = "checksums dominate: --no-verify trades that check for speed";
-    }
-    if (as > top) {
-        top = as;
-        hint = "assembly dominates: compressed fields decode per sample; repack without "
-               "--compress, or add --threads";
-    }
-    if (plan > top) hint = "planning dominates: larger batches amortise it";
-    if ((plan + io + as + ver) / worker_s < 0.5)
-        hint = "the workers are mostly idle: raise --prefetch (more buffers in the ring)";
-    (void)o;
-    printf("next: %s\n", hint);
+           100 * d.share_idle);
+    printf("delivered %.2f GB/s of batch data; limit (%s): %.2f GB/s; %.2f of it\n",
+           d.bytes_per_s / 1e9, limit_name, limit / 1e9, d.of_limit);
+    printf("consumer stall: %.1f%% of the time in next()\n", 100 * d.stall);
+    if (step_ms > 0)
+        printf("verdict: %s (with a %.1f ms step, the consumer waited %.1f%% of the time)\n",
+               d.verdict_name, step_ms, 100 * d.stall);
+    else
+        printf("verdict: %s, %.0f batches/s; pass --step-ms with your training step's time to "
+               "see whether a run would wait for data\n",
+               d.verdict_name, d.batches_per_s);
+    printf("next: %s\n", d.next);
 }
 
 static int cmd_read(int argc, char **argv, bool doctor) {
@@ -1233,6 +1204,7 @@ static int cmd_read(int argc, char **argv, bool doctor) {
     stk_loader_options_init(&o);
     uint64_t epochs = 1, max_batches = UINT64_MAX;
     bool stats = false, json = false;
+    const char *trace = NULL;
     const char *fields[64];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -1292,6 +1264,7 @@ static int cmd_read(int argc, char **argv, bool doctor) {
             if (*end || step_ms < 0) die_usage("doctor", "--step-ms wants milliseconds, not '%s'", m);
         }
         else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--trace")) trace = VAL();
         else if (!strcmp(a, "--max-batches")) max_batches = NUM();
         else if (a[0] == '-') die_usage("read", "unknown option '%s'", a);
         else path = a;
@@ -1305,6 +1278,11 @@ static int cmd_read(int argc, char **argv, bool doctor) {
     if (stk_dataset_open(path, &ds, &err)) return fail(&err);
     stk_loader *ld = NULL;
     if (stk_loader_open(ds, &o, &ld, &err)) {
+        stk_dataset_close(ds);
+        return fail(&err);
+    }
+    if (trace && stk_loader_trace_start(ld, 0, &err)) {
+        stk_loader_close(ld);
         stk_dataset_close(ds);
         return fail(&err);
     }
@@ -1343,9 +1321,11 @@ static int cmd_read(int argc, char **argv, bool doctor) {
             }
             stk_loader_release(ld, b);
             if (step_ms > 0) { /* stands in for a training step: the CPU is busy */
+                uint64_t ts = stk_now_ns();
                 double until = now_s() + step_ms / 1e3;
                 while (now_s() < until) {
                 }
+                stk_loader_trace_span(ld, "step", ts, stk_now_ns());
             }
         }
     }
@@ -1384,7 +1364,8 @@ static int cmd_read(int argc, char **argv, bool doctor) {
             if (st.groups_loaded) printf("  groups    %12" PRIu64 " loaded\n", st.groups_loaded);
         }
     }
-    if (rc == 0 && doctor) doctor_report(&st, el, bytes, step_ms, stk_loader_backend(ld), &o);
+    if (rc == 0 && trace && stk_loader_trace_write(ld, trace, &err)) rc = fail(&err);
+    if (rc == 0 && doctor) doctor_report(&st, el, bytes, step_ms, ld, ds);
     stk_loader_close(ld);
     stk_dataset_close(ds);
     return rc;

@@ -19,7 +19,7 @@ import numpy as np
 from . import _stoker
 from ._stoker import StokerError
 
-__all__ = ["Loader", "StokerError", "index", "write", "version"]
+__all__ = ["Loader", "StokerError", "index", "profile", "write", "version"]
 __version__ = _stoker.version
 version = _stoker.version
 
@@ -289,6 +289,28 @@ class Loader:
     def counts(self):
         return self._c.counts()
 
+    # -- tracing ------------------------------------------------------------
+
+    def trace_start(self, max_spans=0):
+        """Records what each of the loader's threads does (stoker.h says
+        more): batches with plan, verify, read and assemble nested inside,
+        and the consumer's waits.  Keeps at most max_spans per thread (0:
+        65536); starting again discards what was recorded."""
+        self._c.trace_start(_check_int("max_spans", max_spans, high=_U32))
+
+    def trace_stop(self):
+        self._c.trace_stop()
+
+    def trace_span(self, name, t0_ns, t1_ns):
+        """Adds a span (a training step, say) to the consumer's timeline;
+        times from time.monotonic_ns()."""
+        self._c.trace_span(str(name), int(t0_ns), int(t1_ns))
+
+    def trace_write(self, path):
+        """Writes the spans recorded since trace_start as a Chrome trace
+        (JSON) that ui.perfetto.dev and chrome://tracing open."""
+        self._c.trace_write(os.fspath(path))
+
     def close(self):
         """Stops the loader's threads. Batches still referenced stay valid."""
         self._c.close()
@@ -304,6 +326,8 @@ class Loader:
         self.close()
         return False
 
+
+from .profile import profile  # noqa: E402  (needs Loader's module loaded)
 
 # -- writing --------------------------------------------------------------
 

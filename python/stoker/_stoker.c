@@ -687,7 +687,109 @@ static PyObject *loader_names(LoaderObject *self, void *c) {
     return self->names;
 }
 
+/* ---- tracing and diagnosis ---- */
+
+static PyObject *loader_trace_start(LoaderObject *self, PyObject *arg) {
+    if (check_process(self)) return NULL;
+    unsigned long n = PyLong_AsUnsignedLong(arg);
+    if (PyErr_Occurred()) return NULL;
+    if (n > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "max_spans must be below 2**32");
+        return NULL;
+    }
+    stk_error err = {0};
+    int rc = stk_loader_trace_start(self->ld, (uint32_t)n, &err);
+    if (rc) return raise_stk(rc, &err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *loader_trace_stop(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (check_process(self)) return NULL;
+    stk_loader_trace_stop(self->ld);
+    Py_RETURN_NONE;
+}
+
+static PyObject *loader_trace_span(LoaderObject *self, PyObject *args) {
+    if (check_process(self)) return NULL;
+    const char *name;
+    unsigned long long t0, t1;
+    if (!PyArg_ParseTuple(args, "sKK", &name, &t0, &t1)) return NULL;
+    if (stk_loader_trace_span(self->ld, name, t0, t1)) {
+        PyErr_SetString(PyExc_ValueError, "trace_span: the span ends before it begins");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *loader_trace_write(LoaderObject *self, PyObject *args) {
+    if (check_process(self)) return NULL;
+    const char *path;
+    if (!PyArg_ParseTuple(args, "s", &path)) return NULL;
+    stk_error err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_loader_trace_write(self->ld, path, &err);
+    Py_END_ALLOW_THREADS
+    if (rc) return raise_stk(rc, &err);
+    Py_RETURN_NONE;
+}
+
+/* measure_limit() -> (bytes/s, what it is, share of the data in the page
+ * cache or -1): memcpy when the data is in memory, else the device's
+ * sequential reads when slower than that. */
+static PyObject *loader_measure_limit(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (check_process(self)) return NULL;
+    double limit, rd = 0, resident;
+    const char *name = "memcpy, one thread";
+    int rc = 0;
+    stk_error err = {0};
+    Py_BEGIN_ALLOW_THREADS
+    limit = stk_measure_memcpy();
+    resident = stk_dataset_resident(self->ds);
+    if (resident < 0.9) rc = stk_measure_read(self->ds, 1.0, &rd, &err);
+    Py_END_ALLOW_THREADS
+    if (rc == 0 && rd > 0 && rd < limit) {
+        limit = rd;
+        name = "device, O_DIRECT sequential reads";
+    }
+    return Py_BuildValue("(dsd)", limit, name, resident);
+}
+
+/* diagnose(bytes, seconds, limit, with_step) -> dict, from the loader's
+ * stats now (stk_diagnose). */
+static PyObject *loader_diagnose(LoaderObject *self, PyObject *args) {
+    if (check_process(self)) return NULL;
+    unsigned long long bytes;
+    double seconds, limit;
+    int with_step;
+    if (!PyArg_ParseTuple(args, "Kddp", &bytes, &seconds, &limit, &with_step)) return NULL;
+    stk_loader_stats st;
+    stk_loader_stats_get(self->ld, &st);
+    stk_diagnosis d;
+    stk_diagnose(&st, stk_loader_backend(self->ld), bytes, seconds, limit, with_step, &d);
+    return Py_BuildValue(
+        "{sdsdsdsdsdsdsdsdsdsdsdsdsssssIss}", "seconds", d.seconds, "batches_per_s",
+        d.batches_per_s, "samples_per_s", d.samples_per_s, "bytes_per_s", d.bytes_per_s,
+        "plan", d.share_plan, "io", d.share_io, "assemble", d.share_assemble, "verify",
+        d.share_verify, "idle", d.share_idle, "stall", d.stall, "limit_bytes_per_s",
+        d.limit_bytes_per_s, "of_limit", d.of_limit, "verdict", d.verdict_name, "next", d.next,
+        "threads", st.threads, "backend", stk_backend_name(stk_loader_backend(self->ld)));
+}
+
 static PyMethodDef loader_methods[] = {
+    {"trace_start", (PyCFunction)loader_trace_start, METH_O,
+     "trace_start(max_spans): records spans per thread (0: 65536 each)."},
+    {"trace_stop", (PyCFunction)loader_trace_stop, METH_NOARGS, "Stops recording spans."},
+    {"trace_span", (PyCFunction)loader_trace_span, METH_VARARGS,
+     "trace_span(name, t0_ns, t1_ns): a span on the consumer's thread (time.monotonic_ns)."},
+    {"trace_write", (PyCFunction)loader_trace_write, METH_VARARGS,
+     "trace_write(path): writes the spans as a Chrome trace (JSON)."},
+    {"measure_limit", (PyCFunction)loader_measure_limit, METH_NOARGS,
+     "(bytes/s, what it is, share in the page cache): the limit for this data."},
+    {"diagnose", (PyCFunction)loader_diagnose, METH_VARARGS,
+     "diagnose(bytes, seconds, limit, with_step) -> dict (stk_diagnose)."},
     {"next_batch", (PyCFunction)loader_next_batch, METH_NOARGS,
      "Waits for the next batch: (dict of Array, sample ids), or None at the end of the epoch."},
     {"set_epoch", (PyCFunction)loader_set_epoch, METH_O, "Starts an epoch from its beginning."},

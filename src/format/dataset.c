@@ -796,3 +796,22 @@ int stk_dataset_verify(const stk_dataset *ds, const stk_verify_options *opts,
     }
     return 0;
 }
+
+double stk_dataset_resident(const stk_dataset *ds) {
+    if (!ds) return -1;
+    uint64_t resident = 0, total = 0;
+    unsigned char vec[4096];
+    long page = sysconf(_SC_PAGESIZE);
+    for (size_t s = 0; s < ds->nshards; s++) {
+        const stk__shard *sh = &ds->shards[s];
+        if (!sh->map) return -1;
+        for (uint64_t off = 0; off < sh->size; off += (uint64_t)page * sizeof vec) {
+            size_t len = (size_t)STK__MIN((uint64_t)page * sizeof vec, sh->size - off);
+            if (mincore((void *)(sh->map + off), len, vec) != 0) return -1;
+            size_t pages = (len + (size_t)page - 1) / (size_t)page;
+            for (size_t k = 0; k < pages; k++) resident += vec[k] & 1;
+            total += pages;
+        }
+    }
+    return total ? (double)resident / (double)total : 1.0;
+}

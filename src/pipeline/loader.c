@@ -32,6 +32,7 @@
 #include "../core/hash.h"
 #include "../io/io.h"
 #include "../sample/sample.h"
+#include "../stats/trace.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -198,6 +199,7 @@ struct stk_loader {
     _Atomic uint64_t *bad;
     _Atomic uint64_t st_skipped;
     stk_error last_skip;
+    stk__trace trace; /* spans per thread, when asked for (stats/trace.c) */
     _Atomic uint64_t st_plan_n, st_plan_ns, st_io_n, st_io_bytes, st_io_ns, st_asm_n,
         st_asm_bytes, st_asm_ns, st_wait_n, st_wait_ns, st_batches, st_samples, st_ready_sum,
         st_groups, st_inflight;
@@ -234,6 +236,13 @@ const char *stk_backend_name(stk_backend b) {
 }
 
 static inline uint64_t now_ns(void) { return stk__now_ns(); }
+
+/* Records a span of worker w (NULL: the consumer) when tracing is on. */
+static inline void span_add(stk_loader *ld, const struct worker *w, stk__ev_kind kind,
+                            uint64_t t0, uint64_t t1, uint64_t a0, uint64_t a1) {
+    if (STK__UNLIKELY(stk__tracing(&ld->trace)))
+        stk__trace_add(&ld->trace, w ? (int)(w - ld->w) : ld->nw, kind, t0, t1, a0, a1, NULL);
+}
 
 /* ---- batches and samples ---- */
 
@@ -454,9 +463,11 @@ static int group_read(stk_loader *ld, worker *w, group *gr, stk_error *err) {
     }
     uint64_t t = now_ns();
     int rc = stk__io_exec(w->io, w->reqs, k, err);
-    ld->st_io_ns += now_ns() - t;
+    uint64_t t_ver = now_ns();
+    ld->st_io_ns += t_ver - t;
     ld->st_io_n += k;
     ld->st_io_bytes += bytes;
+    span_add(ld, w, STK__EV_READ, t, t_ver, k, bytes);
     /* Spans were widened to whole checksum blocks: check them from memory,
      * so batches cut from this group need no further reads to verify. */
     for (size_t i = 0; rc == 0 && ld->opt.verify && i < gr->nspans; i++) {
@@ -476,6 +487,7 @@ static int group_read(stk_loader *ld, worker *w, group *gr, stk_error *err) {
             }
         }
     }
+    if (ld->opt.verify) span_add(ld, w, STK__EV_VERIFY, t_ver, now_ns(), STK__EV_NONE, STK__EV_NONE);
     return rc;
 }
 
@@ -521,6 +533,7 @@ static int group_load(stk_loader *ld, worker *w, group *gr, uint64_t g, stk_erro
 static group *group_acquire(stk_loader *ld, worker *w, uint64_t g, uint64_t gen,
                             stk_error *err, int *rc) {
     *rc = 0;
+    uint64_t t_wait = 0; /* when this call began to wait for another's load */
     for (;;) {
         if (ld->stop || ld->gen != gen) {
             *rc = -ECANCELED;
@@ -535,9 +548,11 @@ static group *group_acquire(stk_loader *ld, worker *w, uint64_t g, uint64_t gen,
         }
         if (found && found->state == G_READY) {
             found->users++;
+            if (t_wait) span_add(ld, w, STK__EV_GROUP_WAIT, t_wait, now_ns(), g, STK__EV_NONE);
             return found;
         }
         if (found && found->state == G_LOADING) {
+            if (!t_wait) t_wait = now_ns();
             pthread_cond_wait(&ld->cv, &ld->mu);
             continue;
         }
@@ -571,7 +586,9 @@ static group *group_acquire(stk_loader *ld, worker *w, uint64_t g, uint64_t gen,
         victim->users = 1;
         victim->last_batch = group_last_batch(ld, g);
         pthread_mutex_unlock(&ld->mu);
+        uint64_t t_load = now_ns();
         int r = group_load(ld, w, victim, g, err);
+        span_add(ld, w, STK__EV_GROUP_LOAD, t_load, now_ns(), g, STK__EV_NONE);
         pthread_mutex_lock(&ld->mu);
         ld->st_groups++;
         victim->state = r ? G_FAILED : G_READY;
@@ -816,6 +833,7 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
     }
     uint64_t t_io = now_ns();
     ld->st_plan_ns += t_io - t_plan;
+    span_add(ld, w, STK__EV_PLAN, t_plan, t_io, STK__EV_NONE, s->n);
     int rc = stk__io_exec(w->io, w->reqs, nr, err);
     uint64_t t_asm = now_ns();
     ld->st_io_ns += t_asm - t_io;
@@ -823,8 +841,11 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
     uint64_t bytes = 0;
     for (size_t i = 0; i < nr; i++) bytes += w->reqs[i].len;
     ld->st_io_bytes += bytes;
+    span_add(ld, w, STK__EV_READ, t_io, t_asm, nr, bytes);
     if (rc == 0) rc = do_posts(ld, w, np, err);
-    ld->st_asm_ns += now_ns() - t_asm;
+    uint64_t t_end = now_ns();
+    ld->st_asm_ns += t_end - t_asm;
+    span_add(ld, w, STK__EV_ASSEMBLE, t_asm, t_end, STK__EV_NONE, STK__EV_NONE);
     return rc;
 }
 
@@ -950,14 +971,17 @@ static int fill_groups(stk_loader *ld, worker *w, stk_batch *s, uint64_t *recs, 
         return stk__err(err, -ENOMEM, "out of memory");
     uint64_t *rows_done = s->ragged_rows;
     for (size_t fi = 0; fi < ld->nf; fi++) rows_done[fi] = 0;
+    uint64_t t_run = 0; /* start of the samples cut from the group in hand */
     for (uint32_t j = 0; j < s->n && rc == 0; j++) {
         uint64_t g = groups_of[j];
         if (!gr || gr->g != g) {
+            if (gr) span_add(ld, w, STK__EV_ASSEMBLE, t_run, now_ns(), STK__EV_NONE, STK__EV_NONE);
             pthread_mutex_lock(&ld->mu);
             if (gr) group_release(ld, gr);
             gr = group_acquire(ld, w, g, gen, err, &rc);
             pthread_mutex_unlock(&ld->mu);
             if (!gr) break;
+            t_run = now_ns();
         }
         if (ld->bad) {
             /* A sample on a block the group load found damaged is replaced
@@ -1001,6 +1025,7 @@ static int fill_groups(stk_loader *ld, worker *w, stk_batch *s, uint64_t *recs, 
         ld->st_asm_ns += now_ns() - t_asm;
     }
     if (gr) {
+        span_add(ld, w, STK__EV_ASSEMBLE, t_run, now_ns(), STK__EV_NONE, STK__EV_NONE);
         pthread_mutex_lock(&ld->mu);
         group_release(ld, gr);
         pthread_mutex_unlock(&ld->mu);
@@ -1024,7 +1049,9 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
         if (ld->use_groups) gs[j] = stk__order_group_of(&w->order, p);
     }
     ld->st_plan_n += n;
-    ld->st_plan_ns += now_ns() - t0;
+    uint64_t t1 = now_ns();
+    ld->st_plan_ns += t1 - t0;
+    span_add(ld, w, STK__EV_PLAN, t0, t1, STK__EV_NONE, n);
     int rc = 0;
     /* Check before reading: the check brings the blocks into the page
      * cache, and under on_error = skip a damaged sample is replaced before
@@ -1035,10 +1062,16 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
             rc = substitute(ld, w, stk__deal_at(&w->deal, first + j), 0, 0, &s->samples[j],
                             &recs[j], &ts[j], err);
     }
+    if (ld->opt.verify && !ld->use_groups)
+        span_add(ld, w, STK__EV_VERIFY, t1, now_ns(), STK__EV_NONE, STK__EV_NONE);
     if (rc == 0)
         rc = ld->use_groups ? fill_groups(ld, w, s, recs, ts, gs, gen, err)
                             : fill_direct(ld, w, s, recs, ts, err);
-    if (rc == 0 && ld->opt.verify && ld->use_groups) rc = verify_samples(ld, w, n, recs, ts, err);
+    if (rc == 0 && ld->opt.verify && ld->use_groups) {
+        uint64_t tv = now_ns();
+        rc = verify_samples(ld, w, n, recs, ts, err);
+        span_add(ld, w, STK__EV_VERIFY, tv, now_ns(), STK__EV_NONE, STK__EV_NONE);
+    }
     if (rc == 0) {
         uint64_t bytes = 0;
         for (size_t i = 0; i < ld->nf; i++)
@@ -1085,7 +1118,9 @@ static void *worker_main(void *arg) {
         w->deal = ld->deal;
         pthread_mutex_unlock(&ld->mu);
         stk_error err = {0};
+        uint64_t t_batch = now_ns();
         int rc = fill(ld, w, s, gen, &err);
+        span_add(ld, w, STK__EV_BATCH, t_batch, now_ns(), s->b, s->n);
         pthread_mutex_lock(&ld->mu);
         /* (A group wait gives up with -ECANCELED only for these two; an
          * -ECANCELED from a read is an error like any other.) */
@@ -1190,23 +1225,7 @@ static uint64_t fingerprint(const stk_loader *ld) {
     return h;
 }
 
-static bool mostly_resident(const stk_dataset *ds) {
-    uint64_t resident = 0, total = 0;
-    unsigned char vec[4096];
-    long page = sysconf(_SC_PAGESIZE);
-    for (size_t s = 0; s < ds->nshards; s++) {
-        const stk__shard *sh = &ds->shards[s];
-        if (!sh->map) return false;
-        for (uint64_t off = 0; off < sh->size; off += (uint64_t)page * sizeof vec) {
-            size_t len = (size_t)STK__MIN((uint64_t)page * sizeof vec, sh->size - off);
-            if (mincore((void *)(sh->map + off), len, vec) != 0) return false;
-            size_t pages = (len + (size_t)page - 1) / (size_t)page;
-            for (size_t k = 0; k < pages; k++) resident += vec[k] & 1;
-            total += pages;
-        }
-    }
-    return total == 0 || resident * 10 >= total * 9;
-}
+static bool mostly_resident(const stk_dataset *ds) { return stk_dataset_resident(ds) >= 0.9; }
 
 static int open_files(stk_loader *ld, stk_error *err) {
     return stk__files_open(&ld->files, ld->ds, ld->opt.direct != 0,
@@ -1387,6 +1406,7 @@ int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader 
     /* Threads. */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     ld->nw = opts->threads ? opts->threads : (int)STK__MIN(STK__MAX(ncpu, 1L), (long)MAX_WORKERS);
+    stk__trace_init(&ld->trace, ld->nw + 1);
 
     /* Block order: block size in samples, and group buffers. */
     uint64_t budget = opts->memory_budget, groups_bytes = 0;
@@ -1629,7 +1649,9 @@ int stk_loader_next_timeout(stk_loader *ld, stk_batch **out, int64_t timeout_ms,
         }
     }
     pthread_mutex_unlock(&ld->mu);
-    ld->st_wait_ns += now_ns() - t0;
+    uint64_t t1 = now_ns();
+    ld->st_wait_ns += t1 - t0;
+    span_add(ld, NULL, STK__EV_NEXT, t0, t1, *out ? (*out)->b : STK__EV_NONE, STK__EV_NONE);
     return rc;
 }
 
@@ -1774,6 +1796,32 @@ int stk_loader_restore(stk_loader *ld, const stk_loader_state *st, stk_error *er
     return reposition(ld, st->seed, st->epoch, st->position, err);
 }
 
+/* ---- tracing ---- */
+
+uint64_t stk_now_ns(void) { return stk__now_ns(); }
+
+int stk_loader_trace_start(stk_loader *ld, uint32_t max_spans, stk_error *err) {
+    if (!ld) return stk__err(err, -EINVAL, "stk_loader_trace_start: NULL loader");
+    return stk__trace_start(&ld->trace, max_spans, err);
+}
+
+void stk_loader_trace_stop(stk_loader *ld) {
+    if (ld) stk__trace_stop(&ld->trace);
+}
+
+int stk_loader_trace_span(stk_loader *ld, const char *name, uint64_t t0_ns, uint64_t t1_ns) {
+    if (!ld || !name || t1_ns < t0_ns) return -EINVAL;
+    if (stk__tracing(&ld->trace))
+        stk__trace_add(&ld->trace, ld->nw, STK__EV_USER, t0_ns, t1_ns, STK__EV_NONE,
+                       STK__EV_NONE, name);
+    return 0;
+}
+
+int stk_loader_trace_write(stk_loader *ld, const char *path, stk_error *err) {
+    if (!ld) return stk__err(err, -EINVAL, "stk_loader_trace_write: NULL loader");
+    return stk__trace_write(&ld->trace, path, err);
+}
+
 void stk_loader_stats_get(const stk_loader *ld, stk_loader_stats *o) {
     memset(o, 0, sizeof *o);
     if (!ld) return;
@@ -1854,6 +1902,7 @@ void stk_loader_close(stk_loader *ld) {
     stk__free((void *)ld->bad);
     stk__free(ld->verified_off);
     stk__free(ld->f);
+    stk__trace_free(&ld->trace);
     pthread_mutex_destroy(&ld->mu);
     pthread_cond_destroy(&ld->cv);
     stk__free(ld);

@@ -77,4 +77,37 @@ def test_doctor_gives_a_verdict(stoker, tmp_path):
     for stage in ("plan", "io", "verify", "idle", "consumer stall"):
         assert stage in r.stdout
     r = stoker("doctor", str(tmp_path / "d"), "--batch", "64")
-    assert r.returncode == 0 and "loader alone runs at" in r.stdout
+    assert r.returncode == 0 and "verdict: loader alone" in r.stdout
+    assert "of the dataset's bytes are in the page cache" in r.stdout
+    assert "limit (memcpy" in r.stdout or "limit (device" in r.stdout
+
+
+def test_doctor_writes_a_trace_and_calls_a_fast_step_input_bound(stoker, tmp_path):
+    """With a step far shorter than a batch's reading (one worker, two
+    buffers, 2 MiB batches), the run is input-bound; --trace writes a Chrome
+    trace with the workers' stages nested in batches and the steps on the
+    consumer's thread."""
+    import numpy as np
+    import tracecheck
+    arr = np.ones((2048, 16384), dtype=np.float32)
+    np.save(tmp_path / "a.npy", arr)
+    r = stoker("pack", "--from", "npy", str(tmp_path / "a.npy"), "--split-axis0", "-o",
+               str(tmp_path / "d"), "-q")
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "t.json"
+    r = stoker("doctor", str(tmp_path / "d"), "--batch", "32", "--threads", "1", "--prefetch",
+               "2", "--shuffle", "random", "--step-ms", "0.01", "--max-batches", "40",
+               "--trace", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "verdict: input-bound" in r.stdout
+    assert "next: " in r.stdout
+    threads, _ = tracecheck.load(out)
+    consumer = threads.pop("stoker consumer")
+    tracecheck.check_nesting(consumer)
+    assert sum(e[0] == "step" for e in consumer) == 39   # the first batch is start-up
+    assert list(threads) == ["stoker worker 0"]
+    evs = threads["stoker worker 0"]
+    tracecheck.check_nesting(evs)
+    assert {"batch", "plan", "read", "assemble", "verify"} <= {e[0] for e in evs}
+    r = stoker("read", str(tmp_path / "d"), "--trace", str(tmp_path / "no" / "t.json"))
+    assert r.returncode != 0 and "cannot write the trace" in r.stderr

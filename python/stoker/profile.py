@@ -1,0 +1,176 @@
+"""stoker.profile: where a loader's time goes, and whether training waits for it.
+
+    report = stoker.profile(loader, step=train_step, batches=200, trace="run.json")
+    print(report)            # per-stage shares, stall, bytes/s against the limit, verdict
+    report.verdict           # "input-bound", "balanced", "compute-bound" or "loader alone"
+
+The loader is run alone, then (when a step is given) with the step called on
+every batch; the first batch of each run is left out as start-up.  The
+loader's position is saved before and restored after, so profiling does not
+move the training run along.
+"""
+import time
+
+_ITEMSIZE = {"u8": 1, "i8": 1, "u16": 2, "i16": 2, "f16": 2, "bf16": 2, "u32": 4, "i32": 4,
+             "f32": 4, "u64": 8, "i64": 8, "f64": 8}
+
+
+def _nbytes(v):
+    n = getattr(v, "nbytes", None)
+    if isinstance(n, int):
+        return n
+    if hasattr(v, "numel") and hasattr(v, "element_size"):      # torch
+        return int(v.numel()) * int(v.element_size())
+    count = 1
+    for d in v.shape:                                           # stoker's own Array
+        count *= int(d)
+    return count * _ITEMSIZE.get(str(v.dtype), 1)
+
+
+def _batch_bytes(batch):
+    return sum(_nbytes(v) for k, v in batch.items() if not k.endswith("_offsets"))
+
+
+class Report:
+    """The result of stoker.profile; str() gives the report a person reads.
+
+    alone, with_step   dicts from the C diagnosis (stk_diagnose): seconds,
+                       batches_per_s, samples_per_s, bytes_per_s, the stage
+                       shares plan / io / assemble / verify / idle, stall,
+                       limit_bytes_per_s, of_limit, verdict, next
+    step_seconds       the step's mean time (None without a step)
+    limit_name         what the limit is (memcpy, or the device's reads)
+    resident           share of the data in the page cache (-1: unknown)
+    verdict, next      of the run with the step, else of the loader alone
+    trace              the Chrome trace written, or None
+    """
+
+    def __init__(self, alone, with_step, step_seconds, limit_name, resident, batches, trace):
+        self.alone = alone
+        self.with_step = with_step
+        self.step_seconds = step_seconds
+        self.limit_name = limit_name
+        self.resident = resident
+        self.batches = batches
+        self.trace = trace
+        last = with_step or alone
+        self.verdict = last["verdict"]
+        self.next = last["next"]
+        self.stall = last["stall"]
+
+    def as_dict(self):
+        return {"alone": self.alone, "with_step": self.with_step,
+                "step_seconds": self.step_seconds, "limit_name": self.limit_name,
+                "resident": self.resident, "batches": self.batches, "verdict": self.verdict,
+                "next": self.next, "trace": self.trace}
+
+    def __str__(self):
+        a = self.alone
+        lines = [f"stoker profile: {self.batches} batches, {a['backend']} backend, "
+                 f"{a['threads']} worker threads"]
+        if self.resident >= 0:
+            lines.append(f"data in the page cache: {100 * self.resident:.0f}%")
+        lines.append(f"loader alone: {a['samples_per_s']:,.0f} samples/s, "
+                     f"{a['bytes_per_s'] / 1e9:.2f} GB/s = {a['of_limit']:.2f} of the limit "
+                     f"({self.limit_name}: {a['limit_bytes_per_s'] / 1e9:.2f} GB/s)")
+        lines.append(_shares(a))
+        w = self.with_step
+        if w is not None:
+            lines.append(f"with the step ({1e3 * self.step_seconds:.2f} ms each): "
+                         f"{w['samples_per_s']:,.0f} samples/s, the consumer waited "
+                         f"{100 * w['stall']:.1f}% of the time for data")
+            lines.append(_shares(w))
+        lines.append(f"verdict: {self.verdict}")
+        lines.append(f"next: {self.next}")
+        if self.trace:
+            lines.append(f"trace: {self.trace} (open in ui.perfetto.dev)")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def _shares(d):
+    return "  workers' time: " + "  ".join(
+        f"{k} {100 * d[k]:.1f}%" for k in ("plan", "io", "assemble", "verify", "idle"))
+
+
+def _run(loader, batches, step, spans):
+    """Takes up to `batches` batches after a first one (start-up); returns
+    (bytes delivered, seconds, seconds spent in step)."""
+    c = loader._c
+    got = 0
+    nbytes = 0
+    step_s = 0.0
+    t0 = None
+    fresh = False   # an epoch was just started here and gave nothing yet
+    while got < batches:
+        batch = loader.next()
+        if batch is None:
+            if fresh:
+                break   # an epoch without a batch for this rank
+            loader.set_epoch(loader.epoch + 1)
+            fresh = True
+            continue
+        fresh = False
+        if t0 is None:
+            # Start-up (opening, the first reads) is not the steady state.
+            batch = None
+            c.stats_reset()
+            t0 = time.perf_counter()
+            continue
+        nbytes += _batch_bytes(batch)
+        got += 1
+        if step is not None:
+            s0 = time.monotonic_ns()
+            step(batch)
+            s1 = time.monotonic_ns()
+            step_s += (s1 - s0) / 1e9
+            if spans:
+                c.trace_span("step", s0, s1)
+        batch = None
+    seconds = time.perf_counter() - t0 if t0 is not None else 0.0
+    return nbytes, seconds, step_s, got
+
+
+def profile(loader, step=None, batches=200, trace=None, max_spans=0):
+    """Runs `loader` alone for `batches` batches and, when `step` is given,
+    again with step(batch) after each batch; reports time per stage, the
+    consumer's stall, bytes/s against the measured limit and a verdict with
+    the next thing to try (see Report).
+
+    step       a callable taking a batch: your training step (for a GPU step,
+               synchronise at its end, or the stall is that of the CPU side)
+    batches    batches per run (default 200), after one left out as start-up
+    trace      a path: write a Chrome trace of both runs (ui.perfetto.dev),
+               with each worker's stages and the consumer's waits and steps
+    max_spans  spans kept per thread in the trace (0: 65536)
+
+    The loader's resume state is saved before and restored after.
+    """
+    if batches < 1:
+        raise ValueError(f"batches must be at least 1, not {batches}")
+    if step is not None and not callable(step):
+        raise TypeError("step must be callable (it is called with each batch)")
+    c = loader._c
+    state = loader.state_dict()
+    limit, limit_name, resident = c.measure_limit()
+    if trace is not None:
+        c.trace_start(max_spans)
+    try:
+        nbytes, seconds, _, got = _run(loader, batches, None, False)
+        alone = c.diagnose(nbytes, seconds, limit, False)
+        with_step = None
+        step_s = None
+        if step is not None:
+            nbytes, seconds, step_total, got2 = _run(loader, batches, step, trace is not None)
+            with_step = c.diagnose(nbytes, seconds, limit, True)
+            step_s = step_total / got2 if got2 else 0.0
+        if trace is not None:
+            import os
+            c.trace_write(os.fspath(trace))
+    finally:
+        if trace is not None:
+            c.trace_stop()
+        loader.load_state_dict(state)
+    return Report(alone, with_step, step_s, limit_name, resident, got,
+                  None if trace is None else str(trace))
