@@ -541,11 +541,16 @@ typedef struct stk_loader_options {
     uint32_t queue_depth;      /* io_uring entries per worker; default 64 */
     uint64_t memory_budget;    /* bytes for batch buffers, group caches and
                                 * staging; default 1 GiB */
-    int verify;                /* 1 (default): check the checksum of every
-                                * block of shard data a batch uses, the first
-                                * time it is used in each epoch; a mismatch is
-                                * STK_ECHECKSUM naming shard and record.
-                                * 0: no checks */
+    int verify;                /* 1 (default): check what a batch reads.
+                                * Whole records of every field, stored plain,
+                                * with on_error RAISE: each record against
+                                * its own checksum, right after it lands in
+                                * the batch (while still in the cache), every
+                                * time it is delivered.  Otherwise every
+                                * checksum block of shard data a batch uses,
+                                * the first time it is used in each epoch.
+                                * A mismatch is STK_ECHECKSUM naming shard
+                                * and record.  0: no checks */
     stk_on_error on_error;     /* what a sample that fails its checksum gets.
                                 * SKIP (needs verify): it is replaced by the
                                 * next sample of the epoch's order that passes
@@ -690,7 +695,8 @@ typedef struct stk_loader_stats {
     stk_stage_stats io;       /* reads (or copies from the mapping) */
     stk_stage_stats assemble; /* batches completed: decode, copy, offsets */
     stk_stage_stats wait;     /* consumer: calls to next and time blocked */
-    stk_stage_stats verify;   /* checksum blocks checked, their bytes, time */
+    stk_stage_stats verify;   /* checksums checked (blocks, or whole records
+                               * checked as they land), their bytes, time */
     uint64_t batches;         /* batches handed to the consumer */
     uint64_t samples;
     uint64_t elapsed_ns;      /* since open (or the last reset) */

@@ -30,13 +30,15 @@ typedef struct stk__files {
     const stk_dataset *ds;
     int *fds; /* one per shard, -1 for the mmap backend or when closed */
     bool direct;
+    bool random; /* reads come in random order: no read-ahead */
     stk__fdcache *cache; /* NULL: every file is open for the loader's life */
 } stk__files;
 
 /* Opens the dataset's files for reading: all of them when at most `budget`
  * (0: a default from the process's descriptor limit), else on demand
- * through a cache of `budget` descriptors. */
-int stk__files_open(stk__files *f, const stk_dataset *ds, bool direct, bool none,
+ * through a cache of `budget` descriptors.  `random`: the reads will come
+ * in random order, so the kernel's read-ahead is turned off for them. */
+int stk__files_open(stk__files *f, const stk_dataset *ds, bool direct, bool random, bool none,
                     unsigned budget, stk_error *err);
 void stk__files_close(stk__files *f);
 /* Sets r[i].fd for n requests, opening files as needed; each stays open

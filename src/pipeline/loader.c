@@ -39,6 +39,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -171,6 +172,12 @@ struct stk_loader {
     uint64_t next_fill, next_take;
 
     bool use_groups;
+    /* Whole records of every field, stored plain, checks raising: each
+     * record is checked against its own checksum right after it lands in
+     * the slot, while its bytes are still in the cache, instead of hashing
+     * the shard's blocks beforehand (a second pass over memory). */
+    bool rec_check;
+    size_t *lf_of; /* rec_check: the loader field of each dataset field */
     group *groups[MAX_GROUP_SLOTS];
     int ngroups;
     uint8_t *group_mem;
@@ -743,6 +750,68 @@ static uint8_t *place(const stk_loader *ld, const lfield *lf, stk_batch *s, uint
     return dst;
 }
 
+/* Whole records out of the mapping, each checked against its checksum
+ * first (rec_check with the mmap backend): in runs of about 256 KiB, the
+ * records of a run are hashed from the mapping, then copied while their
+ * bytes are still in the cache, so memory is read once. */
+static int fill_mapped_records(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *recs,
+                               stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    uint64_t *rows_done = s->ragged_rows;
+    for (size_t fi = 0; fi < ld->nf; fi++) rows_done[fi] = 0;
+    uint64_t io_bytes = 0, ver_bytes = 0;
+    uint32_t j0 = 0;
+    while (j0 < s->n) {
+        uint64_t t0 = now_ns(), run = 0;
+        uint32_t j1 = j0;
+        for (; j1 < s->n && (j1 == j0 || run < (256u << 10)); j1++) {
+            size_t si = stk__dataset_shard_of(ds, recs[j1]);
+            const stk__shard *sh = &ds->shards[si];
+            const uint64_t *e = stk__entry(ds, sh, recs[j1] - sh->first);
+            uint64_t x, z;
+            stk__record_span(ds, e, &x, &z);
+            if (z > sh->size) {
+                stk__ioreq r = {(uint32_t)si, x, z - x, z - x, NULL, recs[j1], -1};
+                return stk__io_fail(&ld->files, &r, 0, 0, err);
+            }
+            if (stk__hash(sh->map + x, (size_t)(z - x)) != e[0])
+                return stk__err(err, STK_ECHECKSUM,
+                                "%s: record %llu: checksum mismatch (its bytes do not match "
+                                "the record's checksum): the shard is damaged; `stoker "
+                                "verify` lists every damaged record",
+                                sh->path, (unsigned long long)recs[j1]);
+            run += z - x;
+        }
+        uint64_t t1 = now_ns();
+        for (uint32_t j = j0; j < j1; j++) {
+            size_t si = stk__dataset_shard_of(ds, recs[j]);
+            const stk__shard *sh = &ds->shards[si];
+            const uint64_t *e = stk__entry(ds, sh, recs[j] - sh->first);
+            for (size_t fi = 0; fi < ld->nf; fi++) {
+                uint64_t off, len, raw;
+                uint8_t *dst = place(ld, &ld->f[fi], s, j, e, 0, &rows_done[fi], &off, &len, &raw);
+                memcpy(dst, sh->map + off, (size_t)len);
+                io_bytes += len;
+            }
+        }
+        uint64_t t2 = now_ns();
+        ver_bytes += run;
+        ld->st_ver_ns += t1 - t0;
+        ld->st_io_ns += t2 - t1;
+        span_add(ld, w, STK__EV_VERIFY, t0, t1, STK__EV_NONE, j1 - j0);
+        span_add(ld, w, STK__EV_READ, t1, t2, j1 - j0, STK__EV_NONE);
+        j0 = j1;
+    }
+    for (size_t fi = 0; fi < ld->nf; fi++)
+        if (ld->f[fi].kind == F_RAGGED)
+            ((int64_t *)(s->mem + ld->f[fi].offs_off))[s->n] = (int64_t)rows_done[fi];
+    ld->st_io_n += (uint64_t)s->n * ld->nf;
+    ld->st_io_bytes += io_bytes;
+    ld->st_ver_n += s->n;
+    ld->st_ver_bytes += ver_bytes;
+    return 0;
+}
+
 /* Plans and executes the reads of samples that come straight from files. */
 static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *recs,
                        const uint64_t *ts, stk_error *err) {
@@ -1036,6 +1105,61 @@ static int fill_groups(stk_loader *ld, worker *w, stk_batch *s, uint64_t *recs, 
     return rc;
 }
 
+/* rec_check: hashes each sample's fields as they lie in the slot, with the
+ * zero padding between them, and compares with the record's checksum. */
+static int check_records(stk_loader *ld, stk_batch *s, const uint64_t *recs, stk_error *err) {
+    static const uint8_t zeros[256];
+    const stk_dataset *ds = ld->ds;
+    uint64_t t0 = now_ns(), bytes = 0;
+    XXH3_state_t st;
+    for (uint32_t j = 0; j < s->n; j++) {
+        size_t si = stk__dataset_shard_of(ds, recs[j]);
+        const stk__shard *sh = &ds->shards[si];
+        const uint64_t *e = stk__entry(ds, sh, recs[j] - sh->first);
+        uint64_t h;
+        if (ds->nfields == 1) {
+            const lfield *lf = &ld->f[0];
+            const uint8_t *p = lf->kind == F_RAGGED
+                                   ? s->mem + lf->data_off +
+                                         (uint64_t)((const int64_t *)(s->mem + lf->offs_off))[j] *
+                                             lf->fi->row_bytes
+                                   : s->mem + lf->data_off + j * lf->sample_bytes;
+            h = stk__hash(p, (size_t)e[2]);
+            bytes += e[2];
+        } else {
+            XXH3_64bits_reset(&st);
+            for (size_t f = 0; f < ds->nfields; f++) {
+                const lfield *lf = &ld->f[ld->lf_of[f]];
+                const uint8_t *p = lf->kind == F_RAGGED
+                                       ? s->mem + lf->data_off +
+                                             (uint64_t)((const int64_t *)(s->mem + lf->offs_off))[j] *
+                                                 lf->fi->row_bytes
+                                       : s->mem + lf->data_off + j * lf->sample_bytes;
+                XXH3_64bits_update(&st, p, (size_t)e[2 + 3 * f]);
+                bytes += e[2 + 3 * f];
+                if (f + 1 < ds->nfields) {
+                    uint64_t pad = e[1 + 3 * (f + 1)] - (e[1 + 3 * f] + e[2 + 3 * f]);
+                    for (; pad; pad -= STK__MIN(pad, (uint64_t)sizeof zeros))
+                        XXH3_64bits_update(&st, zeros, (size_t)STK__MIN(pad, (uint64_t)sizeof zeros));
+                }
+            }
+            h = XXH3_64bits_digest(&st);
+        }
+        if (h != e[0]) {
+            ld->st_ver_ns += now_ns() - t0;
+            return stk__err(err, STK_ECHECKSUM,
+                            "%s: record %llu: checksum mismatch (its bytes as read do not match "
+                            "the record's checksum): the shard is damaged; `stoker verify` lists "
+                            "every damaged record",
+                            sh->path, (unsigned long long)recs[j]);
+        }
+    }
+    ld->st_ver_n += s->n;
+    ld->st_ver_bytes += bytes;
+    ld->st_ver_ns += now_ns() - t0;
+    return 0;
+}
+
 static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error *err) {
     uint64_t t0 = now_ns();
     uint32_t n = s->n;
@@ -1056,17 +1180,24 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
     /* Check before reading: the check brings the blocks into the page
      * cache, and under on_error = skip a damaged sample is replaced before
      * anything is read for it. */
-    for (uint32_t j = 0; ld->opt.verify && !ld->use_groups && j < n && rc == 0; j++) {
+    bool pre = ld->opt.verify && !ld->use_groups && !ld->rec_check;
+    for (uint32_t j = 0; pre && j < n && rc == 0; j++) {
         rc = sample_ok(ld, w, recs[j], ts[j], err);
         if (rc == STK_ECHECKSUM && ld->bad)
             rc = substitute(ld, w, stk__deal_at(&w->deal, first + j), 0, 0, &s->samples[j],
                             &recs[j], &ts[j], err);
     }
-    if (ld->opt.verify && !ld->use_groups)
-        span_add(ld, w, STK__EV_VERIFY, t1, now_ns(), STK__EV_NONE, STK__EV_NONE);
+    if (pre) span_add(ld, w, STK__EV_VERIFY, t1, now_ns(), STK__EV_NONE, STK__EV_NONE);
+    bool mapped = ld->rec_check && ld->backend == STK_BACKEND_MMAP;
     if (rc == 0)
         rc = ld->use_groups ? fill_groups(ld, w, s, recs, ts, gs, gen, err)
+             : mapped       ? fill_mapped_records(ld, w, s, recs, err)
                             : fill_direct(ld, w, s, recs, ts, err);
+    if (rc == 0 && ld->rec_check && !mapped) {
+        uint64_t tv = now_ns();
+        rc = check_records(ld, s, recs, err);
+        span_add(ld, w, STK__EV_VERIFY, tv, now_ns(), STK__EV_NONE, n);
+    }
     if (rc == 0 && ld->opt.verify && ld->use_groups) {
         uint64_t tv = now_ns();
         rc = verify_samples(ld, w, n, recs, ts, err);
@@ -1229,6 +1360,7 @@ static bool mostly_resident(const stk_dataset *ds) { return stk_dataset_resident
 
 static int open_files(stk_loader *ld, stk_error *err) {
     return stk__files_open(&ld->files, ld->ds, ld->opt.direct != 0,
+                           ld->opt.order == STK_ORDER_RANDOM,
                            ld->backend == STK_BACKEND_MMAP, ld->opt.max_open_files, err);
 }
 
@@ -1460,6 +1592,20 @@ int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader 
                                                            STK__MAX(nblocks, (uint64_t)1)),
                                       DIRECT_ALIGN);
         if (ld->backend != STK_BACKEND_MMAP) groups_bytes = ld->group_cap * (uint64_t)ld->ngroups;
+    }
+
+    ld->rec_check = opts->verify && !ld->use_groups && !ld->space.windows &&
+                    opts->on_error == STK_ON_ERROR_RAISE && ld->nf == ds->nfields;
+    for (size_t i = 0; i < ld->nf && ld->rec_check; i++)
+        if (ld->f[i].f->codec != STK_CODEC_NONE || ld->f[i].fi->chunks || ld->f[i].fi->conv)
+            ld->rec_check = false;
+    if (ld->rec_check) {
+        ld->lf_of = stk__calloc(ds->nfields, sizeof *ld->lf_of);
+        if (!ld->lf_of) {
+            rc = stk__err(err, -ENOMEM, "out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < ld->nf; i++) ld->lf_of[ld->f[i].dsf] = i;
     }
 
     /* Ring size from what the budget leaves. */
@@ -1902,6 +2048,7 @@ void stk_loader_close(stk_loader *ld) {
     stk__free((void *)ld->bad);
     stk__free(ld->verified_off);
     stk__free(ld->f);
+    stk__free(ld->lf_of);
     stk__trace_free(&ld->trace);
     pthread_mutex_destroy(&ld->mu);
     pthread_cond_destroy(&ld->cv);

@@ -108,6 +108,6 @@ def test_doctor_writes_a_trace_and_calls_a_fast_step_input_bound(stoker, tmp_pat
     assert list(threads) == ["stoker worker 0"]
     evs = threads["stoker worker 0"]
     tracecheck.check_nesting(evs)
-    assert {"batch", "plan", "read", "assemble", "verify"} <= {e[0] for e in evs}
+    assert {"batch", "plan", "read", "verify"} <= {e[0] for e in evs}
     r = stoker("read", str(tmp_path / "d"), "--trace", str(tmp_path / "no" / "t.json"))
     assert r.returncode != 0 and "cannot write the trace" in r.stderr

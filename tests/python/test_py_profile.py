@@ -101,7 +101,7 @@ def test_profile_writes_a_trace(ids_ds, tmp_path):
     for evs in threads.values():
         tracecheck.check_nesting(evs)
         names.update(e[0] for e in evs)
-    assert {"batch", "plan", "read", "assemble", "verify"} <= names
+    assert {"batch", "plan", "read", "verify"} <= names
     assert "step" not in names and "next" not in names
 
 
@@ -157,7 +157,7 @@ def test_trace_opens_in_perfettos_trace_processor(ids_ds, tmp_path):
     by_name = {}
     for r in rows:
         by_name.setdefault(r.name, []).append(r)
-    for stage in ("batch", "plan", "read", "assemble", "verify"):
+    for stage in ("batch", "plan", "read", "verify"):
         assert stage in by_name, stage
         assert all(r.thread.startswith("stoker worker") for r in by_name[stage])
     assert all(r.depth == 0 for r in by_name["batch"])
