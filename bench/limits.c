@@ -3,6 +3,7 @@
  * compare against them.
  *
  *   stoker-limits memcpy [MiB] [reps]      single-thread memcpy bandwidth
+ *   stoker-limits memcpy-all [MiB]         memcpy on every CPU at once, together
  *   stoker-limits pageread FILE...         read(2) of cached files, 1 MiB reads
  *   stoker-limits seqread FILE...          O_DIRECT sequential reads, 4 MiB, 4 in flight
  *   stoker-limits randread SIZE N FILE...  O_DIRECT random reads of SIZE bytes, 32 in flight
@@ -13,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +50,57 @@ static int do_memcpy(size_t mib, int reps) {
     qsort(t, (size_t)reps, sizeof *t, cmp_d);
     double med = t[reps / 2];
     printf("memcpy %.3f %.0f\n", (double)n / med / 1e9, 1 / med);
+    return 0;
+}
+
+/* Every CPU copying its own buffers at once, for 2 s: what the memory
+ * system gives a loader whose threads all copy (on a small machine one
+ * thread can take most of it). */
+typedef struct copier {
+    size_t n;
+    volatile const int *stop;
+    uint64_t bytes;
+} copier;
+
+static void *copy_loop(void *arg) {
+    copier *c = arg;
+    char *a = aligned_alloc(4096, c->n), *b = aligned_alloc(4096, c->n);
+    if (!a || !b) return NULL;
+    memset(a, 1, c->n);
+    memset(b, 2, c->n);
+    while (!*c->stop) {
+        memcpy(b, a, c->n);
+        a[c->bytes % c->n] = b[(c->bytes / 7) % c->n];
+        c->bytes += c->n;
+    }
+    free(a);
+    free(b);
+    return NULL;
+}
+
+static int do_memcpy_all(size_t mib) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu < 1) ncpu = 1;
+    if (ncpu > 256) ncpu = 256;
+    copier c[256];
+    pthread_t t[256];
+    volatile int stop = 0;
+    for (long i = 0; i < ncpu; i++) {
+        c[i] = (copier){mib << 20, &stop, 0};
+        pthread_create(&t[i], NULL, copy_loop, &c[i]);
+    }
+    /* Let every thread fill its buffers, then count 2 s of copies. */
+    struct timespec warm = {0, 300000000}, run = {2, 0};
+    nanosleep(&warm, NULL);
+    uint64_t b0 = 0, b1 = 0;
+    for (long i = 0; i < ncpu; i++) b0 += c[i].bytes;
+    double t0 = now();
+    nanosleep(&run, NULL);
+    for (long i = 0; i < ncpu; i++) b1 += c[i].bytes;
+    double el = now() - t0;
+    stop = 1;
+    for (long i = 0; i < ncpu; i++) pthread_join(t[i], NULL);
+    printf("memcpy-all %.3f %ld\n", (double)(b1 - b0) / el / 1e9, ncpu);
     return 0;
 }
 
@@ -162,11 +215,13 @@ static int do_randread(size_t size, long count, int nf, char **files) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: stoker-limits memcpy|pageread|seqread|randread ...\n");
+        fprintf(stderr, "usage: stoker-limits memcpy|memcpy-all|pageread|seqread|randread ...\n");
         return 2;
     }
     if (!strcmp(argv[1], "memcpy"))
         return do_memcpy(argc > 2 ? (size_t)atol(argv[2]) : 256, argc > 3 ? atoi(argv[3]) : 9);
+    if (!strcmp(argv[1], "memcpy-all"))
+        return do_memcpy_all(argc > 2 ? (size_t)atol(argv[2]) : 256);
     if (!strcmp(argv[1], "pageread")) return do_pageread(argc - 2, argv + 2);
     if (!strcmp(argv[1], "seqread")) return do_seqread(argc - 2, argv + 2);
     if (!strcmp(argv[1], "randread") && argc > 4)

@@ -695,12 +695,13 @@ static const char index_help[] =
     "\n"
     "Sources: .npy (C order, little-endian); WAV PCM 8/16/24/32-bit and float,\n"
     "any channel count (a clip is a record; windows run over frames); HDF5\n"
-    "contiguous or chunked datasets, plain or gzip-compressed, whose chunks hold\n"
-    "whole rows; raw files (each file's bytes are one record).\n"
+    "contiguous or chunked datasets, plain or filtered by shuffle, gzip and\n"
+    "Fletcher-32 (any of them), whose chunks hold whole rows; raw files (each\n"
+    "file's bytes are one record).\n"
     "\n"
     "Examples:\n"
     "  stoker index clips/ -o clips.idx --float32\n"
-    "  stoker read clips.idx --window 16000 --stride 8000 --order random\n"
+    "  stoker read clips.idx --window 16000 --stride 8000 --shuffle random\n"
     "  stoker index spectra.h5 --dataset segments -o spectra.idx\n";
 
 static int cmd_index(int argc, char **argv) {

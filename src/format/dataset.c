@@ -442,12 +442,12 @@ static int read_in_place(const stk_dataset *ds, const stk__shard *sh, const stk_
     const stk__fieldinfo *fi = &ds->info[field];
     if (!x->raw_bytes) return 0;
     uint8_t *chunk = NULL, *plain = NULL;
-    const uint64_t *c = fi->chunks ? sh->chunk + 2 * (record - sh->first) : NULL;
+    const uint64_t *c = fi->chunks ? sh->chunk + 3 * (record - sh->first) : NULL;
     uint8_t *dst = c && c[1] ? NULL : (uint8_t *)buf + (x->raw_bytes - x->stored_bytes);
     if (c && c[1]) {
-        /* Read the whole deflated chunk, inflate it, keep the record's slice. */
+        /* Read the whole filtered chunk, decode it, keep the record's slice. */
         chunk = stk__malloc((size_t)x->stored_bytes + 1);
-        plain = stk__malloc((size_t)c[1] + 1);
+        plain = stk__malloc((size_t)(2 * c[1]) + 1);
         if (!chunk || !plain) {
             stk__free(chunk);
             stk__free(plain);
@@ -459,27 +459,35 @@ static int read_in_place(const stk_dataset *ds, const stk__shard *sh, const stk_
         memcpy(dst, sh->map + x->offset, (size_t)x->stored_bytes);
     } else {
         int fd = stk__open(sh->path, O_RDONLY, 0);
-        if (fd < 0) return stk__err(err, fd, "%s: cannot open: %s", sh->path, stk_strerror(fd));
+        if (fd < 0) {
+            stk__free(chunk);
+            stk__free(plain);
+            return stk__err(err, fd, "%s: cannot open: %s", sh->path, stk_strerror(fd));
+        }
         ssize_t got = stk__pread_full(fd, dst, (size_t)x->stored_bytes, x->offset);
         close(fd);
-        if (got < 0 || (uint64_t)got != x->stored_bytes)
+        if (got < 0 || (uint64_t)got != x->stored_bytes) {
+            stk__free(chunk);
+            stk__free(plain);
             return stk__err(err, got < 0 ? (int)got : STK_ETRUNCATED,
                             "%s: record %llu: reading %llu bytes at byte %llu: %s", sh->path,
                             (unsigned long long)record, (unsigned long long)x->stored_bytes,
                             (unsigned long long)x->offset,
                             got < 0 ? stk_strerror((int)got) : "the file shrank");
+        }
     }
     if (c && c[1]) {
-        bool ok = stk__inflate(plain, c[1], chunk, x->stored_bytes);
-        if (ok) memcpy(buf, plain + c[0], (size_t)x->raw_bytes);
+        const char *why = "";
+        const uint8_t *dec = stk__chunk_decode((unsigned)c[2], fi->itemsize, chunk,
+                                               x->stored_bytes, c[1], plain, plain + c[1], &why);
+        if (dec) memcpy(buf, dec + c[0], (size_t)x->raw_bytes);
         stk__free(chunk);
         stk__free(plain);
-        if (!ok)
+        if (!dec)
             return stk__err(err, STK_ECODEC,
-                            "%s: record %llu: its deflated chunk at byte %llu does not inflate "
-                            "to %llu bytes",
-                            sh->path, (unsigned long long)record,
-                            (unsigned long long)x->offset, (unsigned long long)c[1]);
+                            "%s: record %llu: its chunk at byte %llu (%s) cannot be read: %s",
+                            sh->path, (unsigned long long)record, (unsigned long long)x->offset,
+                            stk__chunks_name((int)c[2]), why);
         return 0;
     }
     if (fi->conv) stk__conv_run(fi->conv, buf, dst, x->raw_bytes / fi->itemsize);

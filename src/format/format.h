@@ -102,15 +102,35 @@ typedef struct stk__fieldinfo {
      * them, and how they become row_bytes (STK__CONV_NONE: they are equal). */
     uint64_t stored_row_bytes;
     int conv;
-    /* In place: STK__CHUNKS_DEFLATE when records are slices of deflated
-     * chunks (compressed HDF5); the index entry then names the chunk. */
+    /* In place: the HDF5 filters (STK__CHUNK_* bits) the chunks of the
+     * dataset went through when records are slices of filtered chunks; the
+     * index entry then names the chunk.  0: plain bytes. */
     int chunks;
 } stk__fieldinfo;
 
-enum { STK__CHUNKS_NONE = 0, STK__CHUNKS_DEFLATE = 1 };
+/* Filters of HDF5 chunks that the loader undoes itself, as bits. */
+enum {
+    STK__CHUNKS_NONE = 0,
+    STK__CHUNK_DEFLATE = 1,  /* gzip (zlib) */
+    STK__CHUNK_SHUFFLE = 2,  /* bytes grouped by their place in the element */
+    STK__CHUNK_FLETCHER = 4  /* a Fletcher-32 checksum appended */
+};
+#define STK__CHUNKS_DEFLATE STK__CHUNK_DEFLATE
 /* Inflates a zlib stream of `len` bytes into exactly `raw` bytes at dst;
  * false when it is damaged or of another size. */
 bool stk__inflate(uint8_t *dst, uint64_t raw, const uint8_t *src, uint64_t len);
+/* Undoes the filters `applied` (STK__CHUNK_* bits) of a chunk: checks and
+ * strips its Fletcher-32 checksum, inflates it, puts the bytes of its
+ * `elem`-byte elements back in order, giving exactly `raw` bytes.  `a` and
+ * `b` are scratch buffers of `raw` bytes.  Returns the raw bytes (src
+ * itself, a or b), or NULL with *why saying what failed. */
+const uint8_t *stk__chunk_decode(unsigned applied, size_t elem, const uint8_t *src,
+                                 uint64_t len, uint64_t raw, uint8_t *a, uint8_t *b,
+                                 const char **why);
+/* The "a+b+c" name of a set of chunk filters, in the order HDF5 applied
+ * them, and back (-1: a name not known). */
+const char *stk__chunks_name(int chunks);
+int stk__chunks_parse(const char *name);
 
 /* Element conversions from a source file's encoding to a field's dtype,
  * done by the worker threads (sources/convert.c). */
@@ -194,8 +214,9 @@ typedef struct stk__shard {
     const uint8_t *map; /* the whole file, read-only; NULL for an in-place
                          * index of more files than are mapped */
     int64_t mtime_ns;   /* in-place sources: modification time when indexed */
-    uint64_t *chunk;    /* in place, deflated chunks: per record {offset of
-                         * its bytes in the inflated chunk, inflated size} */
+    uint64_t *chunk;    /* in place, filtered chunks: per record {offset of
+                         * its bytes in the decoded chunk, decoded size
+                         * (0: a chunk stored plain), filters applied} */
 } stk__shard;
 
 struct stk_dataset {

@@ -130,9 +130,12 @@ typedef struct worker {
     uint8_t *stage;
     uint64_t stage_cap;
     ZSTD_DCtx *dctx;
-    /* Deflated chunks: the last one inflated, kept for the next record of
-     * the same chunk (sequential and block orders read them in turn). */
+    /* Filtered chunks: the last one decoded, kept for the next record of
+     * the same chunk (sequential and block orders read them in turn).
+     * `chunk` holds two scratch areas of chunk_cap bytes; chunk_data points
+     * at the decoded bytes in one of them. */
     uint8_t *chunk;
+    const uint8_t *chunk_data;
     uint64_t chunk_cap;
     size_t chunk_shard;
     uint64_t chunk_off;
@@ -654,39 +657,48 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     return 0;
 }
 
-/* A record (or window) out of a deflated chunk whose stored bytes are at
- * p->src: inflates the chunk (unless this worker just did) and copies the
+/* A record (or window) out of a filtered chunk whose stored bytes are at
+ * p->src: decodes the chunk (unless this worker just did) and copies the
  * sample's bytes. */
 static int post_chunk(stk_loader *ld, worker *w, const post *p, stk_error *err) {
     const stk_dataset *ds = ld->ds;
     size_t si = stk__dataset_shard_of(ds, p->rec);
     const stk__shard *sh = &ds->shards[si];
     uint64_t local = p->rec - sh->first;
-    const uint64_t *c = sh->chunk + 2 * local;
-    if (c[1] == 0) { /* a chunk the filter left plain */
+    const uint64_t *c = sh->chunk + 3 * local;
+    if (c[1] == 0) { /* a chunk the filters left plain */
         memcpy(p->dst, p->src + p->skip, (size_t)p->raw);
         return 0;
     }
     uint64_t off = stk__entry(ds, sh, local)[1];
     if (!(w->chunk_valid && w->chunk_shard == si && w->chunk_off == off)) {
         if (c[1] > w->chunk_cap) {
-            uint8_t *b = stk__realloc(w->chunk, (size_t)c[1]);
+            uint8_t *b = stk__realloc(w->chunk, (size_t)(2 * c[1]));
             if (!b) return stk__err(err, -ENOMEM, "out of memory");
             w->chunk = b;
             w->chunk_cap = c[1];
         }
         w->chunk_valid = false;
-        if (!stk__inflate(w->chunk, c[1], p->src, p->len))
+        const char *why = "";
+        w->chunk_data = stk__chunk_decode((unsigned)c[2], ds->info[0].itemsize, p->src, p->len,
+                                          c[1], w->chunk, w->chunk + c[1], &why);
+        if (!w->chunk_data)
             return stk__err(err, STK_ECODEC,
-                            "%s: record %llu: its deflated chunk at byte %llu does not inflate "
-                            "to %llu bytes",
+                            "%s: record %llu: its chunk at byte %llu (%s) cannot be read: %s",
                             sh->path, (unsigned long long)p->rec, (unsigned long long)off,
-                            (unsigned long long)c[1]);
+                            stk__chunks_name((int)c[2]), why);
+        if (w->chunk_data == p->src) {
+            /* Only checked, not transformed: the bytes are still where they
+             * were read (staging, reused by the next batch), and the cache
+             * must own what it keeps. */
+            memcpy(w->chunk, p->src, (size_t)c[1]);
+            w->chunk_data = w->chunk;
+        }
         w->chunk_valid = true;
         w->chunk_shard = si;
         w->chunk_off = off;
     }
-    memcpy(p->dst, w->chunk + c[0] + p->skip, (size_t)p->raw);
+    memcpy(p->dst, w->chunk_data + c[0] + p->skip, (size_t)p->raw);
     return 0;
 }
 

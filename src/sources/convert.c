@@ -101,3 +101,101 @@ bool stk__inflate(uint8_t *dst, uint64_t raw, const uint8_t *src, uint64_t len) 
     int rc = uncompress(dst, &out, src, (uLong)len);
     return rc == Z_OK && out == raw;
 }
+
+/* Fletcher-32 over big-endian 16-bit words, both sums starting at 0 (the
+ * variant HDF5's filter uses); a trailing odd byte counts as a word's high
+ * byte.  Sums are folded every 360 words, before they can overflow. */
+static uint32_t fletcher32(const uint8_t *d, size_t n) {
+    uint32_t s1 = 0, s2 = 0;
+    size_t words = n / 2;
+    while (words) {
+        size_t t = words > 360 ? 360 : words;
+        words -= t;
+        for (; t; t--, d += 2) {
+            s1 += (uint32_t)d[0] << 8 | d[1];
+            s2 += s1;
+        }
+        s1 = (s1 & 0xffff) + (s1 >> 16);
+        s2 = (s2 & 0xffff) + (s2 >> 16);
+    }
+    if (n % 2) {
+        s1 += (uint32_t)d[0] << 8;
+        s2 += s1;
+        s1 = (s1 & 0xffff) + (s1 >> 16);
+        s2 = (s2 & 0xffff) + (s2 >> 16);
+    }
+    s1 = (s1 & 0xffff) + (s1 >> 16);
+    s2 = (s2 & 0xffff) + (s2 >> 16);
+    return s2 << 16 | s1;
+}
+
+const uint8_t *stk__chunk_decode(unsigned applied, size_t elem, const uint8_t *src,
+                                 uint64_t len, uint64_t raw, uint8_t *a, uint8_t *b,
+                                 const char **why) {
+    const uint8_t *p = src;
+    if (applied & STK__CHUNK_FLETCHER) {
+        if (len < 4) {
+            *why = "it is too short to hold its Fletcher-32 checksum";
+            return NULL;
+        }
+        len -= 4;
+        uint32_t want = (uint32_t)p[len] | (uint32_t)p[len + 1] << 8 |
+                        (uint32_t)p[len + 2] << 16 | (uint32_t)p[len + 3] << 24;
+        uint32_t got = fletcher32(p, (size_t)len);
+        /* Files of HDF5 before 1.6.3 stored it with the bytes of each half
+         * swapped; HDF5 accepts both, and so do we. */
+        uint32_t old = (got & 0xff00ff00u) >> 8 | (got & 0x00ff00ffu) << 8;
+        if (want != got && want != old) {
+            *why = "its Fletcher-32 checksum does not match: the file is damaged";
+            return NULL;
+        }
+    }
+    if (applied & STK__CHUNK_DEFLATE) {
+        if (!stk__inflate(a, raw, p, len)) {
+            *why = "it does not inflate to its size";
+            return NULL;
+        }
+        p = a;
+    } else if (len != raw) {
+        *why = "its size differs from its rows'";
+        return NULL;
+    }
+    if ((applied & STK__CHUNK_SHUFFLE) && elem > 1) {
+        /* Byte k of every element, then byte k+1...; a tail shorter than an
+         * element was left as it was. */
+        uint8_t *out = p == a ? b : a;
+        size_t n = (size_t)(raw / elem);
+        for (size_t k = 0; k < elem; k++) {
+            const uint8_t *in = p + k * n;
+            for (size_t i = 0; i < n; i++) out[i * elem + k] = in[i];
+        }
+        memcpy(out + n * elem, p + n * elem, (size_t)(raw - n * elem));
+        p = out;
+    }
+    return p;
+}
+
+static const struct {
+    int bits;
+    const char *name;
+} chunk_names[] = {
+    {STK__CHUNK_DEFLATE, "deflate"},
+    {STK__CHUNK_SHUFFLE, "shuffle"},
+    {STK__CHUNK_FLETCHER, "fletcher32"},
+    {STK__CHUNK_SHUFFLE | STK__CHUNK_DEFLATE, "shuffle+deflate"},
+    {STK__CHUNK_DEFLATE | STK__CHUNK_FLETCHER, "deflate+fletcher32"},
+    {STK__CHUNK_SHUFFLE | STK__CHUNK_FLETCHER, "shuffle+fletcher32"},
+    {STK__CHUNK_SHUFFLE | STK__CHUNK_DEFLATE | STK__CHUNK_FLETCHER, "shuffle+deflate+fletcher32"},
+};
+
+const char *stk__chunks_name(int chunks) {
+    for (size_t i = 0; i < sizeof chunk_names / sizeof *chunk_names; i++)
+        if (chunk_names[i].bits == chunks) return chunk_names[i].name;
+    return "none";
+}
+
+int stk__chunks_parse(const char *name) {
+    for (size_t i = 0; i < sizeof chunk_names / sizeof *chunk_names; i++)
+        if (!strcmp(chunk_names[i].name, name)) return chunk_names[i].bits;
+    return -1;
+}

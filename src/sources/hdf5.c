@@ -4,9 +4,11 @@
  * bytes itself, so the hot path never takes libhdf5's global lock.
  *
  * Layouts: contiguous (one run), and chunked where each chunk spans every
- * dimension after the first (a run per chunk), plain or deflated (gzip);
- * the worker threads inflate deflated chunks.  Other filters, and chunks
- * that cut rows apart, are refused with what to do instead.
+ * dimension after the first (a run per chunk), plain or filtered by any of
+ * shuffle, gzip (deflate) and Fletcher-32, in the order h5py and h5repack
+ * put them; the worker threads undo the filters.  Other filters (szip,
+ * n-bit, scale-offset, plugins), and chunks that cut rows apart, are
+ * refused with what to do instead.
  */
 #include "sources.h"
 
@@ -161,7 +163,7 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
             rc = stk__err(err, -ENOMEM, "out of memory");
             goto out;
         }
-        out->runs[0] = (stk__h5run){(uint64_t)a, 0, dims[0], 0, 0};
+        out->runs[0] = (stk__h5run){(uint64_t)a, 0, dims[0], 0, 0, 0};
         out->nruns = 1;
         goto out;
     }
@@ -173,22 +175,48 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
         goto out;
     }
     int nfilt = H5Pget_nfilters(pl);
-    for (int k = 0; k < nfilt; k++) {
+    unsigned bit_of[32] = {0}; /* pipeline position -> STK__CHUNK_* bit */
+    if (nfilt > 32) {
+        rc = stk__err(err, STK_EUNSUPPORTED, "%s: dataset '%s' has %d filters; pack it with "
+                      "`stoker pack`", path, out->dataset, nfilt);
+        goto out;
+    }
+    for (int k = 0; k < nfilt && k < 32; k++) {
         unsigned flags;
         size_t nelem = 0;
         char fname[64] = "";
         H5Z_filter_t id = H5Pget_filter2(pl, (unsigned)k, &flags, &nelem, NULL, sizeof fname,
                                          fname, NULL);
-        if (id == H5Z_FILTER_DEFLATE && nfilt == 1) {
-            out->deflate = true;
-            continue;
+        unsigned bit = id == H5Z_FILTER_SHUFFLE     ? STK__CHUNK_SHUFFLE
+                       : id == H5Z_FILTER_DEFLATE   ? STK__CHUNK_DEFLATE
+                       : id == H5Z_FILTER_FLETCHER32 ? STK__CHUNK_FLETCHER
+                                                     : 0;
+        /* Decoding runs the pipeline backwards; we undo these three in one
+         * order, so they must have been applied in the other (shuffle,
+         * then gzip, then the checksum: what h5py and h5repack do). */
+        static const unsigned rank[8] = {0, 2, 1, 0, 3};
+        if (bit && !(out->filters & (int)bit)) {
+            bool in_order = true;
+            for (unsigned b = 1; b <= 4; b <<= 1)
+                if ((out->filters & (int)b) && rank[b] > rank[bit]) in_order = false;
+            if (in_order) {
+                out->filters |= (int)bit;
+                bit_of[k] = bit;
+                continue;
+            }
         }
-        rc = stk__err(err, STK_EUNSUPPORTED,
-                      "%s: dataset '%s' has the %s filter%s; stoker inflates gzip (deflate) "
-                      "chunks and reads plain ones: rewrite it with gzip alone or none "
-                      "(h5repack -f GZIP=4 or -f NONE) or pack it with `stoker pack`",
-                      path, out->dataset, fname[0] ? fname : "unknown",
-                      nfilt > 1 ? " among others" : "");
+        if (bit)
+            rc = stk__err(err, STK_EUNSUPPORTED,
+                          "%s: dataset '%s' applies its filters in another order than shuffle, "
+                          "gzip (deflate), Fletcher-32, the one stoker undoes: rewrite it "
+                          "(h5repack -f SHUF -f GZIP=4) or pack it with `stoker pack`",
+                          path, out->dataset);
+        else
+            rc = stk__err(err, STK_EUNSUPPORTED,
+                          "%s: dataset '%s' has the %s filter; stoker undoes shuffle, gzip "
+                          "(deflate) and Fletcher-32: rewrite it with those or none (h5repack "
+                          "-f SHUF -f GZIP=4, or -f NONE) or pack it with `stoker pack`",
+                          path, out->dataset, fname[0] ? fname : "unknown");
         goto out;
     }
     H5Pget_chunk(pl, nd, cdims);
@@ -226,18 +254,26 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
         }
         uint64_t n = STK__MIN((uint64_t)cdims[0], (uint64_t)(dims[0] - coord[0]));
         uint64_t craw = (uint64_t)cdims[0] * row;
-        bool deflated = out->deflate && !(mask & 1);
-        if (!deflated && size < n * row) {
+        /* Bit k of the mask: pipeline filter k was skipped for this chunk
+         * (an optional filter that did not help). */
+        unsigned applied = 0;
+        for (int k = 0; k < nfilt && k < 32; k++)
+            if (!(mask & (1u << k))) applied |= bit_of[k];
+        uint64_t plain = applied & STK__CHUNK_DEFLATE
+                             ? 0
+                             : craw + (applied & STK__CHUNK_FLETCHER ? 4 : 0);
+        if (applied ? (plain && size != plain) : size < n * row) {
             rc = stk__err(err, STK_ECORRUPT,
-                          "%s: dataset '%s': chunk at row %llu stores %llu bytes, less than "
-                          "its %llu rows take",
+                          "%s: dataset '%s': chunk at row %llu stores %llu bytes, %s its %llu "
+                          "rows take",
                           path, out->dataset, (unsigned long long)coord[0],
-                          (unsigned long long)size, (unsigned long long)n);
+                          (unsigned long long)size, applied ? "not what" : "less than",
+                          (unsigned long long)n);
             goto out;
         }
         out->runs[out->nruns++] =
-            (stk__h5run){(uint64_t)a, (uint64_t)coord[0], n, deflated ? size : 0,
-                         deflated ? craw : 0};
+            (stk__h5run){(uint64_t)a, (uint64_t)coord[0], n, applied ? size : 0,
+                         applied ? craw : 0, applied};
     }
     qsort(out->runs, out->nruns, sizeof *out->runs, cmp_run);
     uint64_t next = 0;

@@ -15,10 +15,14 @@
  *
  * A run is `count` records of `rows` rows each, the k-th at byte
  * offset + k * stride; a record's stored bytes are rows times the field's
- * stored row size.  A deflated HDF5 chunk is a run of six:
- * [offset, count, stride, rows, stored, raw]: the chunk's `stored` bytes at
- * `offset` inflate to `raw` bytes, in which the k-th record starts at
- * k * stride (the field then says "chunks": "deflate").  A clip or a file per record is a run of one; an array
+ * stored row size.  A filtered HDF5 chunk is a run of seven:
+ * [offset, count, stride, rows, stored, raw, applied]: the chunk's `stored`
+ * bytes at `offset` decode (undoing the filters `applied`, STK__CHUNK_*
+ * bits) to `raw` bytes, in which the k-th record starts at k * stride; the
+ * field's "chunks" names the dataset's filters ("shuffle+deflate"...).
+ * With gzip alone ("chunks": "deflate") runs have six entries and
+ * `applied` is gzip wherever `stored` is not 0.  A chunk stored plain has
+ * stored = raw = 0.  A clip or a file per record is a run of one; an array
  * cut along axis 0 is one run (or one per HDF5 chunk), however many rows.
  */
 #define _GNU_SOURCE
@@ -43,7 +47,8 @@
 
 typedef struct irun {
     uint64_t off, count, stride, rows;
-    uint64_t stored, raw; /* a deflated chunk; 0 for plain bytes */
+    uint64_t stored, raw; /* a filtered chunk; 0 for plain bytes */
+    unsigned applied;     /* a filtered chunk: its filters (STK__CHUNK_*) */
 } irun;
 
 typedef struct ifile {
@@ -67,7 +72,7 @@ typedef struct builder {
     size_t n, cap;
     uint64_t records;
     unsigned rate;
-    bool deflate;
+    int filters;       /* HDF5: the chunks' filter pipeline (STK__CHUNK_*) */
     const char *skip;  /* the index file itself, never indexed */
 } builder;
 
@@ -133,7 +138,7 @@ static int add_run(ifile *f, uint64_t off, uint64_t count, uint64_t stride, uint
         f->runs = r;
         f->cap = cap;
     }
-    f->runs[f->nruns++] = (irun){off, count, stride, rows, 0, 0};
+    f->runs[f->nruns++] = (irun){off, count, stride, rows, 0, 0, 0};
     return 0;
 }
 
@@ -268,12 +273,13 @@ static int add_hdf5(builder *b, ifile *f, stk_error *err) {
     for (int d = 1; d < h.ndim; d++) row *= (uint64_t)h.dims[d];
     uint64_t rows = s.ndim ? (uint64_t)s.shape[0] : 1;
     rc = settle(b, f->path, &s, h.dtype, STK__CONV_NONE, false, err);
-    if (rc == 0 && b->n > 1 && b->deflate != h.deflate)
+    if (rc == 0 && b->n > 1 && b->filters != h.filters)
         rc = stk__err(err, STK_ESCHEMA,
-                      "%s: dataset '%s' is %s but %s's is %s: an index holds one kind", f->path,
-                      h.dataset, h.deflate ? "deflated" : "plain", b->first,
-                      b->deflate ? "deflated" : "plain");
-    b->deflate = h.deflate;
+                      "%s: dataset '%s' has the filters %s but %s's has %s: an index holds "
+                      "one kind",
+                      f->path, h.dataset, stk__chunks_name(h.filters), b->first,
+                      stk__chunks_name(b->filters));
+    b->filters = h.filters;
     for (size_t i = 0; rc == 0 && i < h.nruns; i++) {
         const stk__h5run *r = &h.runs[i];
         uint64_t span = r->stored ? r->stored : r->count * row;
@@ -281,11 +287,12 @@ static int add_hdf5(builder *b, ifile *f, stk_error *err) {
             rc = stk__err(err, STK_ECORRUPT,
                           "%s: dataset '%s': rows %llu.. lie past the end of the file",
                           f->path, h.dataset, (unsigned long long)r->first);
-        } else if ((rc = add_run(f, r->off, r->count, row, rows, err)) == 0 && h.deflate) {
-            /* A chunk HDF5 kept plain (filter skipped) is inflated as stored
-             * bytes would not be: mark it with stored = raw = 0. */
+        } else if ((rc = add_run(f, r->off, r->count, row, rows, err)) == 0 && h.filters) {
+            /* A chunk HDF5 kept plain (every filter skipped) is read as is:
+             * it is marked with stored = raw = 0. */
             f->runs[f->nruns - 1].stored = r->stored;
             f->runs[f->nruns - 1].raw = r->raw;
+            f->runs[f->nruns - 1].applied = r->applied;
         }
     }
     if (rc == 0) b->records += (uint64_t)h.dims[0];
@@ -443,7 +450,7 @@ int stk_index_build(const char *const *paths, size_t npaths, const char *index_p
     json_object_set_new(root, "records", json_integer((json_int_t)b.records));
     json_t *field = stk__field_json(&b.f);
     json_object_set_new(field, "stored", json_string(stk__conv_name(b.conv)));
-    if (b.deflate) json_object_set_new(field, "chunks", json_string("deflate"));
+    if (b.filters) json_object_set_new(field, "chunks", json_string(stk__chunks_name(b.filters)));
     json_object_set_new(root, "field", field);
     json_t *attrs = json_object();
     if (b.src == STK_SOURCE_WAV) json_object_set_new(attrs, "sample_rate", json_integer(b.rate));
@@ -466,10 +473,13 @@ int stk_index_build(const char *const *paths, size_t npaths, const char *index_p
             const irun *r = &f->runs[k];
             json_t *run = json_pack("[IIII]", (json_int_t)r->off, (json_int_t)r->count,
                                     (json_int_t)r->stride, (json_int_t)r->rows);
-            if (b.deflate) {
+            if (b.filters) {
                 json_array_append_new(run, json_integer((json_int_t)r->stored));
                 json_array_append_new(run, json_integer((json_int_t)r->raw));
             }
+            /* Gzip alone keeps the six-entry runs of the first indexes. */
+            if (b.filters && b.filters != STK__CHUNK_DEFLATE)
+                json_array_append_new(run, json_integer((json_int_t)r->applied));
             json_array_append_new(runs, run);
         }
         json_object_set_new(o, "runs", runs);
@@ -533,10 +543,11 @@ static int open_file(stk_dataset *ds, stk__shard *sh, json_t *o, size_t i, const
     for (size_t k = 0; k < nr; k++) {
         json_t *r = json_array_get(runs, k);
         uint64_t c;
-        size_t want = ds->info[0].chunks ? 6 : 4;
+        int chunks = ds->info[0].chunks;
+        size_t want = !chunks ? 4 : chunks == STK__CHUNK_DEFLATE ? 6 : 7;
         if (!json_is_array(r) || json_array_size(r) != want || json_u64(json_array_get(r, 1), &c))
             return BAD("%s: %s: run %zu must be [offset, count, stride, rows%s]", what, p, k,
-                       want == 6 ? ", stored, raw" : "");
+                       want == 6 ? ", stored, raw" : want == 7 ? ", stored, raw, applied" : "");
         if (__builtin_add_overflow(nrec, c, &nrec) || nrec > (UINT64_C(1) << 40))
             return BAD("%s: %s: record counts overflow", what, p);
     }
@@ -544,7 +555,7 @@ static int open_file(stk_dataset *ds, stk__shard *sh, json_t *o, size_t i, const
     sh->index = stk__malloc((size_t)(nrec ? nrec : 1) * 4 * sizeof(uint64_t));
     if (!sh->index) return stk__err(err, -ENOMEM, "out of memory");
     if (ds->info[0].chunks &&
-        !(sh->chunk = stk__malloc((size_t)(nrec ? nrec : 1) * 2 * sizeof(uint64_t))))
+        !(sh->chunk = stk__malloc((size_t)(nrec ? nrec : 1) * 3 * sizeof(uint64_t))))
         return stk__err(err, -ENOMEM, "out of memory");
     const stk__fieldinfo *fi = &ds->info[0];
     uint64_t lo = UINT64_MAX, hi = 0, at = 0;
@@ -559,19 +570,29 @@ static int open_file(stk_dataset *ds, stk__shard *sh, json_t *o, size_t i, const
             return stk__err(err, STK_ESCHEMA, "%s: %s: run %zu has records of %llu rows; the "
                             "field fixes %lld", what, p, k, (unsigned long long)rows,
                             (long long)fi->fixed_rows);
-        uint64_t span, last, stored = 0, raw = 0;
+        uint64_t span, last, stored = 0, raw = 0, applied = 0;
         if (fi->chunks && (json_u64(json_array_get(r, 4), &stored) ||
-                           json_u64(json_array_get(r, 5), &raw)))
-            return BAD("%s: %s: run %zu: stored and raw sizes must be integers", what, p, k);
+                           json_u64(json_array_get(r, 5), &raw) ||
+                           (fi->chunks != STK__CHUNK_DEFLATE &&
+                            json_u64(json_array_get(r, 6), &applied))))
+            return BAD("%s: %s: run %zu: stored and raw sizes (and the filters applied) must "
+                       "be integers", what, p, k);
+        if (fi->chunks == STK__CHUNK_DEFLATE) applied = stored ? STK__CHUNK_DEFLATE : 0;
+        if (applied & ~(uint64_t)fi->chunks)
+            return BAD("%s: %s: run %zu: filters %llu beyond the field's %s", what, p, k,
+                       (unsigned long long)applied, stk__chunks_name(fi->chunks));
+        if (stored && !applied)
+            return BAD("%s: %s: run %zu: a chunk of %llu stored bytes with no filter applied",
+                       what, p, k, (unsigned long long)stored);
         if (stored) {
-            /* A deflated chunk: the records are slices of its inflated bytes,
+            /* A filtered chunk: the records are slices of its decoded bytes,
              * the file holds `stored` bytes at `off`. */
             if (!stk__mul_ok(rows, srb, &len) || !stk__mul_ok(count ? count - 1 : 0, stride, &span) ||
                 span > raw || len > raw - span || raw > (UINT64_C(1) << 32) || off > size ||
                 stored > size - off)
                 return stk__err(err, STK_EBOUNDS,
                                 "%s: %s: run %zu (a chunk of %llu bytes at byte %llu, %llu "
-                                "inflated) points outside the file or the chunk",
+                                "decoded) points outside the file or the chunk",
                                 what, p, k, (unsigned long long)stored, (unsigned long long)off,
                                 (unsigned long long)raw);
             for (uint64_t q = 0; q < count; q++) {
@@ -580,8 +601,9 @@ static int open_file(stk_dataset *ds, stk__shard *sh, json_t *o, size_t i, const
                 e[1] = off;
                 e[2] = stored;
                 e[3] = rows;
-                sh->chunk[2 * at] = q * stride;
-                sh->chunk[2 * at + 1] = raw;
+                sh->chunk[3 * at] = q * stride;
+                sh->chunk[3 * at + 1] = raw;
+                sh->chunk[3 * at + 2] = applied;
                 at++;
             }
             if (count) {
@@ -603,10 +625,11 @@ static int open_file(stk_dataset *ds, stk__shard *sh, json_t *o, size_t i, const
                             (unsigned long long)size);
         for (uint64_t c = 0; c < count; c++) {
             if (sh->chunk) {
-                /* Plain bytes in a chunked-codec field: a "chunk" of exactly
-                 * the record, marked by an inflated size of 0. */
-                sh->chunk[2 * at] = 0;
-                sh->chunk[2 * at + 1] = 0;
+                /* Plain bytes in a filtered field: a "chunk" of exactly the
+                 * record, marked by a decoded size of 0. */
+                sh->chunk[3 * at] = 0;
+                sh->chunk[3 * at + 1] = 0;
+                sh->chunk[3 * at + 2] = 0;
             }
             uint64_t *e = sh->index + 4 * at++;
             e[0] = 0;
@@ -729,13 +752,14 @@ int stk__index_open(const char *path, stk_dataset **out, stk_error *err) {
     stk__fieldinfo *fi = &ds->info[0];
     fi->conv = cv;
     const char *chunks = json_string_value(json_object_get(field, "chunks"));
-    if (chunks && strcmp(chunks, "deflate") != 0) {
-        rc = BAD("%s: unknown chunk codec \"%s\"", path, chunks);
+    int cb = chunks ? stk__chunks_parse(chunks) : STK__CHUNKS_NONE;
+    if (cb < 0) {
+        rc = BAD("%s: unknown chunk filters \"%s\"", path, chunks);
         goto fail;
     }
-    fi->chunks = chunks ? STK__CHUNKS_DEFLATE : STK__CHUNKS_NONE;
+    fi->chunks = cb;
     if (fi->chunks && cv) {
-        rc = BAD("%s: a field is either converted or in deflated chunks, not both", path);
+        rc = BAD("%s: a field is either converted or in filtered chunks, not both", path);
         goto fail;
     }
     if (cv) {

@@ -11,8 +11,9 @@
  * contiguously at byte `off` of the file. */
 typedef struct stk__h5run {
     uint64_t off, first, count;
-    uint64_t stored; /* deflated chunk: its size in the file; 0: plain */
-    uint64_t raw;    /* deflated chunk: its inflated size */
+    uint64_t stored;  /* filtered chunk: its size in the file; 0: plain */
+    uint64_t raw;     /* filtered chunk: its size decoded */
+    unsigned applied; /* filtered chunk: the STK__CHUNK_* filters it went through */
 } stk__h5run;
 
 typedef struct stk__h5info {
@@ -22,14 +23,15 @@ typedef struct stk__h5info {
     stk__h5run *runs; /* sorted by first, covering every row once */
     size_t nruns;
     char *dataset;    /* the dataset's path in the file */
-    bool deflate;     /* chunks are deflated (gzip filter) */
+    int filters;      /* STK__CHUNK_* bits of the dataset's filter pipeline */
 } stk__h5info;
 
 /* Finds where the rows of dataset `dset` (NULL: the file's only dataset)
- * lie in the HDF5 file `path`: plain byte ranges, or deflated chunks.
+ * lie in the HDF5 file `path`: plain byte ranges, or filtered chunks
+ * (shuffle, gzip, Fletcher-32, in that order, any of them).
  * STK_EUNSUPPORTED where this build has no HDF5, or for layouts the loader
- * cannot read itself (filters other than deflate, chunks that split a row,
- * big-endian or compound types), with what to do instead. */
+ * cannot read itself (other filters, chunks that split a row, big-endian or
+ * compound types), with what to do instead. */
 int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_error *err);
 void stk__h5info_free(stk__h5info *h);
 
