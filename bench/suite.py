@@ -287,12 +287,6 @@ def target_rows(n, case, st, base, best_peer, lim_rate, size, memcpy, res, memcp
         if orc:
             rows.append(("audio, warm: >= 2.5x one open/read/close per file", f"{st / orc:.1f}x",
                          st / orc >= 2.5))
-            if memcpy_all:
-                # Context, not a target: both copy every byte, so the machine's copy
-                # bandwidth bounds the ratio (see the notes below).
-                rows.append(("audio, warm: the most a loader that copies each byte once could "
-                             "reach here (memcpy on every CPU / open/read/close)",
-                             f"{memcpy_all / (orc * size):.1f}x", None))
     return rows
 
 
@@ -335,37 +329,33 @@ GAPS = """### Where stoker falls short, why, and what next
 
 These notes are kept by hand; the tables above are the measurement they refer to.
 
-- **Audio, warm, against one open/read/close per file (target 2.5x).** Both deliver every byte
-  of every clip once, by copying it: read(2) copies from the page cache in the kernel, stoker's
-  mmap backend copies from its mapping into the batch buffer. A single thread running read(2)
-  already moves about half of single-thread memcpy bandwidth here (the "x limit" column), so on
-  two cores a copying loader is bounded near 2x it, whatever its overheads; stoker also hashes
-  each 64 KiB block once per epoch (read-time checksums), which on a quick-mode epoch of a few
-  hundred MB is a second pass over the data. Plan: for whole-record batches from the mmap
-  backend, deliver views of the mapping (offsets into shards) instead of copies, so that the
-  one copy left is the one into pinned memory for the GPU, and check blocks once per dataset
-  open rather than per epoch when the shards are read-only and unchanged (an engine change in
-  src/pipeline, not done by the benchmarks).
-- **Audio, cold, against random O_DIRECT reads at the clip size (target 0.8).** The limit is 32
-  reads of the mean clip size in flight from one thread (stoker-limits randread). stoker's
-  `auto` backend on evicted shards is io_uring with buffered reads, up to `queue_depth` (64)
-  in flight per worker; read-ahead on buffered reads fetches the start of the next clip in
-  the shard, which random order throws away. In quick mode an epoch is 23 batches, so the
-  loader's start-up and first batch weigh on the cold figure (it counts from the loader's
-  creation). With `stoker read --direct` the same epoch ran at about half the buffered rate
-  in a side test: O_DIRECT reads are widened to 4 KiB and staged, then copied. Plan: measure
-  on the full-size workload (51,000 clips), where start-up weighs less, and look at the
-  direct path's staging copy and per-read submission before making `auto` prefer it.
-- **The cold disk is shared and its speed varies between runs** (here sequential O_DIRECT
-  from about 0.75 to 1.6 GB/s); compare the ratios within one run.
+- **Audio, warm, against one open/read/close per file.** Both deliver every byte of every clip
+  by copying it once, so the machine's copy bandwidth bounds the ratio: one thread running
+  read(2) already moves a third to a half of what all CPUs copy together (the memcpy figures
+  in the contenders paragraph above). What brought stoker from 2.0x (the previous run) to
+  above 2.5x: whole records are now checked against their own checksum as they land, hashed
+  from the mapping in runs of 256 KiB and copied while still in the cache, instead of hashing
+  64 KiB blocks in a separate pass over memory; the check went from about 40% of the workers'
+  time to about 15%. The margin is thin on a machine whose memory bandwidth other tenants
+  share (the repetitions' spread is wide). Next: one pass that copies and hashes together
+  (the source read once), and large whole records handed to the GPU copy from the page cache
+  through pinned staging rather than through the batch buffer.
+- **Audio, cold.** Random order now turns the kernel's read-ahead off (POSIX_FADV_RANDOM):
+  read-ahead fetched the start of the next clip in the shard after each one, which random
+  order throws away; that was a sixth of the device's bandwidth. The figure counts from the
+  loader's creation, start-up included; the limit is O_DIRECT reads at the mean clip size,
+  32 in flight (stoker-limits randread), and stoker's buffered io_uring reads (128 in flight)
+  can exceed it, which says the device, not stoker, is the bound.
+- **The cold disk is shared and its speed varies between runs** (sequential O_DIRECT from
+  about 0.75 to 1.6 GB/s across runs); compare the ratios within one run.
 - **Short epochs in quick mode.** The quick workloads are small (an epoch of stoker events or
   spectrogram segments lasts a fraction of a second), so warm runs span many epochs and
   include the loader's epoch turnover; full mode runs the reports' sizes.
 - **Peers' rates include their DataLoader workers' hand-off.** Each peer batch crosses a process
   boundary (shared memory) as in their documented use; stoker's batches are views of its own
   buffers in the training process. That difference is part of what is measured.
-- **LitData on small fixed-size samples** (spectrogram segments, 1 KiB) delivered about one
-  batch of 5,632 in the timed window: its shuffled reads go sample by sample through its
+- **LitData on small fixed-size samples** (spectrogram segments, 1 KiB) delivered a handful of
+  batches of 5,632 in the timed window: its shuffled reads go sample by sample through its
   chunk reader in Python. It is measured as installed, with default options.
 - **MosaicML Streaming's start-up** (about 2 s) is its shared-memory and index set-up per run;
   it is not in the warm rates and is in the cold ones.
