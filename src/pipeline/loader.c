@@ -1370,9 +1370,31 @@ static uint64_t fingerprint(const stk_loader *ld) {
 
 static bool mostly_resident(const stk_dataset *ds) { return stk_dataset_resident(ds) >= 0.9; }
 
+/* Bytes a sample reads, on average: a window of every time field (plus the
+ * per-record fields), or a whole record. */
+static uint64_t mean_sample_bytes(const stk_loader *ld) {
+    const stk_dataset *ds = ld->ds;
+    if (ld->space.windows) {
+        uint64_t b = 0;
+        for (size_t i = 0; i < ld->nf; i++)
+            b += ld->f[i].kind == F_TIME ? ld->space.L * ld->f[i].fi->stored_row_bytes
+                                         : ld->f[i].sample_bytes;
+        return b;
+    }
+    uint64_t total = 0;
+    for (size_t s = 0; s < ds->nshards; s++) total += ds->shards[s].data_end - ds->shards[s].data_off;
+    return ds->nrec ? total / ds->nrec : 0;
+}
+
 static int open_files(stk_loader *ld, stk_error *err) {
-    return stk__files_open(&ld->files, ld->ds, ld->opt.direct != 0,
-                           ld->opt.order == STK_ORDER_RANDOM,
+    /* Read-ahead in random order: for small samples it turns each read into
+     * a larger request whose extra bytes later samples of the epoch use (a
+     * windowed epoch read 0.65 of the sequential rate with it, 0.48
+     * without); for large ones (above half the kernel's 128 KiB default
+     * window) it only adds the head of the next record, read again later
+     * as a fragment (100 KiB clips: 1.07 GB/s with it, 1.25 without). */
+    bool no_readahead = ld->opt.order == STK_ORDER_RANDOM && mean_sample_bytes(ld) >= (64u << 10);
+    return stk__files_open(&ld->files, ld->ds, ld->opt.direct != 0, no_readahead,
                            ld->backend == STK_BACKEND_MMAP, ld->opt.max_open_files, err);
 }
 
