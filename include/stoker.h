@@ -72,7 +72,9 @@ enum {
     STK_ECODEC = -1009,      /* compression or decompression failed         */
     STK_EMISMATCH = -1010,   /* a shard does not match its manifest entry   */
     STK_EUNSUPPORTED = -1011, /* valid input that this build cannot handle   */
-    STK_ESTALE = -1012        /* a source file changed since it was indexed  */
+    STK_ESTALE = -1012,       /* a source file changed since it was indexed  */
+    STK_ENOGPU = -1013,       /* no usable GPU (no CUDA build, driver, device) */
+    STK_ECUDA = -1014         /* a CUDA call failed (the message says which)  */
 };
 
 #define STK_ERROR_MAX 512
@@ -810,6 +812,115 @@ STK_API int stk_measure_read(const stk_dataset *ds, double max_seconds, double *
 /* Stops the threads (waiting for reads in flight to land), frees every
  * buffer and descriptor.  Safe at any moment.  Accepts NULL. */
 STK_API void stk_loader_close(stk_loader *ld);
+
+/* ------------------------------------------------------------------------ */
+/* The GPU stage                                                             */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Batches on an NVIDIA GPU.  stoker's CUDA code lives in a plugin,
+ * libstoker_cuda.so, built when the CUDA toolkit is found at build time and
+ * loaded when a GPU feature is first used; it needs the NVIDIA driver
+ * (libcuda.so.1) at run time and nothing else.  Without plugin, driver or
+ * device every call below fails with STK_ENOGPU and a message saying which
+ * is missing; the rest of the library is unaffected.  The plugin is looked
+ * for at $STOKER_CUDA_PLUGIN, then beside the library or program that
+ * holds libstoker, then on the loader's search path.
+ *
+ * A stage owns a loader whose batch buffers it page-locks.  A thread of the
+ * stage takes each finished batch and copies it, on stoker's own CUDA
+ * stream, into the next free buffer of a ring of device buffers, recording
+ * an event per batch; the host buffer goes back to the loader as soon as
+ * the copy is done.  The consumer takes device batches in order; before
+ * its stream touches one it calls stk_gpu_batch_wait (its stream waits for
+ * the event: the host never blocks), and it gives the batch back with the
+ * stream its work ran on: the buffer is refilled only after that work is
+ * done (the next copy into it waits on an event recorded on that stream).
+ *
+ * Device-resident datasets: when `resident_budget` allows and every
+ * selected field is stored plain, the selected fields of every record are
+ * uploaded once at open (checked against their record checksums on the
+ * way unless verify is off), and each batch is then assembled on the GPU
+ * by a gather kernel from a plan the loader's workers compute (records,
+ * windows, ragged offsets): no host I/O and no host copy per batch.
+ */
+typedef struct stk_gpu stk_gpu;
+typedef struct stk_gpu_batch stk_gpu_batch;
+
+/* The number of CUDA devices in *count; 0, or STK_ENOGPU saying why none
+ * can be used. */
+STK_API int stk_gpu_count(int *count, stk_error *err);
+
+typedef struct stk_gpu_options {
+    int device;               /* CUDA device ordinal; default 0 */
+    uint32_t slots;           /* device batch buffers; default 3 (>= 2) */
+    uint64_t resident_budget; /* bytes of GPU memory a device-resident copy of
+                               * the selected fields may take; 0 (default):
+                               * never resident */
+} stk_gpu_options;
+
+STK_API void stk_gpu_options_init(stk_gpu_options *o);
+
+/*
+ * Opens a loader over `ds` with `lo` (see stk_loader_open; `ds` must stay
+ * open until the stage is closed) and a GPU stage on it.  Returns 0, an
+ * error of stk_loader_open, STK_ENOGPU, STK_ECUDA (out of device memory,
+ * say), or -EINVAL for bad options.
+ */
+STK_API int stk_gpu_open(stk_dataset *ds, const stk_loader_options *lo,
+                         const stk_gpu_options *go, stk_gpu **out, stk_error *err);
+
+/* The stage's loader, for stats, counts and tracing; never call next,
+ * set_epoch, save or restore on it (the stage does). */
+STK_API stk_loader *stk_gpu_loader(stk_gpu *g);
+/* Whether the dataset is device-resident (1) or batches are copied (0). */
+STK_API int stk_gpu_resident(const stk_gpu *g);
+/* Device memory the resident copy of the dataset takes. */
+STK_API uint64_t stk_gpu_resident_bytes(const stk_gpu *g);
+
+/*
+ * The next device batch of this rank.  Returns 0, STK_END at the end of
+ * the epoch, or an error (the loader's, or STK_ECUDA).  The batch stays
+ * valid until stk_gpu_release.  -EBUSY if the consumer holds every device
+ * buffer.
+ */
+STK_API int stk_gpu_next(stk_gpu *g, stk_gpu_batch **out, stk_error *err);
+/* As stk_gpu_next, giving up after `timeout_ms` (negative: never) with
+ * -ETIMEDOUT, changing nothing. */
+STK_API int stk_gpu_next_timeout(stk_gpu *g, stk_gpu_batch **out, int64_t timeout_ms,
+                                 stk_error *err);
+
+/* Makes CUDA stream `stream` (a cudaStream_t; 1 and 2 are the legacy and
+ * per-thread default streams) wait until the batch is on the device.
+ * Returns 0 or STK_ECUDA. */
+STK_API int stk_gpu_batch_wait(stk_gpu_batch *b, uintptr_t stream, stk_error *err);
+
+/* Gives a batch back.  Its buffer is refilled only after the work queued on
+ * `stream` so far is done; pass UINTPTR_MAX when no GPU work reads it any
+ * more (after a synchronize). */
+STK_API void stk_gpu_release(stk_gpu *g, stk_gpu_batch *b, uintptr_t stream);
+
+STK_API uint32_t stk_gpu_batch_size(const stk_gpu_batch *b);
+STK_API uint64_t stk_gpu_batch_index(const stk_gpu_batch *b);
+/* The batch's global sample ids, in host memory; valid until release. */
+STK_API const uint64_t *stk_gpu_batch_samples(const stk_gpu_batch *b);
+/* Field i, as stk_batch_field_get describes it, with `data` and `offsets`
+ * pointing into device memory.  Returns 0 or -EINVAL. */
+STK_API int stk_gpu_batch_field(const stk_gpu_batch *b, size_t i, stk_batch_field *out);
+/* The device the batch is on. */
+STK_API int stk_gpu_device(const stk_gpu *g);
+
+/* As the loader's set_epoch, save and restore, for the batches the
+ * consumer has taken from the stage (the stage reads ahead).  Device batches
+ * still held stay valid. */
+STK_API int stk_gpu_set_epoch(stk_gpu *g, uint64_t epoch, stk_error *err);
+STK_API void stk_gpu_save(const stk_gpu *g, stk_loader_state *out);
+STK_API int stk_gpu_restore(stk_gpu *g, const stk_loader_state *st, stk_error *err);
+
+/* Stops the stage, waits for its copies, frees device memory, closes its
+ * loader.  Device batches still held must not be used afterwards.  Accepts
+ * NULL. */
+STK_API void stk_gpu_close(stk_gpu *g);
 
 /* ------------------------------------------------------------------------ */
 /* Writing from Arrow (the Arrow C stream interface)                         */

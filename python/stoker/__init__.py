@@ -19,7 +19,8 @@ import numpy as np
 from . import _stoker
 from ._stoker import StokerError
 
-__all__ = ["Loader", "StokerError", "index", "profile", "write", "version"]
+__all__ = ["Loader", "StokerError", "gpu_count", "gpu_status", "index", "profile", "write",
+           "version"]
 __version__ = _stoker.version
 version = _stoker.version
 
@@ -57,6 +58,44 @@ def _check_int(name, value, low=0, none_ok=False, high=_U64):
     if value > high:
         raise ValueError(f"{name} must be at most {high}, not {value}")
     return int(value)
+
+
+def gpu_status():
+    """(CUDA devices stoker can use, why none when 0)."""
+    return _stoker.gpu_count()
+
+
+def gpu_count():
+    """CUDA devices stoker can use: 0 without a CUDA build of stoker, an
+    NVIDIA driver or a device (gpu_status() says which)."""
+    return _stoker.gpu_count()[0]
+
+
+def _device_index(device):
+    """-1 for the host, else the CUDA ordinal of `device` ("cuda", "cuda:N",
+    N or a torch.device)."""
+    if device is None:
+        return -1
+    if isinstance(device, bool):
+        raise TypeError("device must be None, 'cpu', 'cuda', 'cuda:N' or an int")
+    if isinstance(device, int):
+        if device < 0:
+            raise ValueError(f"device must be a CUDA ordinal >= 0, not {device}")
+        return device
+    text = str(device)
+    if text == "cpu":
+        return -1
+    if text == "cuda":
+        try:
+            import torch
+            if torch.cuda.is_available():
+                return torch.cuda.current_device()
+        except ImportError:
+            pass
+        return 0
+    if text.startswith("cuda:") and text[5:].isdigit():
+        return int(text[5:])
+    raise ValueError(f"device must be None, 'cpu', 'cuda', 'cuda:N' or an int, not {device!r}")
 
 
 def _check_choice(name, value, choices):
@@ -101,7 +140,13 @@ class Loader:
                   batch count; each replacement is counted in stats()
                   ["skipped"] and named in a RuntimeWarning
     max_skips     with "skip", this many failures in a row raise (100)
-    output        "numpy" (default), "torch" or "dlpack"
+    output        "numpy" (default without a device), "torch" (default with
+                  one) or "dlpack"
+    device        None (default: batches in host memory), or "cuda", "cuda:N"
+                  or N: batches on that GPU (see below)
+    gpu_slots     device batch buffers (3)
+    resident_budget  bytes of GPU memory the selected fields may take to be
+                  uploaded once and assembled on the GPU (0: never)
     max_open_files  descriptors kept open; past it (an in-place index of many
                   small files) files are opened on demand and cached (0: from
                   the process's limit)
@@ -111,6 +156,14 @@ class Loader:
 
     Ragged fields (record mode) come as ``name`` (the rows concatenated) and
     ``name_offsets`` (int64, batch_size + 1).
+
+    With a device, stoker page-locks its batch buffers and copies each batch
+    to the GPU on its own CUDA stream; tensors arrive on the device through
+    DLPack with the stream rules kept (torch.from_dlpack makes the current
+    stream wait for the copy, and a device buffer is refilled only after the
+    work queued on that stream when the batch was dropped is done).  Hold at
+    most gpu_slots - 1 batches.  With resident_budget large enough, batches
+    are assembled on the GPU from a copy of the dataset made at open.
     """
 
     def __init__(self, path, batch_size, fields=None, window=None, stride=1, valid_field=None,
@@ -118,7 +171,8 @@ class Loader:
                  block_samples=0, block_group=16, rank=None, world_size=None, pad=False,
                  drop_last=False, backend="auto", direct=False, threads=0, prefetch=0,
                  queue_depth=64, memory_budget=1 << 30, verify=True, on_error="raise",
-                 max_skips=100, output="numpy", max_open_files=0):
+                 max_skips=100, output=None, max_open_files=0, device=None, gpu_slots=3,
+                 resident_budget=0):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
         batch_size = _check_int("batch_size", batch_size, 1, high=_U32)
@@ -157,8 +211,16 @@ class Loader:
         memory_budget = _check_int("memory_budget", memory_budget, 1)
         on_error_code = _check_choice("on_error", on_error, _ON_ERROR)
         max_skips = _check_int("max_skips", max_skips, 1)
+        dev = _device_index(device)
+        if output is None:
+            output = "torch" if dev >= 0 else "numpy"
         if output not in _OUTPUTS:
             raise ValueError(f"output must be one of {_OUTPUTS}, not {output!r}")
+        if dev >= 0 and output == "numpy":
+            raise ValueError("output='numpy' cannot hold GPU memory; with a device use "
+                             "output='torch' or 'dlpack'")
+        gpu_slots = _check_int("gpu_slots", gpu_slots, 2, high=_U32)
+        resident_budget = _check_int("resident_budget", resident_budget)
         if output == "torch":
             import torch  # noqa: F401  (fail early, not at the first batch)
         self._output = output
@@ -167,7 +229,9 @@ class Loader:
             order, seed, epoch, block_bytes, block_samples, block_group, rank, world_size,
             bool(pad), bool(drop_last), backend_code, bool(direct), threads, prefetch,
             queue_depth, memory_budget, bool(verify), on_error_code, max_skips,
-            _check_int("max_open_files", max_open_files, high=_U32))
+            _check_int("max_open_files", max_open_files, high=_U32), dev, gpu_slots,
+            resident_budget)
+        self.device = None if dev < 0 else f"cuda:{dev}"
         self._skip_mode = on_error_code == 1
         self._skipped = 0
         self.batch_size = batch_size

@@ -63,7 +63,7 @@ typedef struct DLManagedTensorVersioned {
     DLTensor dl_tensor;
 } DLManagedTensorVersioned;
 
-enum { kDLCPU = 1 };
+enum { kDLCPU = 1, kDLCUDA = 2 };
 enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4 };
 
 static PyObject *StokerError;
@@ -89,7 +89,8 @@ static PyObject *raise_stk(int rc, const stk_error *e) {
 typedef struct {
     PyObject_HEAD
     stk_dataset *ds;
-    stk_loader *ld;
+    stk_loader *ld;    /* the stage's own when gpu is set */
+    stk_gpu *gpu;      /* device="cuda": the GPU stage, which owns ld */
     pid_t pid;
     Py_ssize_t live;   /* Batch objects alive */
     int closing;       /* close() called while batches were alive */
@@ -99,7 +100,10 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     LoaderObject *loader;
-    stk_batch *b;
+    stk_batch *b;          /* a host batch, or */
+    stk_gpu_batch *gb;     /* a device batch */
+    uintptr_t stream;      /* the last CUDA stream a consumer used it on */
+    int streamed;
 } BatchObject;
 
 typedef struct {
@@ -112,16 +116,22 @@ typedef struct {
     Py_ssize_t bshape[STK_MAX_DIMS + 2], bstrides[STK_MAX_DIMS + 2];
     stk_dtype dtype;
     size_t itemsize;
+    int dev_type, dev_id;  /* DLPack device: kDLCPU, or kDLCUDA and its ordinal */
 } ArrayObject;
 
 static PyTypeObject LoaderType, BatchType, ArrayType;
 
 static void loader_teardown(LoaderObject *self) {
-    if (self->ld && self->pid == getpid()) {
+    if (self->gpu && self->pid == getpid()) {
+        Py_BEGIN_ALLOW_THREADS
+        stk_gpu_close(self->gpu); /* closes its loader */
+        Py_END_ALLOW_THREADS
+    } else if (self->ld && self->pid == getpid()) {
         Py_BEGIN_ALLOW_THREADS
         stk_loader_close(self->ld);
         Py_END_ALLOW_THREADS
     }
+    self->gpu = NULL;
     if (self->ds && self->pid == getpid()) stk_dataset_close(self->ds);
     self->ld = NULL;
     self->ds = NULL;
@@ -132,7 +142,12 @@ static void loader_teardown(LoaderObject *self) {
 static void batch_dealloc(BatchObject *self) {
     LoaderObject *l = self->loader;
     if (l) {
-        if (l->ld && self->b && l->pid == getpid()) stk_loader_release(l->ld, self->b);
+        if (l->gpu && self->gb && l->pid == getpid())
+            /* Refilled only after the work queued on the consumer's stream
+             * so far is done (or at once when no stream was given). */
+            stk_gpu_release(l->gpu, self->gb, self->streamed ? self->stream : UINTPTR_MAX);
+        else if (l->ld && self->b && l->pid == getpid())
+            stk_loader_release(l->ld, self->b);
         l->live--;
         if (l->closing && l->live == 0) loader_teardown(l);
         Py_DECREF(l);
@@ -142,7 +157,8 @@ static void batch_dealloc(BatchObject *self) {
 
 static PyObject *batch_index(BatchObject *self, void *c) {
     (void)c;
-    return PyLong_FromUnsignedLongLong(stk_batch_index(self->b));
+    return PyLong_FromUnsignedLongLong(self->gb ? stk_gpu_batch_index(self->gb)
+                                              : stk_batch_index(self->b));
 }
 
 static PyGetSetDef batch_getset[] = {
@@ -206,6 +222,8 @@ static ArrayObject *array_new(BatchObject *batch, void *data, stk_dtype dtype, i
     a->data = data;
     a->dtype = dtype;
     a->itemsize = stk_dtype_size(dtype);
+    a->dev_type = kDLCPU;
+    a->dev_id = 0;
     a->ndim = ndim;
     int64_t stride = (int64_t)a->itemsize;
     for (int d = ndim - 1; d >= 0; d--) {
@@ -261,11 +279,29 @@ static PyObject *array_dlpack(ArrayObject *self, PyObject *args, PyObject *kw) {
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOO", kwlist, &stream, &max_version,
                                      &dl_device, &copy))
         return NULL;
-    if (stream != Py_None && !(PyLong_Check(stream) && PyLong_AsLong(stream) == -1)) {
-        /* CPU data: there is no stream to synchronise with.  -1 means none. */
-        if (!PyLong_Check(stream)) {
-            PyErr_SetString(PyExc_TypeError, "__dlpack__: stream must be an int or None");
+    if (stream != Py_None && !PyLong_Check(stream)) {
+        PyErr_SetString(PyExc_TypeError, "__dlpack__: stream must be an int or None");
+        return NULL;
+    }
+    if (self->dev_type == kDLCUDA) {
+        /* The consumer will use the data on `stream` (None: the legacy
+         * default stream, 1; -1: the consumer synchronises itself): that
+         * stream waits for the batch's copy, and the batch's buffer is
+         * refilled only after the work queued there is done. */
+        long long sv = stream == Py_None ? 1 : PyLong_AsLongLong(stream);
+        if (sv == -1 && PyErr_Occurred()) return NULL;
+        if (sv == 0) {
+            PyErr_SetString(PyExc_ValueError, "__dlpack__: stream 0 is ambiguous for CUDA; "
+                                              "use 1 for the legacy default stream");
             return NULL;
+        }
+        BatchObject *b = self->batch;
+        if (sv != -1) {
+            stk_error err = {0};
+            int rc = stk_gpu_batch_wait(b->gb, (uintptr_t)sv, &err);
+            if (rc) return raise_stk(rc, &err);
+            b->stream = (uintptr_t)sv;
+            b->streamed = 1;
         }
     }
     if (copy == Py_True) {
@@ -275,8 +311,10 @@ static PyObject *array_dlpack(ArrayObject *self, PyObject *args, PyObject *kw) {
     if (dl_device != Py_None) {
         int dt = 0, di = 0;
         if (!PyArg_ParseTuple(dl_device, "ii", &dt, &di)) return NULL;
-        if (dt != kDLCPU) {
-            PyErr_SetString(PyExc_BufferError, "__dlpack__: the data is on the CPU");
+        if (dt != self->dev_type || di != self->dev_id) {
+            PyErr_SetString(PyExc_BufferError, self->dev_type == kDLCPU
+                                                   ? "__dlpack__: the data is on the CPU"
+                                                   : "__dlpack__: the data is on another device");
             return NULL;
         }
     }
@@ -291,7 +329,8 @@ static PyObject *array_dlpack(ArrayObject *self, PyObject *args, PyObject *kw) {
     Py_INCREF(self);
     c->owner = self;
     memcpy(c->shape, self->shape, sizeof c->shape);
-    DLTensor t = {self->data, {kDLCPU, 0}, self->ndim, dl_dtype(self->dtype), c->shape, NULL, 0};
+    DLTensor t = {self->data, {self->dev_type, self->dev_id}, self->ndim, dl_dtype(self->dtype),
+                  c->shape, NULL, 0};
     PyObject *cap;
     if (versioned) {
         c->v.version = (DLPackVersion){1, 0};
@@ -311,12 +350,17 @@ static PyObject *array_dlpack(ArrayObject *self, PyObject *args, PyObject *kw) {
 }
 
 static PyObject *array_dlpack_device(ArrayObject *self, PyObject *unused) {
-    (void)self;
     (void)unused;
-    return Py_BuildValue("(ii)", kDLCPU, 0);
+    return Py_BuildValue("(ii)", self->dev_type, self->dev_id);
 }
 
 static int array_getbuffer(ArrayObject *self, Py_buffer *view, int flags) {
+    if (self->dev_type != kDLCPU) {
+        PyErr_SetString(PyExc_BufferError, "the array is in GPU memory; use DLPack "
+                                            "(torch.from_dlpack) rather than the buffer protocol");
+        view->obj = NULL;
+        return -1;
+    }
     if (flags & PyBUF_WRITABLE) {
         /* Writable: the consumer owns the batch while it lives. */
     }
@@ -365,7 +409,7 @@ static PyMethodDef array_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))array_dlpack, METH_VARARGS | METH_KEYWORDS,
      "Exports the array as a DLPack capsule (versioned when max_version >= (1, 0))."},
     {"__dlpack_device__", (PyCFunction)array_dlpack_device, METH_NOARGS,
-     "(device type, device id) of the data: (1, 0), the CPU."},
+     "(device type, device id) of the data: (1, 0) the CPU, (2, N) CUDA device N."},
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject ArrayType = {
@@ -407,7 +451,8 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
                              "valid", "order", "seed", "epoch", "block_bytes", "block_samples",
                              "block_group", "rank", "world_size", "pad", "drop_last", "backend",
                              "direct", "threads", "prefetch", "queue_depth", "memory_budget",
-                             "verify", "on_error", "max_skips", "max_open_files", NULL};
+                             "verify", "on_error", "max_skips", "max_open_files", "device",
+                             "gpu_slots", "resident_budget", NULL};
     const char *path;
     stk_loader_options o;
     stk_loader_options_init(&o);
@@ -419,11 +464,15 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     int verify = 1, on_error = 0;
     unsigned long long max_skips = 100;
     unsigned int max_open = 0;
+    int device = -1;
+    unsigned int gpu_slots = 3;
+    unsigned long long resident_budget = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiKI", kwlist, &path, &batch, &fields, &window,
-            &stride, &valid_field, &valid, &order, &seed, &epoch, &bb, &bs, &block_group, &rank,
-            &world, &pad, &drop_last, &backend, &direct, &threads, &prefetch, &qd, &budget,
-            &verify, &on_error, &max_skips, &max_open))
+            args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiKIiIK", kwlist, &path, &batch, &fields,
+            &window, &stride, &valid_field, &valid, &order, &seed, &epoch, &bb, &bs,
+            &block_group, &rank, &world, &pad, &drop_last, &backend, &direct, &threads,
+            &prefetch, &qd, &budget, &verify, &on_error, &max_skips, &max_open, &device,
+            &gpu_slots, &resident_budget))
         return -1;
     o.max_open_files = max_open;
     o.batch_size = batch;
@@ -477,11 +526,25 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     int rc;
     stk_dataset *ds = NULL;
     stk_loader *ld = NULL;
+    stk_gpu *gpu = NULL;
+    stk_gpu_options go;
+    stk_gpu_options_init(&go);
+    go.device = device;
+    go.slots = gpu_slots;
+    go.resident_budget = resident_budget;
     Py_BEGIN_ALLOW_THREADS
     rc = stk_dataset_open(path, &ds, &err);
-    if (rc == 0 && (rc = stk_loader_open(ds, &o, &ld, &err))) {
-        stk_dataset_close(ds);
-        ds = NULL;
+    if (rc == 0) {
+        if (device >= 0) {
+            rc = stk_gpu_open(ds, &o, &go, &gpu, &err);
+            if (rc == 0) ld = stk_gpu_loader(gpu);
+        } else {
+            rc = stk_loader_open(ds, &o, &ld, &err);
+        }
+        if (rc) {
+            stk_dataset_close(ds);
+            ds = NULL;
+        }
     }
     Py_END_ALLOW_THREADS
     if (rc) {
@@ -490,6 +553,7 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     }
     self->ds = ds;
     self->ld = ld;
+    self->gpu = gpu;
     self->pid = getpid();
     size_t nf = stk_loader_num_fields(ld);
     self->names = PyTuple_New((Py_ssize_t)nf);
@@ -510,9 +574,12 @@ static void loader_dealloc(LoaderObject *self) {
  * signals (Ctrl-C) are seen.  Returns the batch, NULL with StopIteration
  * semantics (no exception) at the end of the epoch, or NULL with an
  * exception. */
+static PyObject *gpu_next_batch(LoaderObject *self);
+
 static PyObject *loader_next_batch(LoaderObject *self, PyObject *unused) {
     (void)unused;
     if (check_process(self)) return NULL;
+    if (self->gpu) return gpu_next_batch(self);
     stk_batch *b = NULL;
     stk_error err = {0};
     int rc;
@@ -543,6 +610,9 @@ static PyObject *loader_next_batch(LoaderObject *self, PyObject *unused) {
     Py_INCREF(self);
     bo->loader = self;
     bo->b = b;
+    bo->gb = NULL;
+    bo->stream = 0;
+    bo->streamed = 0;
     self->live++;
     PyObject *d = PyDict_New();
     size_t nf = stk_loader_num_fields(self->ld);
@@ -580,6 +650,80 @@ static PyObject *loader_next_batch(LoaderObject *self, PyObject *unused) {
     return NULL;
 }
 
+/* The device path: batches from the GPU stage, fields in device memory, the
+ * sample ids in host memory. */
+static PyObject *gpu_next_batch(LoaderObject *self) {
+    stk_gpu_batch *b = NULL;
+    stk_error err = {0};
+    int rc;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = stk_gpu_next_timeout(self->gpu, &b, 100, &err);
+        Py_END_ALLOW_THREADS
+        if (rc != -ETIMEDOUT) break;
+        if (PyErr_CheckSignals()) return NULL;
+    }
+    if (rc == STK_END) Py_RETURN_NONE;
+    if (rc == -EBUSY)
+        return raise_stk(rc, &err); /* device buffers cannot grow: say so */
+    if (rc) return raise_stk(rc, &err);
+    BatchObject *bo = PyObject_New(BatchObject, &BatchType);
+    if (!bo) {
+        stk_gpu_release(self->gpu, b, UINTPTR_MAX);
+        return NULL;
+    }
+    Py_INCREF(self);
+    bo->loader = self;
+    bo->b = NULL;
+    bo->gb = b;
+    bo->stream = 0;
+    bo->streamed = 0;
+    self->live++;
+    int dev = stk_gpu_device(self->gpu);
+    PyObject *d = PyDict_New();
+    size_t nf = stk_loader_num_fields(self->ld);
+    for (size_t i = 0; d && i < nf; i++) {
+        stk_batch_field f;
+        stk_gpu_batch_field(b, i, &f);
+        ArrayObject *a = array_new(bo, f.data, f.dtype, f.ndim, f.shape);
+        if (a) {
+            a->dev_type = kDLCUDA;
+            a->dev_id = dev;
+        }
+        if (!a || PyDict_SetItemString(d, f.name, (PyObject *)a)) {
+            Py_XDECREF(a);
+            Py_CLEAR(d);
+            break;
+        }
+        Py_DECREF(a);
+        if (f.offsets) {
+            int64_t n1 = (int64_t)stk_gpu_batch_size(b) + 1;
+            ArrayObject *o = array_new(bo, (void *)f.offsets, STK_I64, 1, &n1);
+            char key[STK_NAME_MAX + 16];
+            snprintf(key, sizeof key, "%s_offsets", f.name);
+            if (o) {
+                o->dev_type = kDLCUDA;
+                o->dev_id = dev;
+            }
+            if (!o || PyDict_SetItemString(d, key, (PyObject *)o)) {
+                Py_XDECREF(o);
+                Py_CLEAR(d);
+                break;
+            }
+            Py_DECREF(o);
+        }
+    }
+    if (d) {
+        int64_t n = stk_gpu_batch_size(b);
+        ArrayObject *ids = array_new(bo, (void *)stk_gpu_batch_samples(b), STK_U64, 1, &n);
+        PyObject *t = ids ? Py_BuildValue("(NN)", d, ids) : NULL;
+        Py_DECREF(bo);
+        return t;
+    }
+    Py_DECREF(bo);
+    return NULL;
+}
+
 static PyObject *loader_set_epoch(LoaderObject *self, PyObject *arg) {
     if (check_process(self)) return NULL;
     unsigned long long e = PyLong_AsUnsignedLongLong(arg);
@@ -587,7 +731,7 @@ static PyObject *loader_set_epoch(LoaderObject *self, PyObject *arg) {
     stk_error err = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = stk_loader_set_epoch(self->ld, e, &err);
+    rc = self->gpu ? stk_gpu_set_epoch(self->gpu, e, &err) : stk_loader_set_epoch(self->ld, e, &err);
     Py_END_ALLOW_THREADS
     if (rc) return raise_stk(rc, &err);
     Py_RETURN_NONE;
@@ -597,7 +741,8 @@ static PyObject *loader_save(LoaderObject *self, PyObject *unused) {
     (void)unused;
     if (check_process(self)) return NULL;
     stk_loader_state st;
-    stk_loader_save(self->ld, &st);
+    if (self->gpu) stk_gpu_save(self->gpu, &st);
+    else stk_loader_save(self->ld, &st);
     return Py_BuildValue("{sKsKsKsK}", "seed", st.seed, "epoch", st.epoch, "position",
                          st.position, "fingerprint", st.fingerprint);
 }
@@ -614,7 +759,7 @@ static PyObject *loader_restore(LoaderObject *self, PyObject *args) {
     stk_error err = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = stk_loader_restore(self->ld, &st, &err);
+    rc = self->gpu ? stk_gpu_restore(self->gpu, &st, &err) : stk_loader_restore(self->ld, &st, &err);
     Py_END_ALLOW_THREADS
     if (rc) return raise_stk(rc, &err);
     Py_RETURN_NONE;
@@ -660,6 +805,7 @@ static PyObject *loader_close(LoaderObject *self, PyObject *unused) {
     if (self->pid != getpid()) {
         /* A forked child owns none of the parent's threads: forget them. */
         self->ld = NULL;
+        self->gpu = NULL;
         self->ds = NULL;
         Py_RETURN_NONE;
     }
@@ -671,10 +817,13 @@ static PyObject *loader_close(LoaderObject *self, PyObject *unused) {
 static PyObject *loader_counts(LoaderObject *self, PyObject *unused) {
     (void)unused;
     if (check_process(self)) return NULL;
-    return Py_BuildValue("{sKsKsKss}", "epoch_samples", stk_loader_epoch_samples(self->ld),
+    return Py_BuildValue("{sKsKsKsssisisK}", "epoch_samples", stk_loader_epoch_samples(self->ld),
                          "rank_samples", stk_loader_rank_samples(self->ld), "rank_batches",
                          stk_loader_rank_batches(self->ld), "backend",
-                         stk_backend_name(stk_loader_backend(self->ld)));
+                         stk_backend_name(stk_loader_backend(self->ld)), "device",
+                         self->gpu ? stk_gpu_device(self->gpu) : -1, "resident",
+                         self->gpu ? stk_gpu_resident(self->gpu) : 0, "resident_bytes",
+                         (unsigned long long)(self->gpu ? stk_gpu_resident_bytes(self->gpu) : 0));
 }
 
 static PyObject *loader_closed(LoaderObject *self, void *c) {
@@ -1115,7 +1264,20 @@ static PyObject *py_index(PyObject *mod, PyObject *args, PyObject *kw) {
     return PyLong_FromUnsignedLongLong(records);
 }
 
+/* gpu_count() -> (devices, reason): reason is "" when there are devices,
+ * else why none can be used. */
+static PyObject *py_gpu_count(PyObject *mod, PyObject *unused) {
+    (void)mod;
+    (void)unused;
+    stk_error err = {0};
+    int n = 0;
+    int rc = stk_gpu_count(&n, &err);
+    return Py_BuildValue("(is)", rc ? 0 : n, rc ? err.message : "");
+}
+
 static PyMethodDef module_methods[] = {
+    {"gpu_count", py_gpu_count, METH_NOARGS,
+     "gpu_count() -> (CUDA devices, why none when 0)."},
     {"index", (PyCFunction)(void (*)(void))py_index, METH_VARARGS | METH_KEYWORDS,
      "Indexes files in place (see stoker.index); returns the record count."},
     {"write_arrow", py_write_arrow, METH_VARARGS,

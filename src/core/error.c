@@ -24,6 +24,8 @@ const char *stk_strerror(int code) {
     case STK_EMISMATCH: return "shard does not match the manifest";
     case STK_EUNSUPPORTED: return "unsupported input";
     case STK_ESTALE: return "source file changed since it was indexed";
+    case STK_ENOGPU: return "no usable GPU";
+    case STK_ECUDA: return "a CUDA call failed";
     default: break;
     }
     if (code < 0 && code > -4096) {

@@ -33,6 +33,8 @@
 #include "../io/io.h"
 #include "../sample/sample.h"
 #include "../stats/trace.h"
+#include "../gpu/gpu.h"
+#include "pipeline.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -80,6 +82,8 @@ struct stk_batch {
     uint64_t *samples;
     uint64_t *ragged_rows; /* per loader field */
     uint8_t *own_mem;      /* buffers added after open own their memory */
+    stk__plan *plan;       /* planned loader: the batch's pieces */
+    size_t nplan;
     int err;
     stk_error e;
 };
@@ -181,6 +185,7 @@ struct stk_loader {
      * the shard's blocks beforehand (a second pass over memory). */
     bool rec_check;
     size_t *lf_of; /* rec_check: the loader field of each dataset field */
+    bool plan_only; /* batches carry plans, not data (pipeline.h) */
     group *groups[MAX_GROUP_SLOTS];
     int ngroups;
     uint8_t *group_mem;
@@ -210,6 +215,7 @@ struct stk_loader {
     _Atomic uint64_t st_skipped;
     stk_error last_skip;
     stk__trace trace; /* spans per thread, when asked for (stats/trace.c) */
+    bool nvtx;        /* NVTX ranges for the stages (under Nsight; gpu/gpu.h) */
     _Atomic uint64_t st_plan_n, st_plan_ns, st_io_n, st_io_bytes, st_io_ns, st_asm_n,
         st_asm_bytes, st_asm_ns, st_wait_n, st_wait_ns, st_batches, st_samples, st_ready_sum,
         st_groups, st_inflight;
@@ -247,11 +253,27 @@ const char *stk_backend_name(stk_backend b) {
 
 static inline uint64_t now_ns(void) { return stk__now_ns(); }
 
-/* Records a span of worker w (NULL: the consumer) when tracing is on. */
+/* Spans.  span_open marks a stage's start: it returns the time and, under
+ * an NVTX tool, opens a range of the same name.  span_add records the
+ * finished span when tracing is on (stats/trace.c) and closes its range.
+ * Every span_add of an opened kind follows its span_open; a stage that
+ * returns early on an error leaves its range open, and the batch's end
+ * closes every range its thread opened since (worker_main). */
+static const char *const nvtx_names[STK__EV_KINDS] = {
+    "stoker batch", "stoker plan", "stoker verify", "stoker read", "stoker assemble",
+    "stoker group load", "", "stoker next", ""};
+
+static inline uint64_t span_open(const stk_loader *ld, stk__ev_kind kind) {
+    if (STK__UNLIKELY(ld->nvtx)) stk__nvtx_push(nvtx_names[kind]);
+    return now_ns();
+}
+
 static inline void span_add(stk_loader *ld, const struct worker *w, stk__ev_kind kind,
                             uint64_t t0, uint64_t t1, uint64_t a0, uint64_t a1) {
     if (STK__UNLIKELY(stk__tracing(&ld->trace)))
         stk__trace_add(&ld->trace, w ? (int)(w - ld->w) : ld->nw, kind, t0, t1, a0, a1, NULL);
+    if (STK__UNLIKELY(ld->nvtx) && nvtx_names[kind][0] && kind != STK__EV_BATCH)
+        stk__nvtx_pop();
 }
 
 /* ---- batches and samples ---- */
@@ -471,13 +493,14 @@ static int group_read(stk_loader *ld, worker *w, group *gr, stk_error *err) {
         }
         bytes += end - sp->base;
     }
-    uint64_t t = now_ns();
+    uint64_t t = span_open(ld, STK__EV_READ);
     int rc = stk__io_exec(w->io, w->reqs, k, err);
     uint64_t t_ver = now_ns();
     ld->st_io_ns += t_ver - t;
     ld->st_io_n += k;
     ld->st_io_bytes += bytes;
     span_add(ld, w, STK__EV_READ, t, t_ver, k, bytes);
+    if (ld->opt.verify) t_ver = span_open(ld, STK__EV_VERIFY);
     /* Spans were widened to whole checksum blocks: check them from memory,
      * so batches cut from this group need no further reads to verify. */
     for (size_t i = 0; rc == 0 && ld->opt.verify && i < gr->nspans; i++) {
@@ -596,7 +619,7 @@ static group *group_acquire(stk_loader *ld, worker *w, uint64_t g, uint64_t gen,
         victim->users = 1;
         victim->last_batch = group_last_batch(ld, g);
         pthread_mutex_unlock(&ld->mu);
-        uint64_t t_load = now_ns();
+        uint64_t t_load = span_open(ld, STK__EV_GROUP_LOAD);
         int r = group_load(ld, w, victim, g, err);
         span_add(ld, w, STK__EV_GROUP_LOAD, t_load, now_ns(), g, STK__EV_NONE);
         pthread_mutex_lock(&ld->mu);
@@ -774,7 +797,7 @@ static int fill_mapped_records(stk_loader *ld, worker *w, stk_batch *s, const ui
     uint64_t io_bytes = 0, ver_bytes = 0;
     uint32_t j0 = 0;
     while (j0 < s->n) {
-        uint64_t t0 = now_ns(), run = 0;
+        uint64_t t0 = span_open(ld, STK__EV_VERIFY), run = 0;
         uint32_t j1 = j0;
         for (; j1 < s->n && (j1 == j0 || run < (256u << 10)); j1++) {
             size_t si = stk__dataset_shard_of(ds, recs[j1]);
@@ -795,6 +818,8 @@ static int fill_mapped_records(stk_loader *ld, worker *w, stk_batch *s, const ui
             run += z - x;
         }
         uint64_t t1 = now_ns();
+        span_add(ld, w, STK__EV_VERIFY, t0, t1, STK__EV_NONE, j1 - j0);
+        t1 = span_open(ld, STK__EV_READ);
         for (uint32_t j = j0; j < j1; j++) {
             size_t si = stk__dataset_shard_of(ds, recs[j]);
             const stk__shard *sh = &ds->shards[si];
@@ -810,7 +835,6 @@ static int fill_mapped_records(stk_loader *ld, worker *w, stk_batch *s, const ui
         ver_bytes += run;
         ld->st_ver_ns += t1 - t0;
         ld->st_io_ns += t2 - t1;
-        span_add(ld, w, STK__EV_VERIFY, t0, t1, STK__EV_NONE, j1 - j0);
         span_add(ld, w, STK__EV_READ, t1, t2, j1 - j0, STK__EV_NONE);
         j0 = j1;
     }
@@ -832,10 +856,34 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
     bool mm = ld->backend == STK_BACKEND_MMAP;
     size_t nr = 0, np = 0;
     uint64_t stage_pos = 0;
-    uint64_t t_plan = now_ns();
+    uint64_t t_plan = span_open(ld, STK__EV_PLAN);
     if (grow((void **)&w->reqs, &w->reqs_cap, (size_t)s->n * ld->nf, sizeof *w->reqs) ||
         grow((void **)&w->posts, &w->posts_cap, (size_t)s->n * ld->nf, sizeof *w->posts))
         return stk__err(err, -ENOMEM, "out of memory");
+    if (ld->plan_only) {
+        /* Where each piece lies and where it goes; nothing is read. */
+        s->nplan = 0;
+        for (size_t fi = 0; fi < ld->nf; fi++) {
+            const lfield *lf = &ld->f[fi];
+            uint64_t rows_done = 0;
+            for (uint32_t j = 0; j < s->n; j++) {
+                size_t si = stk__dataset_shard_of(ds, recs[j]);
+                const stk__shard *sh = &ds->shards[si];
+                const uint64_t *e = stk__entry(ds, sh, recs[j] - sh->first);
+                uint64_t off, len, raw;
+                uint8_t *dst = place(ld, lf, s, j, e, ts[j], &rows_done, &off, &len, &raw);
+                s->plan[s->nplan++] =
+                    (stk__plan){(uint32_t)si, (uint32_t)lf->dsf, recs[j], off, len, dst};
+            }
+            if (lf->kind == F_RAGGED) {
+                ((int64_t *)(s->mem + lf->offs_off))[s->n] = (int64_t)rows_done;
+                s->ragged_rows[fi] = rows_done;
+            }
+        }
+        ld->st_plan_ns += now_ns() - t_plan;
+        span_add(ld, w, STK__EV_PLAN, t_plan, now_ns(), STK__EV_NONE, s->n);
+        return 0;
+    }
     for (size_t fi = 0; fi < ld->nf; fi++) {
         const lfield *lf = &ld->f[fi];
         int64_t *offs = lf->kind == F_RAGGED ? (int64_t *)(s->mem + lf->offs_off) : NULL;
@@ -915,6 +963,7 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
     uint64_t t_io = now_ns();
     ld->st_plan_ns += t_io - t_plan;
     span_add(ld, w, STK__EV_PLAN, t_plan, t_io, STK__EV_NONE, s->n);
+    t_io = span_open(ld, STK__EV_READ);
     int rc = stk__io_exec(w->io, w->reqs, nr, err);
     uint64_t t_asm = now_ns();
     ld->st_io_ns += t_asm - t_io;
@@ -923,6 +972,7 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
     for (size_t i = 0; i < nr; i++) bytes += w->reqs[i].len;
     ld->st_io_bytes += bytes;
     span_add(ld, w, STK__EV_READ, t_io, t_asm, nr, bytes);
+    t_asm = span_open(ld, STK__EV_ASSEMBLE);
     if (rc == 0) rc = do_posts(ld, w, np, err);
     uint64_t t_end = now_ns();
     ld->st_asm_ns += t_end - t_asm;
@@ -1062,7 +1112,7 @@ static int fill_groups(stk_loader *ld, worker *w, stk_batch *s, uint64_t *recs, 
             gr = group_acquire(ld, w, g, gen, err, &rc);
             pthread_mutex_unlock(&ld->mu);
             if (!gr) break;
-            t_run = now_ns();
+            t_run = span_open(ld, STK__EV_ASSEMBLE);
         }
         if (ld->bad) {
             /* A sample on a block the group load found damaged is replaced
@@ -1173,7 +1223,7 @@ static int check_records(stk_loader *ld, stk_batch *s, const uint64_t *recs, stk
 }
 
 static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error *err) {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = span_open(ld, STK__EV_PLAN);
     uint32_t n = s->n;
     uint64_t *recs = w->ids, *ts = recs + n, *gs = ts + n;
     uint64_t first = s->b * ld->opt.batch_size;
@@ -1193,6 +1243,7 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
      * cache, and under on_error = skip a damaged sample is replaced before
      * anything is read for it. */
     bool pre = ld->opt.verify && !ld->use_groups && !ld->rec_check;
+    if (pre) t1 = span_open(ld, STK__EV_VERIFY);
     for (uint32_t j = 0; pre && j < n && rc == 0; j++) {
         rc = sample_ok(ld, w, recs[j], ts[j], err);
         if (rc == STK_ECHECKSUM && ld->bad)
@@ -1206,12 +1257,12 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
              : mapped       ? fill_mapped_records(ld, w, s, recs, err)
                             : fill_direct(ld, w, s, recs, ts, err);
     if (rc == 0 && ld->rec_check && !mapped) {
-        uint64_t tv = now_ns();
+        uint64_t tv = span_open(ld, STK__EV_VERIFY);
         rc = check_records(ld, s, recs, err);
         span_add(ld, w, STK__EV_VERIFY, tv, now_ns(), STK__EV_NONE, n);
     }
     if (rc == 0 && ld->opt.verify && ld->use_groups) {
-        uint64_t tv = now_ns();
+        uint64_t tv = span_open(ld, STK__EV_VERIFY);
         rc = verify_samples(ld, w, n, recs, ts, err);
         span_add(ld, w, STK__EV_VERIFY, tv, now_ns(), STK__EV_NONE, STK__EV_NONE);
     }
@@ -1261,9 +1312,11 @@ static void *worker_main(void *arg) {
         w->deal = ld->deal;
         pthread_mutex_unlock(&ld->mu);
         stk_error err = {0};
-        uint64_t t_batch = now_ns();
+        int depth = ld->nvtx ? stk__nvtx_depth() : 0;
+        uint64_t t_batch = span_open(ld, STK__EV_BATCH);
         int rc = fill(ld, w, s, gen, &err);
         span_add(ld, w, STK__EV_BATCH, t_batch, now_ns(), s->b, s->n);
+        if (ld->nvtx) stk__nvtx_pop_to(depth); /* the batch, and any a failure left */
         pthread_mutex_lock(&ld->mu);
         /* (A group wait gives up with -ECANCELED only for these two; an
          * -ECANCELED from a read is an error like any other.) */
@@ -1467,8 +1520,21 @@ static int check_options(const stk_dataset *ds, const stk_loader_options *o, stk
     return 0;
 }
 
+static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool plan_only,
+                       stk_loader **out, stk_error *err);
+
 int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader **out,
                     stk_error *err) {
+    return loader_open(ds, opts, false, out, err);
+}
+
+int stk__loader_open_planned(stk_dataset *ds, const stk_loader_options *opts, stk_loader **out,
+                             stk_error *err) {
+    return loader_open(ds, opts, true, out, err);
+}
+
+static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool plan_only,
+                       stk_loader **out, stk_error *err) {
     stk_loader_options defaults;
     if (!opts) {
         stk_loader_options_init(&defaults);
@@ -1479,8 +1545,9 @@ int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader 
     int rc = check_options(ds, opts, err);
     if (rc) return rc;
     stk_loader_options in_place;
-    if (ds->in_place && opts->verify) {
-        /* Users' own files carry no checksums to verify. */
+    if ((ds->in_place || plan_only) && opts->verify) {
+        /* Users' own files carry no checksums to verify; a planned loader
+         * reads nothing (its caller checks what it reads). */
         in_place = *opts;
         in_place.verify = 0;
         opts = &in_place;
@@ -1488,6 +1555,8 @@ int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader 
     stk_loader *ld = stk__calloc(1, sizeof *ld);
     if (!ld) return stk__err(err, -ENOMEM, "out of memory");
     ld->ds = ds;
+    ld->plan_only = plan_only;
+    ld->nvtx = stk__nvtx_on();
     ld->opt = *opts;
     ld->opt.fields = NULL;
     ld->opt.valid_field = NULL;
@@ -1541,8 +1610,8 @@ int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader 
     }
     ld->slot_bytes = STK__MAX(pos, (uint64_t)64);
 
-    /* Backend. */
-    ld->backend = opts->backend;
+    /* Backend.  A planned loader reads nothing: no descriptors, no rings. */
+    ld->backend = plan_only ? STK_BACKEND_MMAP : opts->backend;
     if (ld->backend == STK_BACKEND_AUTO) {
         if (!opts->direct && mostly_resident(ds)) ld->backend = STK_BACKEND_MMAP;
         else ld->backend = stk__io_uring_available() ? STK_BACKEND_URING : STK_BACKEND_POOL;
@@ -1577,7 +1646,9 @@ int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader 
     /* Block order: block size in samples, and group buffers. */
     uint64_t budget = opts->memory_budget, groups_bytes = 0;
     if (opts->order == STK_ORDER_BLOCK) {
-        ld->use_groups = true;
+        /* A planned loader takes the samples of each batch one by one:
+         * groups are a way of reading, and it reads nothing. */
+        ld->use_groups = !plan_only;
         if (ld->space.windows) {
             uint64_t per_sample = 0;
             for (size_t i = 0; i < ld->nf; i++)
@@ -1686,7 +1757,8 @@ int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader 
         s->mem = ld->slot_mem + i * stk__align_up(ld->slot_bytes, 4096);
         s->samples = stk__calloc(B, sizeof *s->samples);
         s->ragged_rows = stk__calloc(ld->nf, sizeof *s->ragged_rows);
-        if (!s->samples || !s->ragged_rows) {
+        if (plan_only) s->plan = stk__calloc(B * ld->nf, sizeof *s->plan);
+        if (!s->samples || !s->ragged_rows || (plan_only && !s->plan)) {
             rc = stk__err(err, -ENOMEM, "out of memory");
             goto fail;
         }
@@ -1773,7 +1845,7 @@ int stk_loader_next_timeout(stk_loader *ld, stk_batch **out, int64_t timeout_ms,
         }
     }
     *out = NULL;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = span_open(ld, STK__EV_NEXT);
     int rc = 0;
     pthread_mutex_lock(&ld->mu);
     ld->st_wait_n++;
@@ -1850,10 +1922,12 @@ int stk_loader_add_buffer(stk_loader *ld, stk_error *err) {
         s->own_mem = stk__aligned_alloc(4096, (size_t)stk__align_up(ld->slot_bytes, 4096));
         s->samples = stk__calloc(ld->opt.batch_size, sizeof *s->samples);
         s->ragged_rows = stk__calloc(ld->nf, sizeof *s->ragged_rows);
-        if (!s->own_mem || !s->samples || !s->ragged_rows) {
+        if (ld->plan_only) s->plan = stk__calloc((size_t)ld->opt.batch_size * ld->nf, sizeof *s->plan);
+        if (!s->own_mem || !s->samples || !s->ragged_rows || (ld->plan_only && !s->plan)) {
             stk__free(s->own_mem);
             stk__free(s->samples);
             stk__free(s->ragged_rows);
+            stk__free(s->plan);
             rc = stk__err(err, -ENOMEM, "out of memory for one more batch buffer (%llu bytes)",
                           (unsigned long long)ld->slot_bytes);
         } else {
@@ -1955,7 +2029,15 @@ int stk_loader_set_epoch(stk_loader *ld, uint64_t epoch, stk_error *err) {
 void stk_loader_save(const stk_loader *ld, stk_loader_state *st) {
     stk_loader *l = (stk_loader *)ld;
     pthread_mutex_lock(&l->mu);
-    uint64_t consumed = STK__MIN(ld->next_take * ld->opt.batch_size, ld->deal.per_rank);
+    uint64_t taken = ld->next_take;
+    pthread_mutex_unlock(&l->mu);
+    stk__loader_save_at(ld, taken, st);
+}
+
+void stk__loader_save_at(const stk_loader *ld, uint64_t taken, stk_loader_state *st) {
+    stk_loader *l = (stk_loader *)ld;
+    pthread_mutex_lock(&l->mu);
+    uint64_t consumed = STK__MIN(taken * ld->opt.batch_size, ld->deal.per_rank);
     st->seed = ld->seed;
     st->epoch = ld->epoch;
     st->position = STK__MIN(ld->deal.start + consumed * ld->deal.world, ld->space.n);
@@ -1975,6 +2057,26 @@ int stk_loader_restore(stk_loader *ld, const stk_loader_state *st, stk_error *er
                         (unsigned long long)st->position, (unsigned long long)ld->space.n);
     return reposition(ld, st->seed, st->epoch, st->position, err);
 }
+
+/* ---- for the GPU stage (pipeline.h) ---- */
+
+const stk__plan *stk__batch_plan(const stk_batch *b, size_t *n) {
+    *n = b ? b->nplan : 0;
+    return b ? b->plan : NULL;
+}
+
+uint8_t *stk__batch_mem(const stk_batch *b) { return b ? b->mem : NULL; }
+
+void stk__loader_ring(const stk_loader *ld, void **mem, size_t *bytes) {
+    /* The buffers made at open; those added later (add_buffer) own theirs. */
+    uint32_t made = ld->slots_cap - MAX_EXTRA_SLOTS;
+    *mem = ld->slot_mem;
+    *bytes = (size_t)made * (size_t)stk__align_up(ld->slot_bytes, 4096);
+}
+
+uint64_t stk__loader_slot_bytes(const stk_loader *ld) { return ld->slot_bytes; }
+
+size_t stk__loader_field_dsf(const stk_loader *ld, size_t i) { return ld->f[i].dsf; }
 
 /* ---- tracing ---- */
 
@@ -2073,6 +2175,7 @@ void stk_loader_close(stk_loader *ld) {
             stk__free(ld->slots[i].samples);
             stk__free(ld->slots[i].ragged_rows);
             stk__free(ld->slots[i].own_mem);
+            stk__free(ld->slots[i].plan);
         }
     stk__free(ld->slots);
     stk__free(ld->slot_mem);

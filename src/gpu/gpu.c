@@ -1,0 +1,879 @@
+/*
+ * gpu.c: the GPU stage (stoker.h, "The GPU stage").
+ *
+ *   loader ring (page-locked) --copy on stoker's stream--> device ring --> consumer
+ *   or, device-resident:  plan (host) --gather kernel--> device ring --> consumer
+ *
+ * The CUDA code is in a plugin (src/cuda) loaded here with dlopen, so this
+ * file needs no CUDA header and the library no CUDA library.
+ *
+ * A feeder thread takes the loader's batches in order.  For each it picks a
+ * free device buffer, makes stoker's stream wait for the event the
+ * consumer's stream recorded when it gave that buffer back, queues the copy
+ * (or the plan's upload and the gather), records the buffer's "copied"
+ * event, and queues a host callback that gives the host batch back to the
+ * loader once the copy is done.  The consumer takes device batches in
+ * order; stk_gpu_batch_wait makes its stream wait on "copied", so neither
+ * side ever blocks the host on the GPU.
+ *
+ * Epoch changes and restores park the feeder outside the loader (a pause
+ * handshake under the stage's mutex), drop the device batches read ahead,
+ * move the loader, and let the feeder go on.
+ */
+#define _GNU_SOURCE
+#include "../cuda/plugin.h"
+#include "../format/format.h"
+#include "../core/hash.h"
+#include "../pipeline/pipeline.h"
+#include "gpu.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- the plugin ---- */
+
+static pthread_once_t plugin_once = PTHREAD_ONCE_INIT;
+static const stk_cuda_api *cu;
+static char plugin_why[STK_ERROR_MAX - 64];
+
+static void *open_plugin(const char *path, char *why, size_t len) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(why, len, "%s", e ? e : path);
+    }
+    return h;
+}
+
+static void load_plugin(void) {
+#ifndef STK_HAVE_CUDA_PLUGIN
+    snprintf(plugin_why, sizeof plugin_why,
+             "this stoker was built without CUDA support (no CUDA toolkit was found when it "
+             "was built)");
+#else
+    char why[sizeof plugin_why] = "";
+    void *h = NULL;
+    const char *env = getenv("STOKER_CUDA_PLUGIN");
+    if (env && *env) h = open_plugin(env, why, sizeof why);
+    if (!h) {
+        /* Beside the library or program this code is part of: libstoker.so,
+         * the stoker command, or the Python extension. */
+        Dl_info info;
+        if (dladdr((void *)load_plugin, &info) && info.dli_fname) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s", info.dli_fname);
+            char *slash = strrchr(path, '/');
+            if (slash) {
+                snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "%s",
+                         "libstoker_cuda.so");
+                if (!access(path, R_OK)) h = open_plugin(path, why, sizeof why);
+            }
+        }
+    }
+    if (!h) h = open_plugin("libstoker_cuda.so", why, sizeof why);
+    if (!h) {
+        snprintf(plugin_why, sizeof plugin_why, "stoker's CUDA plugin cannot be loaded: %s",
+                 why);
+        return;
+    }
+    stk_cuda_plugin_fn fn;
+    void *sym = dlsym(h, STK_CUDA_PLUGIN_SYMBOL);
+    memcpy(&fn, &sym, sizeof fn);
+    const stk_cuda_api *api = fn ? fn() : NULL;
+    if (!api || api->abi != STK_CUDA_ABI) {
+        snprintf(plugin_why, sizeof plugin_why,
+                 "stoker's CUDA plugin is from another version of stoker (rebuild it)");
+        return;
+    }
+    cu = api;
+#endif
+}
+
+const stk_cuda_api *stk__cuda(stk_error *err) {
+    pthread_once(&plugin_once, load_plugin);
+    if (!cu) stk__err(err, STK_ENOGPU, "no GPU available: %s", plugin_why);
+    return cu;
+}
+
+static int cuda_fail(stk_error *err, int code, const char *what) {
+    return stk__err(err, STK_ECUDA, "CUDA: %s: %s", what, cu->error_string(code));
+}
+
+int stk_gpu_count(int *count, stk_error *err) {
+    if (count) *count = 0;
+    if (!stk__cuda(err)) return STK_ENOGPU;
+    int n = 0;
+    int rc = cu->device_count(&n);
+    if (rc) {
+        /* The runtime has tried to load the driver by now; if it is not
+         * loaded, say so rather than the runtime's "insufficient driver". */
+        void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        if (!drv)
+            return stk__err(err, STK_ENOGPU,
+                            "no GPU available: the NVIDIA driver (libcuda.so.1) is not installed");
+        dlclose(drv);
+        return stk__err(err, STK_ENOGPU, "no GPU available: %s", cu->error_string(rc));
+    }
+    if (n == 0) return stk__err(err, STK_ENOGPU, "no GPU available: no CUDA device");
+    if (count) *count = n;
+    return 0;
+}
+
+/* ---- the stage ---- */
+
+enum { D_FREE, D_FILLING, D_READY, D_HELD };
+
+struct stk_gpu_batch {
+    stk_gpu *g;
+    uint32_t slot;
+    uint32_t n;
+    uint64_t index;
+    uint64_t *samples;        /* batch_size, host */
+    stk_batch_field *fields;  /* per loader field; data, offsets on the device */
+};
+
+typedef struct dslot {
+    int state;
+    uint8_t *dev;
+    void *copied, *released;
+    bool release_pending; /* `released` was recorded on the consumer's stream */
+    bool plan_in_use;     /* plan_host was handed to a copy not known done */
+    stk_gpu_batch b;
+    stk_cuda_copy *plan_host; /* resident: the gather's copies (page-locked) */
+    stk_cuda_copy *plan_dev;
+} dslot;
+
+struct stk_gpu {
+    stk_dataset *ds;
+    stk_loader *ld;
+    int device;
+    void *stream;
+    dslot *slots;
+    uint32_t nslots;
+    size_t nf;
+    uint32_t batch_size;
+    uint64_t slot_bytes;
+    void *pinned;
+    stk_cuda_copy *plans; /* resident: every slot's plan_host, one block */
+    size_t plans_bytes;
+    pthread_t feeder;
+    bool feeder_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    _Atomic bool stop, pause;
+    bool paused, ended;
+    int failed;
+    stk_error ferr;
+    uint64_t next_index; /* the consumer's next batch */
+    uint64_t taken;      /* batches taken since the epoch began or the restore */
+    /* device-resident */
+    bool resident;
+    uint64_t resident_bytes;
+    uint8_t **img;       /* [shard * F + field]: the field's bytes of every record */
+    uint64_t **fstart;   /* [shard * F + field]: where each record's bytes start */
+};
+
+void stk_gpu_options_init(stk_gpu_options *o) {
+    memset(o, 0, sizeof *o);
+    o->slots = 3;
+}
+
+stk_loader *stk_gpu_loader(stk_gpu *g) { return g ? g->ld : NULL; }
+int stk_gpu_resident(const stk_gpu *g) { return g && g->resident; }
+uint64_t stk_gpu_resident_bytes(const stk_gpu *g) { return g ? g->resident_bytes : 0; }
+int stk_gpu_device(const stk_gpu *g) { return g ? g->device : -1; }
+uint32_t stk_gpu_batch_size(const stk_gpu_batch *b) { return b ? b->n : 0; }
+uint64_t stk_gpu_batch_index(const stk_gpu_batch *b) { return b ? b->index : 0; }
+const uint64_t *stk_gpu_batch_samples(const stk_gpu_batch *b) { return b ? b->samples : NULL; }
+
+int stk_gpu_batch_field(const stk_gpu_batch *b, size_t i, stk_batch_field *out) {
+    if (!b || !out || i >= b->g->nf) return -EINVAL;
+    *out = b->fields[i];
+    return 0;
+}
+
+typedef struct host_release {
+    stk_loader *ld;
+    stk_batch *b;
+} host_release;
+
+/* Runs on a CUDA runtime thread once the copy out of the host batch is
+ * done; calls no CUDA. */
+static void give_back_host(void *arg) {
+    host_release *r = arg;
+    stk_loader_release(r->ld, r->b);
+    stk__free(r);
+}
+
+/* Queues batch hb's way onto device buffer d.  On failure the host batch
+ * has been given back. */
+static int submit(stk_gpu *g, uint32_t d, stk_batch *hb, stk_error *err) {
+    dslot *sl = &g->slots[d];
+    const stk_dataset *ds = g->ds;
+    uint8_t *hmem = stk__batch_mem(hb);
+    sl->b.n = stk_batch_size(hb);
+    sl->b.index = stk_batch_index(hb);
+    memcpy(sl->b.samples, stk_batch_samples(hb), (size_t)sl->b.n * sizeof *sl->b.samples);
+    for (size_t i = 0; i < g->nf; i++) {
+        stk_batch_field bf;
+        stk_batch_field_get(hb, i, &bf);
+        sl->b.fields[i] = bf;
+        sl->b.fields[i].data = sl->dev + ((uint8_t *)bf.data - hmem);
+        if (bf.offsets)
+            sl->b.fields[i].offsets =
+                (const int64_t *)(sl->dev + ((const uint8_t *)bf.offsets - hmem));
+    }
+    int rc = 0;
+    const char *what = "";
+    if (sl->release_pending) {
+        /* The consumer's work on this buffer comes first. */
+        what = "waiting for the consumer's stream";
+        rc = cu->stream_wait_event(g->stream, sl->released);
+        sl->release_pending = false;
+    }
+    if (rc == 0 && g->resident) {
+        size_t np;
+        const stk__plan *pl = stk__batch_plan(hb, &np);
+        /* plan_host feeds an earlier copy that may still be queued. */
+        if (sl->plan_in_use && (rc = cu->event_sync(sl->copied))) what = "waiting for a copy";
+        size_t F = ds->nfields;
+        for (size_t k = 0; rc == 0 && k < np; k++) {
+            const stk__plan *p = &pl[k];
+            const stk__shard *sh = &ds->shards[p->shard];
+            uint64_t local = p->rec - sh->first;
+            const uint64_t *e = stk__entry(ds, sh, local);
+            size_t at = (size_t)p->shard * F + p->field;
+            sl->plan_host[k] = (stk_cuda_copy){
+                (uint64_t)(uintptr_t)(g->img[at] + g->fstart[at][local] + (p->off - e[1 + 3 * p->field])),
+                (uint64_t)(uintptr_t)(sl->dev + (p->dst - hmem)), p->len};
+        }
+        if (rc == 0 && np) {
+            what = "uploading a batch's plan";
+            rc = cu->copy_to_device_async(sl->plan_dev, sl->plan_host, np * sizeof *sl->plan_host,
+                                          g->stream);
+            sl->plan_in_use = true;
+            if (rc == 0) {
+                what = "the gather kernel";
+                rc = cu->gather(sl->plan_dev, (uint32_t)np, g->stream);
+            }
+        }
+        /* Ragged offsets were computed on the host. */
+        for (size_t i = 0; rc == 0 && i < g->nf; i++) {
+            stk_batch_field bf;
+            stk_batch_field_get(hb, i, &bf);
+            if (!bf.offsets) continue;
+            what = "copying offsets";
+            rc = cu->copy_to_device_async((void *)sl->b.fields[i].offsets, bf.offsets,
+                                          ((size_t)sl->b.n + 1) * sizeof(int64_t), g->stream);
+        }
+    } else if (rc == 0) {
+        for (size_t i = 0; rc == 0 && i < g->nf; i++) {
+            stk_batch_field bf;
+            stk_batch_field_get(hb, i, &bf);
+            what = "copying a batch to the device";
+            if (bf.bytes) rc = cu->copy_to_device_async(sl->b.fields[i].data, bf.data,
+                                                        (size_t)bf.bytes, g->stream);
+            if (rc == 0 && bf.offsets)
+                rc = cu->copy_to_device_async((void *)sl->b.fields[i].offsets, bf.offsets,
+                                              ((size_t)sl->b.n + 1) * sizeof(int64_t),
+                                              g->stream);
+        }
+    }
+    if (rc == 0) {
+        what = "recording an event";
+        rc = cu->event_record(sl->copied, g->stream);
+    }
+    host_release *r = rc == 0 ? stk__malloc(sizeof *r) : NULL;
+    if (rc == 0 && !r) {
+        cu->stream_sync(g->stream);
+        stk_loader_release(g->ld, hb);
+        return stk__err(err, -ENOMEM, "out of memory");
+    }
+    if (rc == 0) {
+        *r = (host_release){g->ld, hb};
+        what = "queueing the host buffer's release";
+        rc = cu->host_callback(g->stream, give_back_host, r);
+        if (rc) stk__free(r);
+    }
+    if (rc) {
+        cu->stream_sync(g->stream); /* nothing may still read the host batch */
+        stk_loader_release(g->ld, hb);
+        return cuda_fail(err, rc, what);
+    }
+    return 0;
+}
+
+static int free_slot(const stk_gpu *g) {
+    for (uint32_t i = 0; i < g->nslots; i++)
+        if (g->slots[i].state == D_FREE) return (int)i;
+    return -1;
+}
+
+static void *feeder_main(void *arg) {
+    stk_gpu *g = arg;
+    int rc0 = cu->set_device(g->device);
+    pthread_mutex_lock(&g->mu);
+    if (rc0) {
+        g->failed = cuda_fail(&g->ferr, rc0, "selecting the device");
+        pthread_cond_broadcast(&g->cv);
+    }
+    while (!atomic_load(&g->stop)) {
+        if (atomic_load(&g->pause)) {
+            g->paused = true;
+            pthread_cond_broadcast(&g->cv);
+            while (atomic_load(&g->pause) && !atomic_load(&g->stop))
+                pthread_cond_wait(&g->cv, &g->mu);
+            g->paused = false;
+            continue;
+        }
+        int d = g->ended || g->failed ? -1 : free_slot(g);
+        if (d < 0) {
+            pthread_cond_wait(&g->cv, &g->mu);
+            continue;
+        }
+        g->slots[d].state = D_FILLING;
+        pthread_mutex_unlock(&g->mu);
+        stk_batch *hb = NULL;
+        stk_error e = {0};
+        int rc;
+        for (;;) {
+            rc = stk_loader_next_timeout(g->ld, &hb, 50, &e);
+            if (rc != -ETIMEDOUT || atomic_load(&g->stop) || atomic_load(&g->pause)) break;
+        }
+        if (rc == -EBUSY) {
+            /* The host ring is full of batches whose copies are queued:
+             * wait for the copies, which give them back. */
+            cu->stream_sync(g->stream);
+            rc = -ETIMEDOUT;
+        }
+        if (rc == 0) rc = submit(g, (uint32_t)d, hb, &e);
+        pthread_mutex_lock(&g->mu);
+        dslot *sl = &g->slots[d];
+        if (rc == 0 && !atomic_load(&g->pause) && !atomic_load(&g->stop)) {
+            sl->state = D_READY;
+        } else {
+            /* Interrupted, ended, failed, or a batch of an epoch being left
+             * (its copy may still run: the next use of this buffer queues
+             * behind it on the same stream). */
+            sl->state = D_FREE;
+            if (rc == STK_END) g->ended = true;
+            else if (rc < 0 && rc != -ETIMEDOUT && !g->failed) {
+                g->failed = rc;
+                g->ferr = e;
+            }
+        }
+        pthread_cond_broadcast(&g->cv);
+    }
+    g->paused = true;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+int stk_gpu_next(stk_gpu *g, stk_gpu_batch **out, stk_error *err) {
+    return stk_gpu_next_timeout(g, out, -1, err);
+}
+
+int stk_gpu_next_timeout(stk_gpu *g, stk_gpu_batch **out, int64_t timeout_ms, stk_error *err) {
+    if (!g || !out) return stk__err(err, -EINVAL, "stk_gpu_next: NULL argument");
+    *out = NULL;
+    struct timespec deadline;
+    if (timeout_ms >= 0) {
+        clock_gettime(CLOCK_MONOTONIC, &deadline);
+        deadline.tv_sec += timeout_ms / 1000;
+        deadline.tv_nsec += (timeout_ms % 1000) * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+    }
+    int rc = 0;
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        dslot *found = NULL;
+        uint32_t held = 0;
+        for (uint32_t i = 0; i < g->nslots; i++) {
+            dslot *sl = &g->slots[i];
+            held += sl->state == D_HELD;
+            if (sl->state == D_READY && sl->b.index == g->next_index) found = sl;
+        }
+        if (found) {
+            found->state = D_HELD;
+            g->next_index++;
+            g->taken++;
+            *out = &found->b;
+            pthread_cond_broadcast(&g->cv);
+            break;
+        }
+        if (g->failed) {
+            rc = g->failed;
+            if (err) *err = g->ferr;
+            break;
+        }
+        if (g->ended) {
+            rc = STK_END;
+            break;
+        }
+        if (held == g->nslots) {
+            rc = stk__err(err, -EBUSY,
+                          "every one of the %u device buffers is held by the consumer; "
+                          "release one before asking for the next batch",
+                          g->nslots);
+            break;
+        }
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&g->cv, &g->mu);
+        } else if (pthread_cond_timedwait(&g->cv, &g->mu, &deadline) == ETIMEDOUT) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+    return rc;
+}
+
+/* The consumer's thread calls these with its own device current; a stream
+ * may wait on another device's event and an event is recorded on its own
+ * stream's device, so the current device is left alone. */
+int stk_gpu_batch_wait(stk_gpu_batch *b, uintptr_t stream, stk_error *err) {
+    if (!b) return stk__err(err, -EINVAL, "stk_gpu_batch_wait: NULL batch");
+    stk_gpu *g = b->g;
+    int rc = cu->stream_wait_event((void *)stream, g->slots[b->slot].copied);
+    return rc ? cuda_fail(err, rc, "making the consumer's stream wait for a batch") : 0;
+}
+
+void stk_gpu_release(stk_gpu *g, stk_gpu_batch *b, uintptr_t stream) {
+    if (!g || !b) return;
+    pthread_mutex_lock(&g->mu);
+    dslot *sl = &g->slots[b->slot];
+    if (sl->state == D_HELD) {
+        sl->release_pending = false;
+        if (stream != UINTPTR_MAX && cu->event_record(sl->released, (void *)stream) == 0)
+            sl->release_pending = true;
+        else if (stream != UINTPTR_MAX)
+            cu->stream_sync((void *)stream); /* could not defer: wait here */
+        sl->state = D_FREE;
+        pthread_cond_broadcast(&g->cv);
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Parks the feeder outside the loader; called and returns with mu held. */
+static void park(stk_gpu *g) {
+    atomic_store(&g->pause, true);
+    pthread_cond_broadcast(&g->cv);
+    while (g->feeder_started && !g->paused) pthread_cond_wait(&g->cv, &g->mu);
+}
+
+static void unpark(stk_gpu *g) {
+    atomic_store(&g->pause, false);
+    pthread_cond_broadcast(&g->cv);
+}
+
+/* Drops the device batches read ahead; the consumer's stay valid. */
+static void drop_ahead(stk_gpu *g) {
+    for (uint32_t i = 0; i < g->nslots; i++)
+        if (g->slots[i].state == D_READY) g->slots[i].state = D_FREE;
+    g->ended = false;
+    g->next_index = 0;
+    g->taken = 0;
+}
+
+int stk_gpu_set_epoch(stk_gpu *g, uint64_t epoch, stk_error *err) {
+    if (!g) return stk__err(err, -EINVAL, "NULL stage");
+    pthread_mutex_lock(&g->mu);
+    park(g);
+    drop_ahead(g);
+    int rc = g->failed;
+    if (rc) {
+        if (err) *err = g->ferr;
+    } else {
+        rc = stk_loader_set_epoch(g->ld, epoch, err);
+    }
+    unpark(g);
+    pthread_mutex_unlock(&g->mu);
+    return rc;
+}
+
+void stk_gpu_save(const stk_gpu *g, stk_loader_state *out) {
+    stk_gpu *m = (stk_gpu *)g;
+    pthread_mutex_lock(&m->mu);
+    uint64_t taken = g->taken;
+    pthread_mutex_unlock(&m->mu);
+    stk__loader_save_at(g->ld, taken, out);
+}
+
+int stk_gpu_restore(stk_gpu *g, const stk_loader_state *st, stk_error *err) {
+    if (!g || !st) return stk__err(err, -EINVAL, "NULL argument");
+    pthread_mutex_lock(&g->mu);
+    park(g);
+    drop_ahead(g);
+    int rc = g->failed;
+    if (rc) {
+        if (err) *err = g->ferr;
+    } else {
+        rc = stk_loader_restore(g->ld, st, err);
+    }
+    unpark(g);
+    pthread_mutex_unlock(&g->mu);
+    return rc;
+}
+
+/* ---- device-resident datasets ---- */
+
+/* The selected fields can live on the device: all plain. */
+static bool can_reside(const stk_dataset *ds, const bool *sel) {
+    for (size_t f = 0; f < ds->nfields; f++)
+        if (sel[f] && (ds->fields[f].codec != STK_CODEC_NONE || ds->info[f].conv ||
+                       ds->info[f].chunks))
+            return false;
+    return true;
+}
+
+static uint64_t resident_need(const stk_dataset *ds, const bool *sel) {
+    uint64_t total = 0;
+    for (size_t s = 0; s < ds->nshards; s++) {
+        const stk__shard *sh = &ds->shards[s];
+        for (uint64_t r = 0; r < sh->nrec; r++) {
+            const uint64_t *e = stk__entry(ds, sh, r);
+            for (size_t f = 0; f < ds->nfields; f++)
+                if (sel[f]) total += e[2 + 3 * f];
+        }
+    }
+    return total;
+}
+
+/* Reads record bytes [off, off+len) of shard sh into dst. */
+static int read_bytes(const stk__shard *sh, int *fd, uint64_t off, uint64_t len, uint8_t *dst,
+                      uint64_t rec, stk_error *err) {
+    if (sh->map) {
+        memcpy(dst, sh->map + off, (size_t)len);
+        return 0;
+    }
+    if (*fd < 0 && (*fd = stk__open(sh->path, O_RDONLY, 0)) < 0)
+        return stk__err(err, *fd, "%s: cannot open: %s", sh->path, stk_strerror(*fd));
+    ssize_t got = stk__pread_full(*fd, dst, (size_t)len, off);
+    if (got < 0 || (uint64_t)got != len)
+        return stk__err(err, got < 0 ? (int)got : STK_ETRUNCATED,
+                        "%s: record %llu: the file ends before its bytes", sh->path,
+                        (unsigned long long)rec);
+    return 0;
+}
+
+/* Uploads the selected fields of every record, each field of a shard as one
+ * image, through a host staging buffer; checks each record's checksum on
+ * the way when `verify` (shards only: an index has none). */
+static int upload(stk_gpu *g, const bool *sel, bool verify, stk_error *err) {
+    const stk_dataset *ds = g->ds;
+    size_t F = ds->nfields, n = ds->nshards * F;
+    g->img = stk__calloc(n ? n : 1, sizeof *g->img);
+    g->fstart = stk__calloc(n ? n : 1, sizeof *g->fstart);
+    const size_t stage_cap = 64u << 20;
+    uint8_t *stage = stk__malloc(stage_cap);
+    if (!g->img || !g->fstart || !stage) {
+        stk__free(stage);
+        return stk__err(err, -ENOMEM, "out of memory");
+    }
+    int rc = 0;
+    for (size_t s = 0; rc == 0 && s < ds->nshards; s++) {
+        const stk__shard *sh = &ds->shards[s];
+        int fd = -1;
+        if (verify && !ds->in_place) {
+            for (uint64_t r = 0; rc == 0 && r < sh->nrec; r++) {
+                const uint64_t *e = stk__entry(ds, sh, r);
+                uint64_t x, z;
+                stk__record_span(ds, e, &x, &z);
+                if (sh->map && stk__hash(sh->map + x, (size_t)(z - x)) != e[0])
+                    rc = stk__err(err, STK_ECHECKSUM,
+                                  "%s: record %llu: checksum mismatch: the shard is damaged; "
+                                  "`stoker verify` lists every damaged record",
+                                  sh->path, (unsigned long long)(sh->first + r));
+            }
+        }
+        for (size_t f = 0; rc == 0 && f < F; f++) {
+            if (!sel[f]) continue;
+            size_t at = s * F + f;
+            uint64_t *starts = stk__malloc((size_t)(sh->nrec ? sh->nrec : 1) * sizeof *starts);
+            if (!starts) {
+                rc = stk__err(err, -ENOMEM, "out of memory");
+                break;
+            }
+            g->fstart[at] = starts;
+            uint64_t total = 0;
+            for (uint64_t r = 0; r < sh->nrec; r++) {
+                starts[r] = total;
+                total += stk__entry(ds, sh, r)[2 + 3 * f];
+            }
+            void *dev = NULL;
+            int c = cu->device_alloc(&dev, total ? (size_t)total : 1);
+            if (c) {
+                rc = cuda_fail(err, c, "allocating the device-resident dataset");
+                break;
+            }
+            g->img[at] = dev;
+            uint64_t filled = 0, sent = 0;
+            for (uint64_t r = 0; rc == 0 && r <= sh->nrec; r++) {
+                uint64_t len = r < sh->nrec ? stk__entry(ds, sh, r)[2 + 3 * f] : 0;
+                if (filled && (r == sh->nrec || filled + len > stage_cap)) {
+                    if ((c = cu->copy_to_device((uint8_t *)dev + sent, stage, (size_t)filled)))
+                        rc = cuda_fail(err, c, "uploading the dataset");
+                    sent += filled;
+                    filled = 0;
+                }
+                if (r == sh->nrec || rc) break;
+                const uint64_t *e = stk__entry(ds, sh, r);
+                if (len > stage_cap) { /* a record larger than the staging area */
+                    uint8_t *big = stk__malloc((size_t)len);
+                    if (!big) rc = stk__err(err, -ENOMEM, "out of memory");
+                    if (rc == 0) rc = read_bytes(sh, &fd, e[1 + 3 * f], len, big, sh->first + r, err);
+                    if (rc == 0 && (c = cu->copy_to_device((uint8_t *)dev + sent, big, (size_t)len)))
+                        rc = cuda_fail(err, c, "uploading the dataset");
+                    stk__free(big);
+                    sent += len;
+                    continue;
+                }
+                rc = read_bytes(sh, &fd, e[1 + 3 * f], len, stage + filled, sh->first + r, err);
+                filled += len;
+            }
+            g->resident_bytes += total;
+        }
+        if (fd >= 0) close(fd);
+    }
+    stk__free(stage);
+    return rc;
+}
+
+/* ---- open and close ---- */
+
+static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, const stk_gpu_options *go,
+                    stk_gpu **out, stk_error *err);
+
+int stk_gpu_open(stk_dataset *ds, const stk_loader_options *lo, const stk_gpu_options *go,
+                 stk_gpu **out, stk_error *err) {
+    stk_gpu_options gdef;
+    stk_loader_options ldef;
+    if (!go) {
+        stk_gpu_options_init(&gdef);
+        go = &gdef;
+    }
+    if (!lo) {
+        stk_loader_options_init(&ldef);
+        lo = &ldef;
+    }
+    if (!ds || !out) return stk__err(err, -EINVAL, "stk_gpu_open: NULL argument");
+    *out = NULL;
+    if (go->slots < 2) return stk__err(err, -EINVAL, "slots: at least 2 device buffers");
+    int count = 0, rc = stk_gpu_count(&count, err);
+    if (rc) return rc;
+    if (go->device < 0 || go->device >= count)
+        return stk__err(err, -EINVAL, "device: cuda:%d does not exist (%d device%s)", go->device,
+                        count, count == 1 ? "" : "s");
+    /* The caller's current device is put back before returning. */
+    int prev = 0;
+    if ((rc = cu->get_device(&prev))) return cuda_fail(err, rc, "reading the current device");
+    if ((rc = cu->set_device(go->device))) return cuda_fail(err, rc, "selecting the device");
+    rc = gpu_open(ds, lo, go, out, err);
+    cu->set_device(prev);
+    return rc;
+}
+
+static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, const stk_gpu_options *go,
+                    stk_gpu **out, stk_error *err) {
+    int rc;
+
+    /* Which dataset fields the loader will deliver. */
+    bool *sel = stk__calloc(ds->nfields ? ds->nfields : 1, sizeof *sel);
+    if (!sel) return stk__err(err, -ENOMEM, "out of memory");
+    for (size_t f = 0; f < ds->nfields; f++) sel[f] = lo->fields == NULL;
+    for (size_t i = 0; lo->fields && i < lo->nfields; i++) {
+        int f = stk_dataset_find_field(ds, lo->fields[i]);
+        if (f >= 0) sel[f] = true; /* an unknown name fails in the loader's open */
+    }
+    bool resident = false;
+    uint64_t need = 0;
+    if (go->resident_budget && can_reside(ds, sel)) {
+        need = resident_need(ds, sel);
+        size_t free_b = 0, total_b = 0;
+        resident = need <= go->resident_budget && cu->mem_info(&free_b, &total_b) == 0 &&
+                   need + (64u << 20) < free_b;
+    }
+
+    stk_gpu *g = stk__calloc(1, sizeof *g);
+    if (!g) {
+        stk__free(sel);
+        return stk__err(err, -ENOMEM, "out of memory");
+    }
+    g->ds = ds;
+    g->device = go->device;
+    g->nslots = go->slots;
+    g->resident = resident;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_init(&g->stop, false);
+    atomic_init(&g->pause, false);
+    rc = resident ? stk__loader_open_planned(ds, lo, &g->ld, err) : stk_loader_open(ds, lo, &g->ld, err);
+    if (rc) goto fail;
+    g->nf = stk_loader_num_fields(g->ld);
+    g->batch_size = lo->batch_size ? lo->batch_size : 32;
+    g->slot_bytes = stk__loader_slot_bytes(g->ld);
+    if (resident && (rc = upload(g, sel, lo->verify != 0, err))) goto fail;
+
+    const char *what = "creating a stream";
+    int c = cu->stream_create(&g->stream);
+    /* Page-locked host buffers: copies out of them run at the bus's speed
+     * and asynchronously. */
+    if (c == 0) {
+        void *mem;
+        size_t bytes;
+        stk__loader_ring(g->ld, &mem, &bytes);
+        what = "page-locking the batch buffers";
+        if ((c = cu->host_register(mem, bytes)) == 0) g->pinned = mem;
+    }
+    g->slots = stk__calloc(g->nslots, sizeof *g->slots);
+    if (!g->slots) {
+        rc = stk__err(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (c == 0 && resident) {
+        g->plans_bytes = (size_t)g->nslots * g->batch_size * g->nf * sizeof(stk_cuda_copy);
+        g->plans = stk__aligned_alloc(4096, stk__align_up(g->plans_bytes, 4096));
+        what = "page-locking the plans";
+        if (!g->plans) {
+            rc = stk__err(err, -ENOMEM, "out of memory");
+            goto fail;
+        }
+        c = cu->host_register(g->plans, stk__align_up(g->plans_bytes, 4096));
+        if (c) {
+            stk__free(g->plans);
+            g->plans = NULL;
+        }
+    }
+    for (uint32_t i = 0; c == 0 && i < g->nslots; i++) {
+        dslot *sl = &g->slots[i];
+        sl->b.g = g;
+        sl->b.slot = i;
+        sl->b.samples = stk__calloc(g->batch_size, sizeof *sl->b.samples);
+        sl->b.fields = stk__calloc(g->nf ? g->nf : 1, sizeof *sl->b.fields);
+        if (!sl->b.samples || !sl->b.fields) {
+            rc = stk__err(err, -ENOMEM, "out of memory");
+            goto fail;
+        }
+        what = "allocating device batch buffers";
+        c = cu->device_alloc((void **)&sl->dev, (size_t)g->slot_bytes);
+        if (c == 0) {
+            what = "creating events";
+            c = cu->event_create(&sl->copied);
+        }
+        if (c == 0) c = cu->event_create(&sl->released);
+        if (c == 0 && resident) {
+            sl->plan_host = g->plans + (size_t)i * g->batch_size * g->nf;
+            what = "allocating device plans";
+            c = cu->device_alloc((void **)&sl->plan_dev,
+                                 (size_t)g->batch_size * g->nf * sizeof(stk_cuda_copy));
+        }
+    }
+    if (c) {
+        rc = cuda_fail(err, c, what);
+        goto fail;
+    }
+    if ((rc = -pthread_create(&g->feeder, NULL, feeder_main, g))) {
+        stk__err(err, rc, "cannot start the GPU stage's thread: %s", stk_strerror(rc));
+        goto fail;
+    }
+    g->feeder_started = true;
+    stk__free(sel);
+    *out = g;
+    return 0;
+fail:
+    stk__free(sel);
+    stk_gpu_close(g);
+    return rc;
+}
+
+void stk_gpu_close(stk_gpu *g) {
+    if (!g) return;
+    pthread_mutex_lock(&g->mu);
+    atomic_store(&g->stop, true);
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    if (g->feeder_started) pthread_join(g->feeder, NULL);
+    int prev = -1;
+    if (cu && cu->get_device(&prev) == 0) cu->set_device(g->device);
+    /* Every queued copy and host callback finishes before anything goes. */
+    if (g->stream) cu->stream_sync(g->stream);
+    for (uint32_t i = 0; g->slots && i < g->nslots; i++) {
+        dslot *sl = &g->slots[i];
+        if (sl->dev) cu->device_free(sl->dev);
+        if (sl->plan_dev) cu->device_free(sl->plan_dev);
+        if (sl->copied) cu->event_destroy(sl->copied);
+        if (sl->released) cu->event_destroy(sl->released);
+        stk__free(sl->b.samples);
+        stk__free(sl->b.fields);
+    }
+    stk__free(g->slots);
+    if (g->plans) {
+        cu->host_unregister(g->plans);
+        stk__free(g->plans);
+    }
+    if (g->pinned) cu->host_unregister(g->pinned);
+    if (g->stream) cu->stream_destroy(g->stream);
+    size_t n = g->ds ? g->ds->nshards * g->ds->nfields : 0;
+    for (size_t i = 0; i < n; i++) {
+        if (g->img && g->img[i]) cu->device_free(g->img[i]);
+        if (g->fstart) stk__free(g->fstart[i]);
+    }
+    stk__free(g->img);
+    stk__free(g->fstart);
+    stk_loader_close(g->ld);
+    if (prev >= 0) cu->set_device(prev);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    stk__free(g);
+}
+
+/* ---- NVTX ---- */
+
+static pthread_once_t nvtx_once = PTHREAD_ONCE_INIT;
+static bool nvtx_enabled;
+
+static void nvtx_init(void) {
+    const char *tool = getenv("NVTX_INJECTION64_PATH");
+    nvtx_enabled = tool && *tool && stk__cuda(NULL) != NULL;
+}
+
+bool stk__nvtx_on(void) {
+    pthread_once(&nvtx_once, nvtx_init);
+    return nvtx_enabled;
+}
+
+static _Thread_local int nvtx_depth;
+
+void stk__nvtx_push(const char *name) {
+    if (!nvtx_enabled) return;
+    cu->range_push(name);
+    nvtx_depth++;
+}
+
+void stk__nvtx_pop(void) {
+    if (!nvtx_enabled || nvtx_depth == 0) return;
+    cu->range_pop();
+    nvtx_depth--;
+}
+
+int stk__nvtx_depth(void) { return nvtx_depth; }
+
+void stk__nvtx_pop_to(int depth) {
+    while (nvtx_depth > depth) stk__nvtx_pop();
+}
