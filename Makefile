@@ -72,6 +72,7 @@ bench: build py-install
 	STOKER_BUILD=$(BUILD) $(PY) bench/engine.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/python_vs_cli.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/inplace.py
+	STOKER_BUILD=$(BUILD) $(PY) bench/gpu.py
 	DEMO_RECORD=1 STOKER_BUILD=$(BUILD) $(PY) scripts/demo.py
 
 clean:

@@ -244,17 +244,8 @@ static int submit(stk_gpu *g, uint32_t d, stk_batch *hb, stk_error *err) {
         const stk__plan *pl = stk__batch_plan(hb, &np);
         /* plan_host feeds an earlier copy that may still be queued. */
         if (sl->plan_in_use && (rc = cu->event_sync(sl->copied))) what = "waiting for a copy";
-        size_t F = ds->nfields;
-        for (size_t k = 0; rc == 0 && k < np; k++) {
-            const stk__plan *p = &pl[k];
-            const stk__shard *sh = &ds->shards[p->shard];
-            uint64_t local = p->rec - sh->first;
-            const uint64_t *e = stk__entry(ds, sh, local);
-            size_t at = (size_t)p->shard * F + p->field;
-            sl->plan_host[k] = (stk_cuda_copy){
-                (uint64_t)(uintptr_t)(g->img[at] + g->fstart[at][local] + (p->off - e[1 + 3 * p->field])),
-                (uint64_t)(uintptr_t)(sl->dev + (p->dst - hmem)), p->len};
-        }
+        if (rc == 0)
+            stk__resident_copies(ds, g->img, g->fstart, pl, np, hmem, sl->dev, sl->plan_host);
         if (rc == 0 && np) {
             what = "uploading a batch's plan";
             rc = cu->copy_to_device_async(sl->plan_dev, sl->plan_host, np * sizeof *sl->plan_host,
@@ -551,6 +542,47 @@ static uint64_t resident_need(const stk_dataset *ds, const bool *sel) {
     return total;
 }
 
+int stk__resident_layout(const stk_dataset *ds, const bool *sel, uint64_t **fstart,
+                         uint64_t *sizes) {
+    size_t F = ds->nfields;
+    for (size_t s = 0; s < ds->nshards; s++) {
+        const stk__shard *sh = &ds->shards[s];
+        for (size_t f = 0; f < F; f++) {
+            size_t at = s * F + f;
+            fstart[at] = NULL;
+            sizes[at] = 0;
+            if (!sel[f]) continue;
+            uint64_t *starts = stk__malloc((size_t)(sh->nrec ? sh->nrec : 1) * sizeof *starts);
+            if (!starts) return -ENOMEM;
+            uint64_t total = 0;
+            for (uint64_t r = 0; r < sh->nrec; r++) {
+                starts[r] = total;
+                total += stk__entry(ds, sh, r)[2 + 3 * f];
+            }
+            fstart[at] = starts;
+            sizes[at] = total;
+        }
+    }
+    return 0;
+}
+
+void stk__resident_copies(const stk_dataset *ds, uint8_t *const *img, uint64_t *const *fstart,
+                          const stk__plan *pl, size_t np, const uint8_t *hmem, uint8_t *dst,
+                          stk_cuda_copy *out) {
+    size_t F = ds->nfields;
+    for (size_t k = 0; k < np; k++) {
+        const stk__plan *p = &pl[k];
+        const stk__shard *sh = &ds->shards[p->shard];
+        uint64_t local = p->rec - sh->first;
+        const uint64_t *e = stk__entry(ds, sh, local);
+        size_t at = (size_t)p->shard * F + p->field;
+        /* A window starts some rows into its record's bytes. */
+        out[k] = (stk_cuda_copy){
+            (uint64_t)(uintptr_t)(img[at] + fstart[at][local] + (p->off - e[1 + 3 * p->field])),
+            (uint64_t)(uintptr_t)(dst + (p->dst - hmem)), p->len};
+    }
+}
+
 /* Reads record bytes [off, off+len) of shard sh into dst. */
 static int read_bytes(const stk__shard *sh, int *fd, uint64_t off, uint64_t len, uint8_t *dst,
                       uint64_t rec, stk_error *err) {
@@ -576,10 +608,13 @@ static int upload(stk_gpu *g, const bool *sel, bool verify, stk_error *err) {
     size_t F = ds->nfields, n = ds->nshards * F;
     g->img = stk__calloc(n ? n : 1, sizeof *g->img);
     g->fstart = stk__calloc(n ? n : 1, sizeof *g->fstart);
+    uint64_t *sizes = stk__calloc(n ? n : 1, sizeof *sizes);
     const size_t stage_cap = 64u << 20;
     uint8_t *stage = stk__malloc(stage_cap);
-    if (!g->img || !g->fstart || !stage) {
+    if (!g->img || !g->fstart || !sizes || !stage ||
+        stk__resident_layout(ds, sel, g->fstart, sizes)) {
         stk__free(stage);
+        stk__free(sizes);
         return stk__err(err, -ENOMEM, "out of memory");
     }
     int rc = 0;
@@ -601,17 +636,7 @@ static int upload(stk_gpu *g, const bool *sel, bool verify, stk_error *err) {
         for (size_t f = 0; rc == 0 && f < F; f++) {
             if (!sel[f]) continue;
             size_t at = s * F + f;
-            uint64_t *starts = stk__malloc((size_t)(sh->nrec ? sh->nrec : 1) * sizeof *starts);
-            if (!starts) {
-                rc = stk__err(err, -ENOMEM, "out of memory");
-                break;
-            }
-            g->fstart[at] = starts;
-            uint64_t total = 0;
-            for (uint64_t r = 0; r < sh->nrec; r++) {
-                starts[r] = total;
-                total += stk__entry(ds, sh, r)[2 + 3 * f];
-            }
+            uint64_t total = sizes[at];
             void *dev = NULL;
             int c = cu->device_alloc(&dev, total ? (size_t)total : 1);
             if (c) {
@@ -648,6 +673,7 @@ static int upload(stk_gpu *g, const bool *sel, bool verify, stk_error *err) {
         if (fd >= 0) close(fd);
     }
     stk__free(stage);
+    stk__free(sizes);
     return rc;
 }
 

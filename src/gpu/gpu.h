@@ -7,6 +7,8 @@
 #include "../core/internal.h"
 
 struct stk_cuda_api;
+struct stk_cuda_copy;
+struct stk__plan;
 
 /* The plugin's functions, loaded on first use; NULL (and STK_ENOGPU in
  * *err) when there is no plugin.  Thread-safe. */
@@ -21,5 +23,21 @@ void stk__nvtx_pop(void);
 /* Ranges this thread has open, and closing them down to `depth`. */
 int stk__nvtx_depth(void);
 void stk__nvtx_pop_to(int depth);
+
+/* Device-resident datasets, the host arithmetic (gpu.c): each selected
+ * field of each shard becomes one image holding the field's bytes of every
+ * record in order.  stk__resident_layout fills, per [shard * F + field],
+ * the start of each record's bytes in the image (fstart, from stk__malloc;
+ * NULL for fields not selected) and the image's size.  Returns 0 or
+ * -ENOMEM (what was made is in fstart, for the caller to free). */
+int stk__resident_layout(const stk_dataset *ds, const bool *sel, uint64_t **fstart,
+                         uint64_t *sizes);
+/* The copies that assemble a planned batch: plan piece k goes from its
+ * place in its image (img[shard * F + field]) to dst + (piece's place in
+ * the host buffer hmem).  Addresses are whatever img and dst are: device
+ * memory for the gather kernel, host memory in tests. */
+void stk__resident_copies(const stk_dataset *ds, uint8_t *const *img, uint64_t *const *fstart,
+                          const struct stk__plan *pl, size_t np, const uint8_t *hmem,
+                          uint8_t *dst, struct stk_cuda_copy *out);
 
 #endif

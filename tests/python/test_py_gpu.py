@@ -1,0 +1,137 @@
+"""Batches on the GPU (Loader(device=...)).
+
+Without a GPU (CI): the options are checked, and asking for a device says
+clearly why there is none.  With one: device batches equal the host batches
+byte for byte, copied or device-resident; a consumer on a non-default
+stream sees complete data; resume and epochs match the host loader; many
+epochs leave device memory where it was."""
+import numpy as np
+import pytest
+
+import stoker
+
+N_GPU, WHY = stoker.gpu_status()
+
+
+def _torch_cuda():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+TORCH = _torch_cuda()
+needs_gpu = pytest.mark.skipif(
+    N_GPU == 0 or TORCH is None,
+    reason=f"needs an NVIDIA GPU with CUDA-enabled torch; here: {WHY or 'torch has no CUDA'}")
+
+
+@pytest.fixture
+def series(tmp_path):
+    rng = np.random.default_rng(3)
+    recs = [{"x": rng.standard_normal((int(n), 4)).astype(np.float32),
+             "y": np.int64(i)} for i, n in enumerate(rng.integers(12, 40, size=150))]
+    path = tmp_path / "s.stk"
+    stoker.write(path, recs, ragged=["x"])
+    return path
+
+
+def test_device_option_is_checked(series):
+    for bad in ("gpu", "cuda:x", -1, 1.5, True):
+        with pytest.raises((ValueError, TypeError)):
+            stoker.Loader(series, batch_size=4, device=bad)
+    with pytest.raises(ValueError, match="cannot hold GPU memory"):
+        stoker.Loader(series, batch_size=4, device="cuda:0", output="numpy")
+    with pytest.raises(ValueError, match="gpu_slots"):
+        stoker.Loader(series, batch_size=4, device="cuda:0", gpu_slots=1)
+    with stoker.Loader(series, batch_size=4, device="cpu") as ld:
+        assert ld.device is None and ld.counts()["device"] == -1
+
+
+@pytest.mark.skipif(N_GPU > 0, reason="this machine has a usable GPU")
+def test_without_a_gpu_the_reason_is_given(series):
+    assert stoker.gpu_count() == 0
+    assert WHY.startswith("no GPU available: ") and len(WHY) > 24
+    with pytest.raises(stoker.StokerError, match="no GPU available"):
+        stoker.Loader(series, batch_size=4, device="cuda")
+    # The host path is unaffected.
+    with stoker.Loader(series, batch_size=4) as ld:
+        assert len(ld.next()["y"]) == 4
+
+
+def _host_batches(path, **kw):
+    with stoker.Loader(path, **kw) as ld:
+        return [{k: v.copy() for k, v in b.items()} for b in ld]
+
+
+@needs_gpu
+@pytest.mark.parametrize("resident", [0, 1 << 30])
+@pytest.mark.parametrize("window", [None, 8])
+def test_device_batches_equal_host_batches(series, resident, window):
+    kw = dict(batch_size=8, shuffle="random", seed=4, window=window)
+    if window:
+        kw["fields"] = ["x"]
+    want = _host_batches(series, **kw)
+    with stoker.Loader(series, device="cuda", resident_budget=resident, **kw) as ld:
+        assert ld.counts()["resident"] == (1 if resident else 0)
+        got = []
+        for b in ld:
+            for k, v in b.items():
+                assert v.is_cuda
+            got.append({k: v.cpu().numpy() for k, v in b.items()})
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert set(g) == set(w)
+        for k in w:
+            np.testing.assert_array_equal(g[k], w[k])
+
+
+@needs_gpu
+def test_consumer_on_a_side_stream_sees_complete_data(series):
+    torch = TORCH
+    want = _host_batches(series, batch_size=16, shuffle="random", seed=1)
+    s = torch.cuda.Stream()
+    sums = []
+    with stoker.Loader(series, batch_size=16, shuffle="random", seed=1, device="cuda") as ld:
+        with torch.cuda.stream(s):
+            for b in ld:   # torch.from_dlpack makes stream s wait for the copy
+                torch.cuda._sleep(200000)   # keep s busy: the buffer must not be refilled
+                sums.append(b["x"].double().sum())
+        torch.cuda.synchronize()
+    assert len(sums) == len(want)
+    for got, w in zip(sums, want):
+        assert float(got) == pytest.approx(float(w["x"].astype(np.float64).sum()), rel=1e-9)
+
+
+@needs_gpu
+def test_resume_and_epochs_on_the_device(series):
+    kw = dict(batch_size=8, shuffle="random", seed=9)
+    with stoker.Loader(series, device="cuda", **kw) as ld:
+        for _ in range(3):
+            ld.next()
+        st = ld.state_dict()
+        nxt = ld.next()["y"].cpu().numpy()
+    with stoker.Loader(series, device="cuda", **kw) as ld:
+        ld.load_state_dict(st)
+        np.testing.assert_array_equal(ld.next()["y"].cpu().numpy(), nxt)
+        ld.set_epoch(5)
+        dev = [b["y"].cpu().numpy() for b in ld]
+    host = _host_batches(series, epoch=5, **kw)
+    assert [d.tolist() for d in dev] == [h["y"].tolist() for h in host]
+
+
+@needs_gpu
+def test_no_device_memory_grows_over_epochs(series):
+    torch = TORCH
+    with stoker.Loader(series, batch_size=8, shuffle="random", device="cuda") as ld:
+        for b in ld:
+            pass
+        free0, _ = torch.cuda.mem_get_info()
+        for e in range(1, 40):
+            ld.set_epoch(e)
+            for b in ld:
+                pass
+        torch.cuda.synchronize()
+        free1, _ = torch.cuda.mem_get_info()
+    assert free1 + (8 << 20) >= free0
