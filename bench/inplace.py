@@ -145,10 +145,10 @@ def audio(lines, figures):
         f" | **{med(cold_b) / med(lim_b):.2f}** |",
         "",
         "Cold, stoker reads through the page cache with io_uring, 128 reads in flight "
-        "(queue_depth=128), and the kernel's read-ahead takes each clip in one or two "
-        "large requests; the limit is O_DIRECT at 32 in flight (stoker-limits), which is "
-        "why the ratio can exceed 1: it says stoker is not the bottleneck, not that it "
-        "beats the device.",
+        "(queue_depth=128), each clip whole in one request (one file per clip, read-ahead "
+        "off in random order for samples this large); the limit is O_DIRECT at 32 in "
+        "flight (stoker-limits), which is why the ratio can exceed 1: it says stoker is "
+        "not the bottleneck, not that it beats the device.",
         "",
         "Repetitions: stoker warm " + ", ".join(f"{x:,.0f}" for x in warm_s) +
         "; soundfile " + ", ".join(f"{x:,.0f}" for x in warm_b) +

@@ -576,6 +576,67 @@ static void loader_dealloc(LoaderObject *self) {
  * exception. */
 static PyObject *gpu_next_batch(LoaderObject *self);
 
+/* A Batch of `self`, owning nothing yet. */
+static BatchObject *batch_new(LoaderObject *self) {
+    BatchObject *bo = PyObject_New(BatchObject, &BatchType);
+    if (!bo) return NULL;
+    Py_INCREF(self);
+    bo->loader = self;
+    bo->b = NULL;
+    bo->gb = NULL;
+    bo->stream = 0;
+    bo->streamed = 0;
+    self->live++;
+    return bo;
+}
+
+/* (dict of Array per field, plus NAME_offsets for ragged ones; the sample
+ * ids as an Array), every Array holding `bo`.  The fields' memory is on
+ * device (dev_type, dev_id); the ids are always in host memory.  Consumes
+ * the caller's reference to bo. */
+static PyObject *batch_result(BatchObject *bo, const stk_batch_field *f, size_t nf, uint32_t n,
+                              const uint64_t *samples, int dev_type, int dev_id) {
+    PyObject *d = PyDict_New();
+    for (size_t i = 0; d && i < nf; i++) {
+        ArrayObject *a = array_new(bo, f[i].data, f[i].dtype, f[i].ndim, f[i].shape);
+        if (a) {
+            a->dev_type = dev_type;
+            a->dev_id = dev_id;
+        }
+        if (!a || PyDict_SetItemString(d, f[i].name, (PyObject *)a)) {
+            Py_XDECREF(a);
+            Py_CLEAR(d);
+            break;
+        }
+        Py_DECREF(a);
+        if (f[i].offsets) {
+            int64_t n1 = (int64_t)n + 1;
+            ArrayObject *o = array_new(bo, (void *)f[i].offsets, STK_I64, 1, &n1);
+            char key[STK_NAME_MAX + 16];
+            snprintf(key, sizeof key, "%s_offsets", f[i].name);
+            if (o) {
+                o->dev_type = dev_type;
+                o->dev_id = dev_id;
+            }
+            if (!o || PyDict_SetItemString(d, key, (PyObject *)o)) {
+                Py_XDECREF(o);
+                Py_CLEAR(d);
+                break;
+            }
+            Py_DECREF(o);
+        }
+    }
+    PyObject *t = NULL;
+    if (d) {
+        int64_t nn = n;
+        ArrayObject *ids = array_new(bo, (void *)samples, STK_U64, 1, &nn);
+        t = ids ? Py_BuildValue("(NN)", d, ids) : NULL;
+        if (!ids) Py_DECREF(d);
+    }
+    Py_DECREF(bo);
+    return t;
+}
+
 static PyObject *loader_next_batch(LoaderObject *self, PyObject *unused) {
     (void)unused;
     if (check_process(self)) return NULL;
@@ -602,52 +663,22 @@ static PyObject *loader_next_batch(LoaderObject *self, PyObject *unused) {
     }
     if (rc == STK_END) Py_RETURN_NONE;
     if (rc) return raise_stk(rc, &err);
-    BatchObject *bo = PyObject_New(BatchObject, &BatchType);
+    BatchObject *bo = batch_new(self);
     if (!bo) {
         stk_loader_release(self->ld, b);
         return NULL;
     }
-    Py_INCREF(self);
-    bo->loader = self;
     bo->b = b;
-    bo->gb = NULL;
-    bo->stream = 0;
-    bo->streamed = 0;
-    self->live++;
-    PyObject *d = PyDict_New();
     size_t nf = stk_loader_num_fields(self->ld);
-    for (size_t i = 0; d && i < nf; i++) {
-        stk_batch_field f;
-        stk_batch_field_get(b, i, &f);
-        ArrayObject *a = array_new(bo, f.data, f.dtype, f.ndim, f.shape);
-        if (!a || PyDict_SetItemString(d, f.name, (PyObject *)a)) {
-            Py_XDECREF(a);
-            Py_CLEAR(d);
-            break;
-        }
-        Py_DECREF(a);
-        if (f.offsets) {
-            int64_t n1 = (int64_t)stk_batch_size(b) + 1;
-            ArrayObject *o = array_new(bo, (void *)f.offsets, STK_I64, 1, &n1);
-            char key[STK_NAME_MAX + 16];
-            snprintf(key, sizeof key, "%s_offsets", f.name);
-            if (!o || PyDict_SetItemString(d, key, (PyObject *)o)) {
-                Py_XDECREF(o);
-                Py_CLEAR(d);
-                break;
-            }
-            Py_DECREF(o);
-        }
-    }
-    if (d) {
-        int64_t n = stk_batch_size(b);
-        ArrayObject *ids = array_new(bo, (void *)stk_batch_samples(b), STK_U64, 1, &n);
-        PyObject *t = ids ? Py_BuildValue("(NN)", d, ids) : NULL;
+    stk_batch_field *f = PyMem_Calloc(nf ? nf : 1, sizeof *f);
+    if (!f) {
         Py_DECREF(bo);
-        return t;
+        return PyErr_NoMemory();
     }
-    Py_DECREF(bo);
-    return NULL;
+    for (size_t i = 0; i < nf; i++) stk_batch_field_get(b, i, &f[i]);
+    PyObject *r = batch_result(bo, f, nf, stk_batch_size(b), stk_batch_samples(b), kDLCPU, 0);
+    PyMem_Free(f);
+    return r;
 }
 
 /* The device path: batches from the GPU stage, fields in device memory, the
@@ -664,64 +695,24 @@ static PyObject *gpu_next_batch(LoaderObject *self) {
         if (PyErr_CheckSignals()) return NULL;
     }
     if (rc == STK_END) Py_RETURN_NONE;
-    if (rc == -EBUSY)
-        return raise_stk(rc, &err); /* device buffers cannot grow: say so */
-    if (rc) return raise_stk(rc, &err);
-    BatchObject *bo = PyObject_New(BatchObject, &BatchType);
+    if (rc) return raise_stk(rc, &err); /* -EBUSY too: device buffers cannot grow */
+    BatchObject *bo = batch_new(self);
     if (!bo) {
         stk_gpu_release(self->gpu, b, UINTPTR_MAX);
         return NULL;
     }
-    Py_INCREF(self);
-    bo->loader = self;
-    bo->b = NULL;
     bo->gb = b;
-    bo->stream = 0;
-    bo->streamed = 0;
-    self->live++;
-    int dev = stk_gpu_device(self->gpu);
-    PyObject *d = PyDict_New();
     size_t nf = stk_loader_num_fields(self->ld);
-    for (size_t i = 0; d && i < nf; i++) {
-        stk_batch_field f;
-        stk_gpu_batch_field(b, i, &f);
-        ArrayObject *a = array_new(bo, f.data, f.dtype, f.ndim, f.shape);
-        if (a) {
-            a->dev_type = kDLCUDA;
-            a->dev_id = dev;
-        }
-        if (!a || PyDict_SetItemString(d, f.name, (PyObject *)a)) {
-            Py_XDECREF(a);
-            Py_CLEAR(d);
-            break;
-        }
-        Py_DECREF(a);
-        if (f.offsets) {
-            int64_t n1 = (int64_t)stk_gpu_batch_size(b) + 1;
-            ArrayObject *o = array_new(bo, (void *)f.offsets, STK_I64, 1, &n1);
-            char key[STK_NAME_MAX + 16];
-            snprintf(key, sizeof key, "%s_offsets", f.name);
-            if (o) {
-                o->dev_type = kDLCUDA;
-                o->dev_id = dev;
-            }
-            if (!o || PyDict_SetItemString(d, key, (PyObject *)o)) {
-                Py_XDECREF(o);
-                Py_CLEAR(d);
-                break;
-            }
-            Py_DECREF(o);
-        }
-    }
-    if (d) {
-        int64_t n = stk_gpu_batch_size(b);
-        ArrayObject *ids = array_new(bo, (void *)stk_gpu_batch_samples(b), STK_U64, 1, &n);
-        PyObject *t = ids ? Py_BuildValue("(NN)", d, ids) : NULL;
+    stk_batch_field *f = PyMem_Calloc(nf ? nf : 1, sizeof *f);
+    if (!f) {
         Py_DECREF(bo);
-        return t;
+        return PyErr_NoMemory();
     }
-    Py_DECREF(bo);
-    return NULL;
+    for (size_t i = 0; i < nf; i++) stk_gpu_batch_field(b, i, &f[i]);
+    PyObject *r = batch_result(bo, f, nf, stk_gpu_batch_size(b), stk_gpu_batch_samples(b),
+                               kDLCUDA, stk_gpu_device(self->gpu));
+    PyMem_Free(f);
+    return r;
 }
 
 static PyObject *loader_set_epoch(LoaderObject *self, PyObject *arg) {

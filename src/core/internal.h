@@ -75,6 +75,10 @@ char *stk__path_join(const char *dir, const char *name);
 
 /* ---- time ---- */
 uint64_t stk__now_ns(void);
+struct timespec;
+/* *at = CLOCK_MONOTONIC now + ms, for pthread_cond_timedwait on a condition
+ * variable set to that clock. */
+void stk__deadline(int64_t ms, struct timespec *at);
 
 /* ---- little helpers ---- */
 static inline uint64_t stk__align_up(uint64_t x, uint64_t a) {

@@ -147,6 +147,16 @@ out:
     return rc;
 }
 
+void stk__deadline(int64_t ms, struct timespec *at) {
+    clock_gettime(CLOCK_MONOTONIC, at);
+    at->tv_sec += ms / 1000;
+    at->tv_nsec += (ms % 1000) * 1000000L;
+    if (at->tv_nsec >= 1000000000L) {
+        at->tv_sec++;
+        at->tv_nsec -= 1000000000L;
+    }
+}
+
 uint64_t stk__now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -377,15 +377,7 @@ int stk_gpu_next_timeout(stk_gpu *g, stk_gpu_batch **out, int64_t timeout_ms, st
     if (!g || !out) return stk__err(err, -EINVAL, "stk_gpu_next: NULL argument");
     *out = NULL;
     struct timespec deadline;
-    if (timeout_ms >= 0) {
-        clock_gettime(CLOCK_MONOTONIC, &deadline);
-        deadline.tv_sec += timeout_ms / 1000;
-        deadline.tv_nsec += (timeout_ms % 1000) * 1000000L;
-        if (deadline.tv_nsec >= 1000000000L) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000L;
-        }
-    }
+    if (timeout_ms >= 0) stk__deadline(timeout_ms, &deadline);
     int rc = 0;
     pthread_mutex_lock(&g->mu);
     for (;;) {
@@ -478,8 +470,9 @@ static void drop_ahead(stk_gpu *g) {
     g->taken = 0;
 }
 
-int stk_gpu_set_epoch(stk_gpu *g, uint64_t epoch, stk_error *err) {
-    if (!g) return stk__err(err, -EINVAL, "NULL stage");
+/* Parks the feeder, drops what it read ahead, and moves the loader to
+ * epoch `epoch` from its start (st NULL) or to state *st. */
+static int reposition(stk_gpu *g, uint64_t epoch, const stk_loader_state *st, stk_error *err) {
     pthread_mutex_lock(&g->mu);
     park(g);
     drop_ahead(g);
@@ -487,11 +480,16 @@ int stk_gpu_set_epoch(stk_gpu *g, uint64_t epoch, stk_error *err) {
     if (rc) {
         if (err) *err = g->ferr;
     } else {
-        rc = stk_loader_set_epoch(g->ld, epoch, err);
+        rc = st ? stk_loader_restore(g->ld, st, err) : stk_loader_set_epoch(g->ld, epoch, err);
     }
     unpark(g);
     pthread_mutex_unlock(&g->mu);
     return rc;
+}
+
+int stk_gpu_set_epoch(stk_gpu *g, uint64_t epoch, stk_error *err) {
+    if (!g) return stk__err(err, -EINVAL, "NULL stage");
+    return reposition(g, epoch, NULL, err);
 }
 
 void stk_gpu_save(const stk_gpu *g, stk_loader_state *out) {
@@ -504,18 +502,7 @@ void stk_gpu_save(const stk_gpu *g, stk_loader_state *out) {
 
 int stk_gpu_restore(stk_gpu *g, const stk_loader_state *st, stk_error *err) {
     if (!g || !st) return stk__err(err, -EINVAL, "NULL argument");
-    pthread_mutex_lock(&g->mu);
-    park(g);
-    drop_ahead(g);
-    int rc = g->failed;
-    if (rc) {
-        if (err) *err = g->ferr;
-    } else {
-        rc = stk_loader_restore(g->ld, st, err);
-    }
-    unpark(g);
-    pthread_mutex_unlock(&g->mu);
-    return rc;
+    return reposition(g, 0, st, err);
 }
 
 /* ---- device-resident datasets ---- */

@@ -1835,15 +1835,7 @@ int stk_loader_next_timeout(stk_loader *ld, stk_batch **out, int64_t timeout_ms,
                             stk_error *err) {
     if (!ld || !out) return stk__err(err, -EINVAL, "stk_loader_next: NULL argument");
     struct timespec deadline;
-    if (timeout_ms >= 0) {
-        clock_gettime(CLOCK_MONOTONIC, &deadline);
-        deadline.tv_sec += timeout_ms / 1000;
-        deadline.tv_nsec += (timeout_ms % 1000) * 1000000L;
-        if (deadline.tv_nsec >= 1000000000L) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000L;
-        }
-    }
+    if (timeout_ms >= 0) stk__deadline(timeout_ms, &deadline);
     *out = NULL;
     uint64_t t0 = span_open(ld, STK__EV_NEXT);
     int rc = 0;
