@@ -2,7 +2,8 @@
 # Runs the Python package's tests against an extension built with
 # AddressSanitizer and UBSan (the interpreter itself is not instrumented, so
 # the ASan runtime is preloaded; leak detection is off because CPython keeps
-# memory until exit by design).
+# memory until exit by design).  DataLoader workers start from a fork server
+# (tests/python/conftest.py says why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=build-pyasan
@@ -14,5 +15,5 @@ cp python/stoker/*.py $B/pkg/stoker/
 cp $B/_stoker*.so $B/pkg/stoker/
 LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)" \
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1 \
-PYTHONPATH="$PWD/$B/pkg" STOKER_BUILD=$B \
+PYTHONPATH="$PWD/$B/pkg" STOKER_BUILD=$B STOKER_TEST_START_METHOD=forkserver \
     .venv/bin/python -m pytest -q -p no:cacheprovider tests/python -k "test_py_" "$@"

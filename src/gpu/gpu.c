@@ -44,6 +44,7 @@ static pthread_once_t plugin_once = PTHREAD_ONCE_INIT;
 static const stk_cuda_api *cu;
 static char plugin_why[STK_ERROR_MAX - 64];
 
+#ifdef STK_HAVE_CUDA_PLUGIN
 static void *open_plugin(const char *path, char *why, size_t len) {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
@@ -52,6 +53,7 @@ static void *open_plugin(const char *path, char *why, size_t len) {
     }
     return h;
 }
+#endif
 
 static void load_plugin(void) {
 #ifndef STK_HAVE_CUDA_PLUGIN

@@ -18,6 +18,16 @@ from pathlib import Path
 
 import pytest
 
+# DataLoader workers start by fork by default.  Under AddressSanitizer
+# (make py-asan) a fork taken while another thread of the parent holds the
+# sanitizer's allocator lock (a multiprocessing queue's feeder thread, say)
+# leaves the child deadlocked at its first malloc; ASan, unlike glibc's
+# malloc, does not take its locks around fork.  That run sets this variable
+# to start workers from a clean server process instead.
+if os.environ.get("STOKER_TEST_START_METHOD"):
+    import multiprocessing
+    multiprocessing.set_start_method(os.environ["STOKER_TEST_START_METHOD"], force=True)
+
 from stkcli import REPO_ROOT, Stoker
 
 
