@@ -190,8 +190,8 @@ def spectro(lines, figures):
         f"**{med(s_idx) / med(s_stk):.2f}** of it |",
         "",
         "The index beats the shards because an index has no checksums to verify (the "
-        "shards verify every 64 KiB block once per epoch, on by default) and its one "
-        "file is mapped; the bytes read are the same.",
+        "shards check every record against its checksum as it lands, on by default) and "
+        "its one file is mapped; the bytes read are the same.",
         "",
         "Repetitions: index " + ", ".join(f"{x:,.0f}" for x in s_idx) + "; shards " +
         ", ".join(f"{x:,.0f}" for x in s_stk) + "; h5py " + ", ".join(f"{x:,.0f}" for x in s_h5)
