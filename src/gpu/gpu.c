@@ -518,19 +518,6 @@ static bool can_reside(const stk_dataset *ds, const bool *sel) {
     return true;
 }
 
-static uint64_t resident_need(const stk_dataset *ds, const bool *sel) {
-    uint64_t total = 0;
-    for (size_t s = 0; s < ds->nshards; s++) {
-        const stk__shard *sh = &ds->shards[s];
-        for (uint64_t r = 0; r < sh->nrec; r++) {
-            const uint64_t *e = stk__entry(ds, sh, r);
-            for (size_t f = 0; f < ds->nfields; f++)
-                if (sel[f]) total += e[2 + 3 * f];
-        }
-    }
-    return total;
-}
-
 int stk__resident_layout(const stk_dataset *ds, const bool *sel, uint64_t **fstart,
                          uint64_t *sizes) {
     size_t F = ds->nfields;
@@ -592,18 +579,15 @@ static int read_bytes(const stk__shard *sh, int *fd, uint64_t off, uint64_t len,
 /* Uploads the selected fields of every record, each field of a shard as one
  * image, through a host staging buffer; checks each record's checksum on
  * the way when `verify` (shards only: an index has none). */
-static int upload(stk_gpu *g, const bool *sel, bool verify, stk_error *err) {
+static int upload(stk_gpu *g, const bool *sel, const uint64_t *sizes, bool verify,
+                  stk_error *err) {
     const stk_dataset *ds = g->ds;
     size_t F = ds->nfields, n = ds->nshards * F;
     g->img = stk__calloc(n ? n : 1, sizeof *g->img);
-    g->fstart = stk__calloc(n ? n : 1, sizeof *g->fstart);
-    uint64_t *sizes = stk__calloc(n ? n : 1, sizeof *sizes);
     const size_t stage_cap = 64u << 20;
     uint8_t *stage = stk__malloc(stage_cap);
-    if (!g->img || !g->fstart || !sizes || !stage ||
-        stk__resident_layout(ds, sel, g->fstart, sizes)) {
+    if (!g->img || !stage) {
         stk__free(stage);
-        stk__free(sizes);
         return stk__err(err, -ENOMEM, "out of memory");
     }
     int rc = 0;
@@ -662,7 +646,6 @@ static int upload(stk_gpu *g, const bool *sel, bool verify, stk_error *err) {
         if (fd >= 0) close(fd);
     }
     stk__free(stage);
-    stk__free(sizes);
     return rc;
 }
 
@@ -712,16 +695,8 @@ static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, const stk_gpu
         int f = stk_dataset_find_field(ds, lo->fields[i]);
         if (f >= 0) sel[f] = true; /* an unknown name fails in the loader's open */
     }
-    bool resident = false;
-    uint64_t need = 0;
-    if (go->resident_budget && can_reside(ds, sel)) {
-        need = resident_need(ds, sel);
-        size_t free_b = 0, total_b = 0;
-        resident = need <= go->resident_budget && cu->mem_info(&free_b, &total_b) == 0 &&
-                   need + (64u << 20) < free_b;
-    }
-
     stk_gpu *g = stk__calloc(1, sizeof *g);
+    uint64_t *sizes = NULL;
     if (!g) {
         stk__free(sel);
         return stk__err(err, -ENOMEM, "out of memory");
@@ -729,7 +704,6 @@ static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, const stk_gpu
     g->ds = ds;
     g->device = go->device;
     g->nslots = go->slots;
-    g->resident = resident;
     pthread_mutex_init(&g->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -738,12 +712,35 @@ static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, const stk_gpu
     pthread_condattr_destroy(&ca);
     atomic_init(&g->stop, false);
     atomic_init(&g->pause, false);
+    /* Resident when the selected fields' images fit the budget and the
+     * device; their layout, made here to know their size, is kept. */
+    size_t nimg = ds->nshards * ds->nfields;
+    bool resident = false;
+    if (go->resident_budget && can_reside(ds, sel)) {
+        g->fstart = stk__calloc(nimg ? nimg : 1, sizeof *g->fstart);
+        sizes = stk__calloc(nimg ? nimg : 1, sizeof *sizes);
+        if (!g->fstart || !sizes || stk__resident_layout(ds, sel, g->fstart, sizes)) {
+            rc = stk__err(err, -ENOMEM, "out of memory");
+            goto fail;
+        }
+        uint64_t need = 0;
+        for (size_t i = 0; i < nimg; i++) need += sizes[i];
+        size_t free_b = 0, total_b = 0;
+        resident = need <= go->resident_budget && cu->mem_info(&free_b, &total_b) == 0 &&
+                   need + (64u << 20) < free_b;
+        if (!resident) {
+            for (size_t i = 0; i < nimg; i++) stk__free(g->fstart[i]);
+            stk__free(g->fstart);
+            g->fstart = NULL;
+        }
+    }
+    g->resident = resident;
     rc = resident ? stk__loader_open_planned(ds, lo, &g->ld, err) : stk_loader_open(ds, lo, &g->ld, err);
     if (rc) goto fail;
     g->nf = stk_loader_num_fields(g->ld);
     g->batch_size = lo->batch_size ? lo->batch_size : 32;
     g->slot_bytes = stk__loader_slot_bytes(g->ld);
-    if (resident && (rc = upload(g, sel, lo->verify != 0, err))) goto fail;
+    if (resident && (rc = upload(g, sel, sizes, lo->verify != 0, err))) goto fail;
 
     const char *what = "creating a stream";
     int c = cu->stream_create(&g->stream);
@@ -809,10 +806,12 @@ static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, const stk_gpu
     }
     g->feeder_started = true;
     stk__free(sel);
+    stk__free(sizes);
     *out = g;
     return 0;
 fail:
     stk__free(sel);
+    stk__free(sizes);
     stk_gpu_close(g);
     return rc;
 }

@@ -154,10 +154,11 @@ static uint64_t run_epoch(stk_loader *ld) {
     return n;
 }
 
-static void check_run(tds *d, stk_order order, stk_backend backend, const char *path) {
+/* A loader over d's windows of 8 rows, batches of 16. */
+static stk_loader *open_windows(tds *d, stk_order order, stk_backend backend, int threads,
+                                stk_dataset **ds) {
     stk_error err = {0};
-    stk_dataset *ds = NULL;
-    CHECK_OK(stk_dataset_open(d->dir, &ds, &err));
+    CHECK_OK(stk_dataset_open(d->dir, ds, &err));
     stk_loader_options o;
     stk_loader_options_init(&o);
     o.batch_size = 16;
@@ -166,9 +167,16 @@ static void check_run(tds *d, stk_order order, stk_backend backend, const char *
     o.block_samples = 40;
     o.block_group = 3;
     o.backend = backend;
-    o.threads = 3;
+    o.threads = threads;
     stk_loader *ld = NULL;
-    CHECK_OK(stk_loader_open(ds, &o, &ld, &err));
+    CHECK_OK(stk_loader_open(*ds, &o, &ld, &err));
+    return ld;
+}
+
+static void check_run(tds *d, stk_order order, stk_backend backend, const char *path) {
+    stk_error err = {0};
+    stk_dataset *ds = NULL;
+    stk_loader *ld = open_windows(d, order, backend, 3, &ds);
     /* Nothing recorded yet: no file. */
     unlink(path);
     CHECK_ERR(stk_loader_trace_write(ld, path, &err), -EINVAL, "start tracing");
@@ -238,15 +246,7 @@ static void check_run(tds *d, stk_order order, stk_backend backend, const char *
 static void check_dropped(tds *d, const char *path) {
     stk_error err = {0};
     stk_dataset *ds = NULL;
-    CHECK_OK(stk_dataset_open(d->dir, &ds, &err));
-    stk_loader_options o;
-    stk_loader_options_init(&o);
-    o.batch_size = 16;
-    o.window = 8;
-    o.order = STK_ORDER_RANDOM;
-    o.threads = 2;
-    stk_loader *ld = NULL;
-    CHECK_OK(stk_loader_open(ds, &o, &ld, &err));
+    stk_loader *ld = open_windows(d, STK_ORDER_RANDOM, STK_BACKEND_AUTO, 2, &ds);
     CHECK_OK(stk_loader_trace_start(ld, 3, &err));
     CHECK_OK(stk_loader_set_epoch(ld, 1, &err));
     run_epoch(ld);
