@@ -492,8 +492,9 @@ typedef enum stk_order {
 
 typedef enum stk_backend {
     STK_BACKEND_AUTO = 0, /* mmap when the shards are in the page cache at
-                           * open (or set_epoch), io_uring otherwise, the
-                           * thread pool where io_uring is unavailable */
+                           * open or the warm-up (below) will bring them
+                           * there; io_uring otherwise, the thread pool
+                           * where io_uring is unavailable */
     STK_BACKEND_URING = 1, /* io_uring, one ring per worker thread */
     STK_BACKEND_POOL = 2,  /* pread(2) from the worker threads */
     STK_BACKEND_MMAP = 3   /* copies from a read-only mapping */
@@ -514,6 +515,15 @@ typedef enum stk_on_error {
     STK_ON_ERROR_RAISE = 0, /* a damaged sample fails next() (the default) */
     STK_ON_ERROR_SKIP = 1   /* it is replaced; see stk_loader_options */
 } stk_on_error;
+
+typedef enum stk_warm_up {
+    STK_WARM_UP_AUTO = 0, /* when the shards are mostly not in the page cache,
+                           * the loader reads through the mapping (the mmap
+                           * backend, which auto then picks) and the data
+                           * fits in the memory this process may use */
+    STK_WARM_UP_ON = 1,   /* whenever the data is not in the page cache */
+    STK_WARM_UP_OFF = 2
+} stk_warm_up;
 
 typedef struct stk_loader_options {
     uint32_t batch_size;       /* samples per batch; default 32; >= 1 */
@@ -568,6 +578,17 @@ typedef struct stk_loader_options {
                                 * small files) they are opened on demand and
                                 * cached; 0 (default): from the process's
                                 * limit, which is raised where allowed */
+    stk_warm_up warm_up;       /* bring the dataset into the page cache with
+                                * large sequential reads (a thread of its
+                                * own, in the order the first epoch first
+                                * needs the bytes) while that epoch is served
+                                * from it, instead of one small read per
+                                * sample.  Memory that fits means: at most
+                                * 3/4 of what the page cache can still take
+                                * (MemAvailable, and any cgroup v2
+                                * memory.max above the process).  Never with
+                                * `direct`, nor for an in-place index whose
+                                * files are not mapped.  Default AUTO */
 } stk_loader_options;
 
 /* Fills `opts` with the defaults above. */
@@ -708,6 +729,12 @@ typedef struct stk_loader_stats {
     uint64_t groups_loaded;   /* block order: groups read */
     uint64_t max_inflight;    /* most reads in flight at once */
     uint64_t skipped;         /* on_error = skip: samples replaced */
+    stk_stage_stats warm_up;  /* pieces the warm-up brought into the page
+                               * cache, their bytes, its time (its thread's
+                               * own, beside the workers') */
+    uint64_t warm_up_bytes;   /* bytes the warm-up set out to bring in
+                               * (0: no warm-up) */
+    int warm_up_done;         /* 1: the warm-up has finished (or none ran) */
 } stk_loader_stats;
 
 /* Copies the counters.  Safe at any time from the consumer thread. */

@@ -52,6 +52,9 @@ void stk__free(void *p);
 char *stk__strdup(const char *s);
 /* Allocation aligned to `align` (a power of two >= sizeof(void *)). */
 void *stk__aligned_alloc(size_t align, size_t n);
+/* A table that will be read at random: large ones in huge pages where the
+ * kernel gives them.  Freed with stk__free. */
+void *stk__alloc_table(size_t n);
 
 /* ---- files (core/io.c): loops over short transfers and EINTR ---- */
 
@@ -72,6 +75,14 @@ int stk__write_file_atomic(const char *dir, const char *name, const void *data,
                            size_t len, bool sync);
 /* Joins dir and name with one '/' into a buffer from stk__malloc. */
 char *stk__path_join(const char *dir, const char *name);
+
+/* ---- memory (core/mem.c) ---- */
+
+/* Bytes the page cache can still give this process: the smaller of the
+ * machine's MemAvailable and the room under the tightest cgroup v2
+ * memory.max of its group and their ancestors (that limit less their
+ * anonymous and kernel memory).  0 when nothing can be read. */
+uint64_t stk__mem_room(void);
 
 /* ---- time ---- */
 uint64_t stk__now_ns(void);

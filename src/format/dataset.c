@@ -225,7 +225,7 @@ static int open_shard(stk_dataset *ds, stk__shard *sh, const stk__shard_entry *m
                     (unsigned long long)sh->size);
         goto out;
     }
-    sh->index = stk__malloc((size_t)index_size);
+    sh->index = stk__alloc_table((size_t)index_size);
     sh->blocks = stk__malloc((size_t)want_blocks);
     if (!sh->index || !sh->blocks) {
         rc = stk__err(err, -ENOMEM, "%s: out of memory for the index", sh->path);

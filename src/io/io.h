@@ -80,6 +80,29 @@ static inline void stk__io_close(stk__io *io) {
     if (io) io->ops->close(io);
 }
 
+/* ---- warm-up (warm.c) ---- */
+
+/* Bytes [lo, hi) of a shard. */
+typedef struct stk__range {
+    uint32_t shard;
+    uint64_t lo, hi;
+} stk__range;
+
+typedef struct stk__warm stk__warm;
+
+/* Starts a thread that brings ranges r[0..n) of the dataset's mapped
+ * shards into the page cache in that order, with large reads, and marks
+ * the shards' mappings MADV_HUGEPAGE.  r is copied.  Every shard a range
+ * names must be mapped. */
+int stk__warm_start(const stk_dataset *ds, const stk__range *r, size_t n, stk__warm **out,
+                    stk_error *err);
+/* Pieces and bytes brought in so far, the time spent in them, and whether
+ * the thread has finished (NULL: nothing, finished). */
+void stk__warm_stats(const stk__warm *w, uint64_t *pieces, uint64_t *bytes, uint64_t *ns,
+                     bool *done);
+/* Stops the thread at its next piece and frees; NULL is fine. */
+void stk__warm_stop(stk__warm *w);
+
 /* The message for a read that failed or came back short. */
 int stk__io_fail(const stk__files *f, const stk__ioreq *r, int code, uint64_t got,
                  stk_error *err);

@@ -145,6 +145,8 @@ typedef struct worker {
     uint64_t chunk_off;
     bool chunk_valid;
     uint64_t *ids; /* 3 * batch_size: records, rows and groups of a batch */
+    const uint64_t **ents; /* batch_size: the records' index entries (gather) */
+    uint32_t *shs;         /* batch_size: their shards */
     uint8_t *blockbuf; /* one checksum block, for verifying through reads */
     /* The epoch's order and dealing as of the work in hand, copied under
      * mu: the consumer may move the loader's own to another epoch (set_epoch,
@@ -185,6 +187,9 @@ struct stk_loader {
      * the shard's blocks beforehand (a second pass over memory). */
     bool rec_check;
     size_t *lf_of; /* rec_check: the loader field of each dataset field */
+    /* Whole records of plain fields through the mapping: gathered with
+     * prefetching (gather_records), not planned as reads. */
+    bool gather;
     bool plan_only; /* batches carry plans, not data (pipeline.h) */
     group *groups[MAX_GROUP_SLOTS];
     int ngroups;
@@ -201,6 +206,10 @@ struct stk_loader {
 
     stk__files files;
     stk_backend backend;
+    /* The warm-up (io/warm.c): its thread, and the bytes it set out for. */
+    bool warm_up;
+    stk__warm *warm;
+    uint64_t warm_total;
 
     /* Statistics. */
     /* Read-time verification: one bit per checksum block of every shard,
@@ -785,66 +794,105 @@ static uint8_t *place(const stk_loader *ld, const lfield *lf, stk_batch *s, uint
     return dst;
 }
 
-/* Whole records out of the mapping, each checked against its checksum
- * first (rec_check with the mmap backend): in runs of about 256 KiB, the
- * records of a run are hashed from the mapping, then copied while their
- * bytes are still in the cache, so memory is read once. */
-static int fill_mapped_records(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *recs,
-                               stk_error *err) {
+/* Whole records of plain fields out of the mapping (the mmap backend).  A
+ * sample drawn at random is a cache miss twice over, and on a machine with
+ * nested paging an expensive TLB miss too: first its entry in the index,
+ * then its bytes.  So the entries are located and prefetched 2 * AHEAD
+ * samples before their record is needed and the records' first bytes AHEAD
+ * samples before (the hardware prefetcher follows the rest of a long one),
+ * which keeps a dozen misses in flight instead of one.
+ *
+ * With `check`, the records are taken in runs of about RUN bytes: a run is
+ * hashed straight from the mapping, each record against its own checksum,
+ * then copied while its bytes are still in the cache, so memory is read
+ * once; the two passes are timed apart for the statistics. */
+#define AHEAD 8
+#define PREFETCH_LINES 16 /* 1 KiB of each record */
+#define RUN (256u << 10)
+
+static inline void prefetch_record(const stk_dataset *ds, const stk__shard *sh, const uint64_t *e) {
+    uint64_t x, z;
+    stk__record_span(ds, e, &x, &z);
+    const uint8_t *p = sh->map + x;
+    uint64_t n = STK__MIN(z - x, (uint64_t)PREFETCH_LINES * 64);
+    for (uint64_t k = 0; k < n; k += 64) {
+        __builtin_prefetch(p + k);
+        /* GCC 12 deletes a loop of prefetches whose bound comes from memory
+         * as if it did nothing; an empty asm that uses k keeps it. */
+        __asm__ __volatile__("" : : "r"(k));
+    }
+}
+
+static int gather_records(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *recs,
+                          bool check, stk_error *err) {
     const stk_dataset *ds = ld->ds;
+    const uint32_t n = s->n;
+    const uint64_t **ent = w->ents;
+    uint32_t *shs = w->shs;
     uint64_t *rows_done = s->ragged_rows;
     for (size_t fi = 0; fi < ld->nf; fi++) rows_done[fi] = 0;
+    uint64_t t_plan = span_open(ld, STK__EV_PLAN);
+    for (uint32_t j = 0; j < n; j++) {
+        size_t si = stk__dataset_shard_of(ds, recs[j]);
+        const stk__shard *sh = &ds->shards[si];
+        shs[j] = (uint32_t)si;
+        ent[j] = stk__entry(ds, sh, recs[j] - sh->first);
+    }
+    uint64_t t = now_ns();
+    ld->st_plan_ns += t - t_plan;
+    span_add(ld, w, STK__EV_PLAN, t_plan, t, STK__EV_NONE, n);
     uint64_t io_bytes = 0, ver_bytes = 0;
-    uint32_t j0 = 0;
-    while (j0 < s->n) {
-        uint64_t t0 = span_open(ld, STK__EV_VERIFY), run = 0;
-        uint32_t j1 = j0;
-        for (; j1 < s->n && (j1 == j0 || run < (256u << 10)); j1++) {
-            size_t si = stk__dataset_shard_of(ds, recs[j1]);
-            const stk__shard *sh = &ds->shards[si];
-            const uint64_t *e = stk__entry(ds, sh, recs[j1] - sh->first);
-            uint64_t x, z;
-            stk__record_span(ds, e, &x, &z);
-            if (z > sh->size) {
-                stk__ioreq r = {(uint32_t)si, x, z - x, z - x, NULL, recs[j1], -1};
-                return stk__io_fail(&ld->files, &r, 0, 0, err);
+    for (uint32_t j = 0; j < STK__MIN(n, 2u * AHEAD); j++) __builtin_prefetch(ent[j]);
+    for (uint32_t j = 0; j < STK__MIN(n, (uint32_t)AHEAD); j++)
+        prefetch_record(ds, &ds->shards[shs[j]], ent[j]);
+    for (uint32_t j0 = 0, j1; j0 < n; j0 = j1) {
+        j1 = n;
+        if (check) {
+            uint64_t t0 = span_open(ld, STK__EV_VERIFY), run = 0;
+            for (j1 = j0; j1 < n && (j1 == j0 || run < RUN); j1++) {
+                if (j1 + 2 * AHEAD < n) __builtin_prefetch(ent[j1 + 2 * AHEAD]);
+                if (j1 + AHEAD < n) prefetch_record(ds, &ds->shards[shs[j1 + AHEAD]], ent[j1 + AHEAD]);
+                const stk__shard *sh = &ds->shards[shs[j1]];
+                uint64_t x, z;
+                stk__record_span(ds, ent[j1], &x, &z);
+                if (stk__hash(sh->map + x, (size_t)(z - x)) != ent[j1][0])
+                    return stk__err(err, STK_ECHECKSUM,
+                                    "%s: record %llu: checksum mismatch (its bytes do not match "
+                                    "the record's checksum): the shard is damaged; `stoker "
+                                    "verify` lists every damaged record",
+                                    sh->path, (unsigned long long)recs[j1]);
+                run += z - x;
             }
-            if (stk__hash(sh->map + x, (size_t)(z - x)) != e[0])
-                return stk__err(err, STK_ECHECKSUM,
-                                "%s: record %llu: checksum mismatch (its bytes do not match "
-                                "the record's checksum): the shard is damaged; `stoker "
-                                "verify` lists every damaged record",
-                                sh->path, (unsigned long long)recs[j1]);
-            run += z - x;
+            uint64_t t1 = now_ns();
+            ver_bytes += run;
+            ld->st_ver_ns += t1 - t0;
+            span_add(ld, w, STK__EV_VERIFY, t0, t1, STK__EV_NONE, j1 - j0);
         }
-        uint64_t t1 = now_ns();
-        span_add(ld, w, STK__EV_VERIFY, t0, t1, STK__EV_NONE, j1 - j0);
-        t1 = span_open(ld, STK__EV_READ);
+        uint64_t t1 = span_open(ld, STK__EV_READ);
         for (uint32_t j = j0; j < j1; j++) {
-            size_t si = stk__dataset_shard_of(ds, recs[j]);
-            const stk__shard *sh = &ds->shards[si];
-            const uint64_t *e = stk__entry(ds, sh, recs[j] - sh->first);
+            if (!check && j + 2 * AHEAD < n) __builtin_prefetch(ent[j + 2 * AHEAD]);
+            if (!check && j + AHEAD < n) prefetch_record(ds, &ds->shards[shs[j + AHEAD]], ent[j + AHEAD]);
+            const stk__shard *sh = &ds->shards[shs[j]];
             for (size_t fi = 0; fi < ld->nf; fi++) {
                 uint64_t off, len, raw;
-                uint8_t *dst = place(ld, &ld->f[fi], s, j, e, 0, &rows_done[fi], &off, &len, &raw);
+                uint8_t *dst = place(ld, &ld->f[fi], s, j, ent[j], 0, &rows_done[fi], &off, &len, &raw);
                 memcpy(dst, sh->map + off, (size_t)len);
                 io_bytes += len;
             }
         }
         uint64_t t2 = now_ns();
-        ver_bytes += run;
-        ld->st_ver_ns += t1 - t0;
         ld->st_io_ns += t2 - t1;
         span_add(ld, w, STK__EV_READ, t1, t2, j1 - j0, STK__EV_NONE);
-        j0 = j1;
     }
     for (size_t fi = 0; fi < ld->nf; fi++)
         if (ld->f[fi].kind == F_RAGGED)
-            ((int64_t *)(s->mem + ld->f[fi].offs_off))[s->n] = (int64_t)rows_done[fi];
-    ld->st_io_n += (uint64_t)s->n * ld->nf;
+            ((int64_t *)(s->mem + ld->f[fi].offs_off))[n] = (int64_t)rows_done[fi];
+    ld->st_io_n += (uint64_t)n * ld->nf;
     ld->st_io_bytes += io_bytes;
-    ld->st_ver_n += s->n;
-    ld->st_ver_bytes += ver_bytes;
+    if (check) {
+        ld->st_ver_n += n;
+        ld->st_ver_bytes += ver_bytes;
+    }
     return 0;
 }
 
@@ -1227,12 +1275,11 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
     uint32_t n = s->n;
     uint64_t *recs = w->ids, *ts = recs + n, *gs = ts + n;
     uint64_t first = s->b * ld->opt.batch_size;
+    stk__order_fill(&w->order, &w->deal, first, n, s->samples);
     for (uint32_t j = 0; j < n; j++) {
-        uint64_t p = stk__deal_at(&w->deal, first + j);
-        uint64_t id = stk__order_at(&w->order, p);
-        s->samples[j] = id;
-        stk__space_locate(&ld->space, id, &recs[j], &ts[j]);
-        if (ld->use_groups) gs[j] = stk__order_group_of(&w->order, p);
+        stk__space_locate(&ld->space, s->samples[j], &recs[j], &ts[j]);
+        if (ld->use_groups)
+            gs[j] = stk__order_group_of(&w->order, stk__deal_at(&w->deal, first + j));
     }
     ld->st_plan_n += n;
     uint64_t t1 = now_ns();
@@ -1251,12 +1298,11 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
                             &recs[j], &ts[j], err);
     }
     if (pre) span_add(ld, w, STK__EV_VERIFY, t1, now_ns(), STK__EV_NONE, STK__EV_NONE);
-    bool mapped = ld->rec_check && ld->backend == STK_BACKEND_MMAP;
     if (rc == 0)
         rc = ld->use_groups ? fill_groups(ld, w, s, recs, ts, gs, gen, err)
-             : mapped       ? fill_mapped_records(ld, w, s, recs, err)
+             : ld->gather   ? gather_records(ld, w, s, recs, ld->rec_check, err)
                             : fill_direct(ld, w, s, recs, ts, err);
-    if (rc == 0 && ld->rec_check && !mapped) {
+    if (rc == 0 && ld->rec_check && !ld->gather) {
         uint64_t tv = span_open(ld, STK__EV_VERIFY);
         rc = check_records(ld, s, recs, err);
         span_add(ld, w, STK__EV_VERIFY, tv, now_ns(), STK__EV_NONE, n);
@@ -1421,7 +1467,64 @@ static uint64_t fingerprint(const stk_loader *ld) {
     return h;
 }
 
-static bool mostly_resident(const stk_dataset *ds) { return stk_dataset_resident(ds) >= 0.9; }
+/* Bytes of shard data, the records' region of every shard. */
+static uint64_t data_bytes(const stk_dataset *ds) {
+    uint64_t total = 0;
+    for (size_t s = 0; s < ds->nshards; s++) total += ds->shards[s].data_end - ds->shards[s].data_off;
+    return total;
+}
+
+/* Whether to warm up (see stk_warm_up): the data mostly outside the page
+ * cache (`resident`, the share of the files in it), every shard mapped,
+ * reads through the page cache, and, under AUTO, the mmap backend and room
+ * for the bytes still missing in 3/4 of what the page cache may take. */
+static bool want_warm_up(const stk_dataset *ds, const stk_loader_options *o, stk_backend backend,
+                         double resident) {
+    if (o->warm_up == STK_WARM_UP_OFF || o->direct || resident >= 0.9) return false;
+    for (size_t s = 0; s < ds->nshards; s++)
+        if (!ds->shards[s].map) return false;
+    if (o->warm_up == STK_WARM_UP_ON) return true;
+    if (backend != STK_BACKEND_AUTO && backend != STK_BACKEND_MMAP) return false;
+    uint64_t need = data_bytes(ds);
+    uint64_t missing = (uint64_t)((double)need * (1.0 - STK__MAX(resident, 0.0)));
+    return missing <= stk__mem_room() / 4 * 3;
+}
+
+/* The ranges the warm-up brings in, in the order the first epoch first
+ * needs them: block order's blocks group by group; for the others the
+ * shards in turn (a sequential epoch reads them so, and a random one needs
+ * almost every byte within its first few batches anyway). */
+static int warm_up_start(stk_loader *ld, stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    stk__range *r = NULL;
+    size_t n = 0;
+    if (ld->use_groups) {
+        group *tmp = stk__calloc(1, sizeof *tmp);
+        if (!tmp) return stk__err(err, -ENOMEM, "out of memory");
+        for (uint64_t g = 0; g < ld->order.ngroups; g++)
+            for (uint64_t m = 0; m < stk__order_group_blocks(&ld->order, g); m++)
+                if (block_spans(ld, stk__order_group_block(&ld->order, g, m), tmp)) {
+                    stk__free(tmp->spans);
+                    stk__free(tmp);
+                    return stk__err(err, -ENOMEM, "out of memory");
+                }
+        r = stk__malloc((tmp->nspans ? tmp->nspans : 1) * sizeof *r);
+        for (size_t i = 0; r && i < tmp->nspans; i++)
+            r[n++] = (stk__range){tmp->spans[i].shard, tmp->spans[i].lo, tmp->spans[i].hi};
+        stk__free(tmp->spans);
+        stk__free(tmp);
+    } else {
+        r = stk__malloc((ds->nshards ? ds->nshards : 1) * sizeof *r);
+        for (size_t s = 0; r && s < ds->nshards; s++)
+            if (ds->shards[s].data_end > ds->shards[s].data_off)
+                r[n++] = (stk__range){(uint32_t)s, ds->shards[s].data_off, ds->shards[s].data_end};
+    }
+    if (!r) return stk__err(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) ld->warm_total += r[i].hi - r[i].lo;
+    int rc = stk__warm_start(ds, r, n, &ld->warm, err);
+    stk__free(r);
+    return rc;
+}
 
 /* Bytes a sample reads, on average: a window of every time field (plus the
  * per-record fields), or a whole record. */
@@ -1612,8 +1715,10 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
 
     /* Backend.  A planned loader reads nothing: no descriptors, no rings. */
     ld->backend = plan_only ? STK_BACKEND_MMAP : opts->backend;
+    double resident = plan_only ? 1.0 : stk_dataset_resident(ds);
+    ld->warm_up = !plan_only && want_warm_up(ds, opts, ld->backend, resident);
     if (ld->backend == STK_BACKEND_AUTO) {
-        if (!opts->direct && mostly_resident(ds)) ld->backend = STK_BACKEND_MMAP;
+        if (!opts->direct && (resident >= 0.9 || ld->warm_up)) ld->backend = STK_BACKEND_MMAP;
         else ld->backend = stk__io_uring_available() ? STK_BACKEND_URING : STK_BACKEND_POOL;
     } else if (ld->backend == STK_BACKEND_URING && !stk__io_uring_available()) {
         rc = stk__err(err, -ENOSYS, "backend: io_uring is not available on this system");
@@ -1704,6 +1809,11 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
     for (size_t i = 0; i < ld->nf && ld->rec_check; i++)
         if (ld->f[i].f->codec != STK_CODEC_NONE || ld->f[i].fi->chunks || ld->f[i].fi->conv)
             ld->rec_check = false;
+    ld->gather = ld->backend == STK_BACKEND_MMAP && !plan_only && !ld->use_groups &&
+                 !ld->space.windows;
+    for (size_t i = 0; i < ld->nf && ld->gather; i++)
+        if (ld->f[i].f->codec != STK_CODEC_NONE || ld->f[i].fi->chunks || ld->f[i].fi->conv)
+            ld->gather = false;
     if (ld->rec_check) {
         ld->lf_of = stk__calloc(ds->nfields, sizeof *ld->lf_of);
         if (!ld->lf_of) {
@@ -1783,6 +1893,7 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
 
     set_epoch_locked(ld, opts->seed, opts->epoch, 0);
     ld->fingerprint = fingerprint(ld);
+    if (ld->warm_up && (rc = warm_up_start(ld, err))) goto fail;
 
     for (int i = 0; i < ld->nw; i++) {
         worker *w = &ld->w[i];
@@ -1793,6 +1904,12 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
             goto fail;
         }
         w->ids = stk__malloc(3 * B * sizeof *w->ids);
+        w->ents = stk__malloc(B * sizeof *w->ents);
+        w->shs = stk__malloc(B * sizeof *w->shs);
+        if (!w->ents || !w->shs) {
+            rc = stk__err(err, -ENOMEM, "out of memory");
+            goto fail;
+        }
         if (opts->verify && ds->block_size &&
             !(w->blockbuf = stk__aligned_alloc(DIRECT_ALIGN, ds->block_size))) {
             rc = stk__err(err, -ENOMEM, "out of memory");
@@ -2116,6 +2233,10 @@ void stk_loader_stats_get(const stk_loader *ld, stk_loader_stats *o) {
     for (int i = 0; i < ld->nw; i++)
         if (ld->w[i].io) m = STK__MAX(m, ld->w[i].io->max_inflight);
     o->max_inflight = m;
+    bool done;
+    stk__warm_stats(ld->warm, &o->warm_up.count, &o->warm_up.bytes, &o->warm_up.busy_ns, &done);
+    o->warm_up_bytes = ld->warm_total;
+    o->warm_up_done = done;
 }
 
 uint64_t stk_loader_last_skip(stk_loader *ld, stk_error *out) {
@@ -2144,6 +2265,7 @@ void stk_loader_close(stk_loader *ld) {
     ld->gen++;
     pthread_cond_broadcast(&ld->cv);
     pthread_mutex_unlock(&ld->mu);
+    stk__warm_stop(ld->warm);
     for (int i = 0; i < ld->nw; i++) {
         worker *w = &ld->w[i];
         if (w->started) pthread_join(w->tid, NULL);
@@ -2153,6 +2275,8 @@ void stk_loader_close(stk_loader *ld) {
         stk__free(w->stage);
         stk__free(w->chunk);
         stk__free(w->ids);
+        stk__free((void *)w->ents);
+        stk__free(w->shs);
         stk__free(w->blockbuf);
         ZSTD_freeDCtx(w->dctx);
     }

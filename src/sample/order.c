@@ -124,17 +124,11 @@ uint64_t stk__order_group_block(const stk__order *o, uint64_t g, uint64_t m) {
     return stk__perm_apply(&o->perm, g * o->K + m);
 }
 
-uint64_t stk__order_at(const stk__order *o, uint64_t p) {
-    switch (o->mode) {
-    case STK_ORDER_SEQUENTIAL: return p;
-    case STK_ORDER_RANDOM: return stk__perm_apply(&o->perm, p);
-    case STK_ORDER_BLOCK: break;
-    }
-    uint64_t g = stk__order_group_of(o, p), start, size;
-    stk__order_group_range(o, g, &start, &size);
-    stk__perm inner;
-    stk__perm_init(&inner, size, stk__mix2(o->key, g + 0x51ed2701ull));
-    uint64_t x = stk__perm_apply(&inner, p - start);
+/* Block order: the sample at position p of group g, whose first position
+ * is `start` and whose samples are permuted by `inner`. */
+static uint64_t block_at(const stk__order *o, uint64_t p, uint64_t g, uint64_t start,
+                         const stk__perm *inner) {
+    uint64_t x = stk__perm_apply(inner, p - start);
     /* x indexes the concatenation of the group's blocks, in block order. */
     uint64_t first = g * o->K, m, off;
     uint64_t ms = o->short_pos - first;
@@ -152,6 +146,77 @@ uint64_t stk__order_at(const stk__order *o, uint64_t p) {
         off = x % o->B;
     }
     return stk__perm_apply(&o->perm, first + m) * o->B + off;
+}
+
+static void group_perm(const stk__order *o, uint64_t g, uint64_t *start, stk__perm *inner) {
+    uint64_t size;
+    stk__order_group_range(o, g, start, &size);
+    stk__perm_init(inner, size, stk__mix2(o->key, g + 0x51ed2701ull));
+}
+
+uint64_t stk__order_at(const stk__order *o, uint64_t p) {
+    switch (o->mode) {
+    case STK_ORDER_SEQUENTIAL: return p;
+    case STK_ORDER_RANDOM: return stk__perm_apply(&o->perm, p);
+    case STK_ORDER_BLOCK: break;
+    }
+    uint64_t g = stk__order_group_of(o, p), start;
+    stk__perm inner;
+    group_perm(o, g, &start, &inner);
+    return block_at(o, p, g, start, &inner);
+}
+
+/* stk__perm_apply on LANES inputs in step.  One Feistel evaluation is a
+ * chain of dependent multiplications; eight independent chains keep the
+ * multiplier busy where one leaves it waiting, and cycle walking costs a
+ * branch per round of all lanes instead of a mispredicted one per sample.
+ * A lane that has landed inside [0, n) keeps its value while the others
+ * walk on, so the result is exactly stk__perm_apply's. */
+#define LANES 8
+
+static void perm_apply_lanes(const stk__perm *p, uint64_t *v, unsigned m) {
+    unsigned todo = (1u << m) - 1;
+    while (todo) {
+        unsigned next = 0;
+        for (unsigned k = 0; k < LANES; k++) {
+            uint64_t y = feistel(p, v[k]);
+            bool walk = (todo >> k) & 1;
+            v[k] = walk ? y : v[k];
+            next |= (unsigned)(walk && y >= p->n) << k;
+        }
+        todo = next;
+    }
+}
+
+void stk__order_fill(const stk__order *o, const stk__deal *d, uint64_t first, uint32_t n,
+                     uint64_t *ids) {
+    for (uint32_t j = 0; j < n; j++) ids[j] = stk__deal_at(d, first + j);
+    if (o->mode == STK_ORDER_SEQUENTIAL) return;
+    if (o->mode == STK_ORDER_RANDOM) {
+        if (o->perm.n <= 1) return;
+        for (uint32_t j = 0; j < n; j += LANES) {
+            uint64_t v[LANES] = {0};
+            unsigned m = (unsigned)STK__MIN((uint32_t)LANES, n - j);
+            memcpy(v, ids + j, m * sizeof *v);
+            perm_apply_lanes(&o->perm, v, m);
+            memcpy(ids + j, v, m * sizeof *v);
+        }
+        return;
+    }
+    /* Block order: a batch's positions mostly share a group, whose inner
+     * permutation is made once for them. */
+    uint64_t g = UINT64_MAX, start = 0;
+    stk__perm inner;
+    for (uint32_t j = 0; j < n; j++) {
+        uint64_t p = ids[j];
+        uint64_t s, z;
+        if (g != UINT64_MAX) stk__order_group_range(o, g, &s, &z);
+        if (g == UINT64_MAX || p < s || p >= s + z) {
+            g = stk__order_group_of(o, p);
+            group_perm(o, g, &start, &inner);
+        }
+        ids[j] = block_at(o, p, g, start, &inner);
+    }
 }
 
 void stk__deal_init(stk__deal *d, uint64_t n, uint64_t start, uint64_t world, uint64_t rank,

@@ -75,6 +75,12 @@ static inline uint64_t stk__deal_at(const stk__deal *d, uint64_t i) {
     return p < d->n ? p : p % d->n; /* padding wraps to the order's start */
 }
 
+/* The samples of this rank's positions first .. first + n - 1 (its i-th
+ * position being stk__deal_at(d, i)), in ids[0..n): what stk__order_at
+ * gives for each, computed for a batch at once. */
+void stk__order_fill(const stk__order *o, const stk__deal *d, uint64_t first, uint32_t n,
+                     uint64_t *ids);
+
 /* ---- the sample space (sample/space.c) ---- */
 
 typedef struct stk__space {

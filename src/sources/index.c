@@ -552,7 +552,7 @@ static int open_file(stk_dataset *ds, stk__shard *sh, json_t *o, size_t i, const
             return BAD("%s: %s: record counts overflow", what, p);
     }
     sh->nrec = nrec;
-    sh->index = stk__malloc((size_t)(nrec ? nrec : 1) * 4 * sizeof(uint64_t));
+    sh->index = stk__alloc_table((size_t)(nrec ? nrec : 1) * 4 * sizeof(uint64_t));
     if (!sh->index) return stk__err(err, -ENOMEM, "out of memory");
     if (ds->info[0].chunks &&
         !(sh->chunk = stk__malloc((size_t)(nrec ? nrec : 1) * 3 * sizeof(uint64_t))))

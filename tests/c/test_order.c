@@ -238,10 +238,43 @@ static void test_deal(void) {
     for (int i = 0; i < 50; i++) check_deal(1 + rnd() % 5000, rnd() % 100, 1 + rnd() % 64, (int)(rnd() & 1));
 }
 
+/* stk__order_fill, which computes a batch's samples at once (lanes of
+ * Feistel evaluations, one inner permutation per group), gives exactly
+ * what stk__order_at gives position by position. */
+static void check_fill(stk_order mode, uint64_t n, uint64_t seed, uint64_t B, uint64_t K,
+                       uint64_t start, uint64_t W, uint64_t r, int pad) {
+    stk__order o;
+    stk__order_init(&o, mode, n, seed, 3, B, K);
+    stk__deal d;
+    stk__deal_init(&d, n, start, W, r, pad != 0);
+    uint64_t *ids = malloc((d.per_rank + 1) * sizeof *ids);
+    CHECK(ids != NULL);
+    /* Batches of odd sizes, so lanes end part-full and groups change
+     * inside a batch. */
+    for (uint64_t first = 0, len = 1; first < d.per_rank; first += len, len = len * 3 % 37 + 1) {
+        uint32_t m = (uint32_t)(first + len <= d.per_rank ? len : d.per_rank - first);
+        stk__order_fill(&o, &d, first, m, ids + first);
+    }
+    for (uint64_t i = 0; i < d.per_rank; i++) CHECK(ids[i] == stk__order_at(&o, stk__deal_at(&d, i)));
+    free(ids);
+}
+
+static void test_order_fill(void) {
+    const stk_order modes[3] = {STK_ORDER_SEQUENTIAL, STK_ORDER_RANDOM, STK_ORDER_BLOCK};
+    for (int m = 0; m < 3; m++)
+        for (uint64_t n = 0; n <= 70; n++)
+            for (uint64_t W = 1; W <= 3; W++) check_fill(modes[m], n, n * 7 + 1, 1 + n % 5, 1 + n % 3, n % 4, W, W - 1, (int)(n & 1));
+    for (int i = 0; i < 30; i++) {
+        uint64_t n = 1 + rnd() % 200000, W = 1 + rnd() % 8;
+        check_fill(modes[i % 3], n, rnd(), 1 + rnd() % 500, 1 + rnd() % 20, rnd() % 1000, W, rnd() % W, (int)(rnd() & 1));
+    }
+}
+
 int main(void) {
     test_perm();
     test_orders();
     test_deal();
+    test_order_fill();
     free(seen_buf);
     return 0;
 }
