@@ -673,6 +673,10 @@ STK_API uint64_t stk_loader_rank_samples(const stk_loader *ld);
 STK_API uint64_t stk_loader_rank_batches(const stk_loader *ld);
 /* The backend actually in use (never STK_BACKEND_AUTO). */
 STK_API stk_backend stk_loader_backend(const stk_loader *ld);
+/* The loader's order, and the bytes one of its samples reads on average
+ * (a window of every time field plus the per-record fields, or a record). */
+STK_API stk_order stk_loader_order(const stk_loader *ld);
+STK_API uint64_t stk_loader_sample_bytes(const stk_loader *ld);
 STK_API const char *stk_backend_name(stk_backend b);
 
 /*
@@ -829,12 +833,41 @@ STK_API const char *stk_verdict_name(stk_verdict v);
  * the limit for data already in memory. */
 STK_API double stk_measure_memcpy(void);
 /* The device's sequential read bandwidth under the dataset's files, in
- * bytes/s: O_DIRECT reads of 4 MiB, one at a time, through the files in
- * order for at most `max_seconds`; the limit for data not in memory.
- * Returns 0, or the error of opening a file (a file system without
- * O_DIRECT gives -EINVAL). */
+ * bytes/s: O_DIRECT reads of 4 MiB, 8 in flight (io_uring; one at a time
+ * where it is unavailable), through the files in order for at most
+ * `max_seconds`; the limit for data not in memory.  Returns 0, or the error
+ * of opening a file (a file system without O_DIRECT gives -EINVAL). */
 STK_API int stk_measure_read(const stk_dataset *ds, double max_seconds, double *bytes_per_s,
                              stk_error *err);
+/* The device's random reads of `size` bytes (each widened to 4 KiB
+ * boundaries, as O_DIRECT needs) at uniformly random places of the shard
+ * data, 32 in flight, for at most `max_seconds`: *reads_per_s, and
+ * *bytes_per_s counting `size` bytes per read (the useful bytes).  Returns
+ * as stk_measure_read, or -ENOSYS without io_uring. */
+STK_API int stk_measure_random_read(const stk_dataset *ds, uint64_t size, double max_seconds,
+                                    double *reads_per_s, double *bytes_per_s, stk_error *err);
+
+/*
+ * Whether another order would read this dataset several times faster than
+ * the loader's own, measured on the device (a second or two).  It applies
+ * to a random order over data the loader reads from the device one sample
+ * at a time: mostly outside the page cache and without a warm-up (a dataset
+ * larger than memory).  Block order reads the same bytes in large
+ * sequential requests; *speedup is the sequential rate over the random
+ * rate at the sample size (0 when the advice does not apply).  `text`
+ * says so in a sentence when the speedup is at least 2, and is empty
+ * otherwise.  Returns 0, or the error of a measurement.
+ */
+typedef struct stk_order_advice {
+    double speedup;
+    double sequential_bytes_per_s; /* large O_DIRECT reads */
+    double random_bytes_per_s;     /* reads of one sample's bytes */
+    uint64_t sample_bytes;
+    char text[320];
+} stk_order_advice;
+
+STK_API int stk_advise_order(const stk_dataset *ds, const stk_loader *ld,
+                             stk_order_advice *out, stk_error *err);
 
 /* Stops the threads (waiting for reads in flight to land), frees every
  * buffer and descriptor.  Safe at any moment.  Accepts NULL. */

@@ -1116,6 +1116,9 @@ static const char read_help[] =
     "  --rank R --world-size W   read one rank's share\n"
     "  --backend auto|uring|pool|mmap   I/O backend (default auto)\n"
     "  --direct             O_DIRECT reads\n"
+    "  --warm-up auto|on|off  bring a dataset that is not in the page cache into it\n"
+    "                       with large sequential reads while the first epoch runs\n"
+    "                       (default auto: when it fits in memory)\n"
     "  --no-verify          skip the read-time checksum checks (on by default)\n"
     "  --threads N          worker threads (default: one per CPU)\n"
     "  --budget SIZE        memory budget (default 1G)\n"
@@ -1155,6 +1158,30 @@ static const char doctor_help[] =
     "\n"
     "Example:\n"
     "  stoker doctor basins.stk --window 365 --batch 256 --shuffle random --step-ms 50\n";
+
+/* When another order would read the dataset several times faster (a
+ * random order over data read from the device sample by sample), says so,
+ * with the measured rates. */
+static void order_hint(stk_dataset *ds, stk_loader *ld) {
+    stk_order_advice adv;
+    stk_error e = {0};
+    if (stk_advise_order(ds, ld, &adv, &e) == 0 && adv.text[0]) printf("hint: %s\n", adv.text);
+}
+
+/* The process's resident memory from /proc/self/status, in kB: all of it,
+ * and the part that is file pages mapped (the dataset's page cache). */
+static void rss_kb(uint64_t *total, uint64_t *file) {
+    *total = *file = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return;
+    char line[256];
+    unsigned long long v;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "VmRSS: %llu", &v) == 1) *total = v;
+        else if (sscanf(line, "RssFile: %llu", &v) == 1) *file = v;
+    }
+    fclose(f);
+}
 
 static void doctor_report(const stk_loader_stats *st, double el, uint64_t bytes, double step_ms,
                           stk_loader *ld, stk_dataset *ds) {
@@ -1196,6 +1223,19 @@ static void doctor_report(const stk_loader_stats *st, double el, uint64_t bytes,
                "see whether a run would wait for data\n",
                d.verdict_name, d.batches_per_s);
     printf("next: %s\n", d.next);
+    uint64_t rss, file;
+    rss_kb(&rss, &file);
+    if (rss)
+        printf("memory: the process's RSS is %.2f GB, of which %.2f GB are pages of the "
+               "dataset's files\n  mapped from the page cache (shared with every process "
+               "reading them, and given back\n  by the kernel when memory runs short); the "
+               "rest, %.2f GB, is the process's own\n",
+               (double)rss / 1e6, (double)file / 1e6, (double)(rss - (file < rss ? file : rss)) / 1e6);
+    if (st->warm_up_bytes)
+        printf("warm-up: %.2f of %.2f GB brought into the page cache with large reads%s\n",
+               (double)st->warm_up.bytes / 1e9, (double)st->warm_up_bytes / 1e9,
+               st->warm_up_done ? "" : " (still running)");
+    order_hint(ds, ld);
 }
 
 static int cmd_read(int argc, char **argv, bool doctor) {
@@ -1251,6 +1291,13 @@ static int cmd_read(int argc, char **argv, bool doctor) {
             else if (!strcmp(m, "mmap")) o.backend = STK_BACKEND_MMAP;
             else die_usage("read", "--backend wants auto, uring, pool or mmap, not '%s'", m);
         } else if (!strcmp(a, "--direct")) o.direct = 1;
+        else if (!strcmp(a, "--warm-up")) {
+            const char *m = VAL();
+            if (!strcmp(m, "auto")) o.warm_up = STK_WARM_UP_AUTO;
+            else if (!strcmp(m, "on")) o.warm_up = STK_WARM_UP_ON;
+            else if (!strcmp(m, "off")) o.warm_up = STK_WARM_UP_OFF;
+            else die_usage("read", "--warm-up wants auto, on or off, not '%s'", m);
+        }
         else if (!strcmp(a, "--no-verify")) o.verify = 0;
         else if (!strcmp(a, "--threads")) o.threads = (int)NUM();
         else if (!strcmp(a, "--prefetch")) o.prefetch = (uint32_t)NUM();
@@ -1336,9 +1383,11 @@ static int cmd_read(int argc, char **argv, bool doctor) {
     if (rc == 0 && json) {
         printf("{\"samples\": %" PRIu64 ", \"batches\": %" PRIu64 ", \"bytes\": %" PRIu64
                ", \"seconds\": %.6f, \"wait_seconds\": %.6f, \"io_bytes\": %" PRIu64
-               ", \"io_reads\": %" PRIu64 ", \"backend\": \"%s\", \"threads\": %u}\n",
+               ", \"io_reads\": %" PRIu64 ", \"backend\": \"%s\", \"threads\": %u"
+               ", \"warm_up_bytes\": %" PRIu64 ", \"warm_up_read\": %" PRIu64 "}\n",
                samples, batches, bytes, el, (double)st.wait.busy_ns / 1e9, st.io.bytes, st.io.count,
-               stk_backend_name(stk_loader_backend(ld)), st.threads);
+               stk_backend_name(stk_loader_backend(ld)), st.threads, st.warm_up_bytes,
+               st.warm_up.bytes);
     } else if (rc == 0) {
         printf("read %" PRIu64 " samples in %" PRIu64 " batches over %" PRIu64 " epoch%s in %.3f s\n",
                samples, batches, epochs, epochs == 1 ? "" : "s", el);
@@ -1363,7 +1412,13 @@ static int cmd_read(int argc, char **argv, bool doctor) {
             printf("  verify    %12" PRIu64 " blocks   %9.3f s busy  %.3f GB\n", st.verify.count,
                    (double)st.verify.busy_ns / 1e9, (double)st.verify.bytes / 1e9);
             if (st.groups_loaded) printf("  groups    %12" PRIu64 " loaded\n", st.groups_loaded);
+            if (st.warm_up_bytes)
+                printf("  warm-up   %12" PRIu64 " pieces   %9.3f s busy  %.3f of %.3f GB%s\n",
+                       st.warm_up.count, (double)st.warm_up.busy_ns / 1e9,
+                       (double)st.warm_up.bytes / 1e9, (double)st.warm_up_bytes / 1e9,
+                       st.warm_up_done ? "" : " (still running)");
         }
+        if (!doctor) order_hint(ds, ld);
     }
     if (rc == 0 && trace && stk_loader_trace_write(ld, trace, &err)) rc = fail(&err);
     if (rc == 0 && doctor) doctor_report(&st, el, bytes, step_ms, ld, ds);

@@ -29,6 +29,7 @@ _BACKENDS = {"auto": 0, "uring": 1, "io_uring": 1, "pool": 2, "mmap": 3}
 _VALID = {None: 0, "all": 0, "mask": 1, "notnan": 2, "not_nan": 2}
 _OUTPUTS = ("numpy", "torch", "dlpack")
 _ON_ERROR = {"raise": 0, "skip": 1}
+_WARM_UP = {"auto": 0, True: 1, "on": 1, False: 2, "off": 2}
 
 
 def _env_int(name, default):
@@ -150,6 +151,14 @@ class Loader:
     max_open_files  descriptors kept open; past it (an in-place index of many
                   small files) files are opened on demand and cached (0: from
                   the process's limit)
+    warm_up       "auto" (default), True or False: bring a dataset that is not
+                  in the page cache into it with large sequential reads, on a
+                  thread of its own, while the first epoch is served from it,
+                  instead of one small read per sample.  "auto" does it when
+                  the data fits in 3/4 of the memory the page cache may still
+                  take (MemAvailable and any cgroup memory.max) and the loader
+                  reads through the mapping (the "auto" backend then picks
+                  "mmap"); True whenever the data is not in memory
 
     `path` is a dataset directory or an in-place index written by
     stoker.index / `stoker index`; both take the same options.
@@ -172,7 +181,7 @@ class Loader:
                  drop_last=False, backend="auto", direct=False, threads=0, prefetch=0,
                  queue_depth=64, memory_budget=1 << 30, verify=True, on_error="raise",
                  max_skips=100, output=None, max_open_files=0, device=None, gpu_slots=3,
-                 resident_budget=0):
+                 resident_budget=0, warm_up="auto"):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
         batch_size = _check_int("batch_size", batch_size, 1, high=_U32)
@@ -212,6 +221,9 @@ class Loader:
         on_error_code = _check_choice("on_error", on_error, _ON_ERROR)
         max_skips = _check_int("max_skips", max_skips, 1)
         dev = _device_index(device)
+        if not isinstance(warm_up, (str, bool)) or warm_up not in _WARM_UP:
+            raise ValueError(f"warm_up must be 'auto', True or False, not {warm_up!r}")
+        warm_up_code = _WARM_UP[warm_up]
         if output is None:
             output = "torch" if dev >= 0 else "numpy"
         if output not in _OUTPUTS:
@@ -230,7 +242,7 @@ class Loader:
             bool(pad), bool(drop_last), backend_code, bool(direct), threads, prefetch,
             queue_depth, memory_budget, bool(verify), on_error_code, max_skips,
             _check_int("max_open_files", max_open_files, high=_U32), dev, gpu_slots,
-            resident_budget)
+            resident_budget, warm_up_code)
         self.device = None if dev < 0 else f"cuda:{dev}"
         self._skip_mode = on_error_code == 1
         self._skipped = 0

@@ -452,7 +452,7 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
                              "block_group", "rank", "world_size", "pad", "drop_last", "backend",
                              "direct", "threads", "prefetch", "queue_depth", "memory_budget",
                              "verify", "on_error", "max_skips", "max_open_files", "device",
-                             "gpu_slots", "resident_budget", NULL};
+                             "gpu_slots", "resident_budget", "warm_up", NULL};
     const char *path;
     stk_loader_options o;
     stk_loader_options_init(&o);
@@ -467,14 +467,16 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     int device = -1;
     unsigned int gpu_slots = 3;
     unsigned long long resident_budget = 0;
+    int warm_up = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiKIiIK", kwlist, &path, &batch, &fields,
+            args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiKIiIKi", kwlist, &path, &batch, &fields,
             &window, &stride, &valid_field, &valid, &order, &seed, &epoch, &bb, &bs,
             &block_group, &rank, &world, &pad, &drop_last, &backend, &direct, &threads,
             &prefetch, &qd, &budget, &verify, &on_error, &max_skips, &max_open, &device,
-            &gpu_slots, &resident_budget))
+            &gpu_slots, &resident_budget, &warm_up))
         return -1;
     o.max_open_files = max_open;
+    o.warm_up = (stk_warm_up)warm_up;
     o.batch_size = batch;
     o.window = window;
     o.stride = stride;
@@ -767,13 +769,14 @@ static PyObject *loader_stats(LoaderObject *self, PyObject *unused) {
     stk_loader_stats s;
     stk_loader_stats_get(self->ld, &s);
     return Py_BuildValue(
-        "{sNsNsNsNsNsKsKsdsdsIsIsKsKsssK}", "plan", stage(&s.plan), "io", stage(&s.io), "assemble",
+        "{sNsNsNsNsNsKsKsdsdsIsIsKsKsssKsNsKsO}", "plan", stage(&s.plan), "io", stage(&s.io), "assemble",
         stage(&s.assemble), "wait", stage(&s.wait), "verify", stage(&s.verify), "batches", s.batches, "samples", s.samples,
         "elapsed", (double)s.elapsed_ns / 1e9, "ready_mean",
         s.wait.count ? (double)s.ready_sum / (double)s.wait.count : 0.0, "ring_slots",
         s.ring_slots, "threads", s.threads, "groups_loaded", s.groups_loaded, "max_inflight",
         s.max_inflight, "backend", stk_backend_name(stk_loader_backend(self->ld)), "skipped",
-        s.skipped);
+        s.skipped, "warm_up", stage(&s.warm_up), "warm_up_bytes", s.warm_up_bytes, "warm_up_done",
+        s.warm_up_done ? Py_True : Py_False);
 }
 
 static PyObject *loader_last_skip(LoaderObject *self, PyObject *unused) {

@@ -79,10 +79,14 @@ char *stk__path_join(const char *dir, const char *name);
 /* ---- memory (core/mem.c) ---- */
 
 /* Bytes the page cache can still give this process: the smaller of the
- * machine's MemAvailable and the room under the tightest cgroup v2
- * memory.max of its group and their ancestors (that limit less their
- * anonymous and kernel memory).  0 when nothing can be read. */
+ * machine's MemAvailable and the room under the tightest memory limit of
+ * its control group and their ancestors (cgroup v2 or v1: the limit less
+ * the group's anonymous memory).  0 when nothing can be read. */
 uint64_t stk__mem_room(void);
+/* The cgroup part of it, from a /proc/self/cgroup-like file and the
+ * mount points of the v2 hierarchy and of v1's memory controller (for
+ * tests); UINT64_MAX when no limit applies. */
+uint64_t stk__cgroup_room(const char *self_cgroup, const char *v2_root, const char *v1_root);
 
 /* ---- time ---- */
 uint64_t stk__now_ns(void);

@@ -4,11 +4,17 @@
  *
  * Two limits apply.  The machine's: MemAvailable in /proc/meminfo, which
  * counts free memory plus what the kernel can reclaim (clean page cache
- * among it).  The control group's: under cgroup v2 a group's memory.max
- * caps everything charged to it, page cache included, and a limit set on
- * any ancestor applies too.  Inside a group only anonymous memory is fixed;
- * the group's own page cache is reclaimed to make room, so its room is
- * memory.max less its anonymous and kernel memory.
+ * among it).  The control group's: a group's memory limit caps everything
+ * charged to it, page cache included, and a limit set on an ancestor
+ * applies too.  Inside a group only anonymous (and kernel) memory is fixed;
+ * the group's own page cache is reclaimed to make room, so the room is the
+ * limit less that.
+ *
+ *   cgroup v2: the line "0::PATH" of /proc/self/cgroup; for PATH and each
+ *     ancestor, memory.max ("max": none) less memory.stat's anon and kernel.
+ *   cgroup v1: the line "N:...memory...:PATH"; memory.stat's
+ *     hierarchical_memory_limit (the tightest of the group and its
+ *     ancestors) less total_rss.  v1 calls "no limit" a huge number.
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -17,9 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The first number after `key` in the text file `path`, in bytes when
- * `kib` (/proc/meminfo counts kB); false when absent or unreadable. */
-static bool read_key(const char *path, const char *key, bool kib, uint64_t *out) {
+/* The first number after `key` at the start of a line of the text file
+ * `path`, times `scale`; false when absent or unreadable. */
+static bool read_key(const char *path, const char *key, uint64_t scale, uint64_t *out) {
     FILE *f = fopen(path, "re");
     if (!f) return false;
     char line[256];
@@ -30,7 +36,7 @@ static bool read_key(const char *path, const char *key, bool kib, uint64_t *out)
         char *end;
         unsigned long long v = strtoull(line + klen, &end, 10);
         if (end == line + klen) break;
-        *out = kib ? (uint64_t)v * 1024 : (uint64_t)v;
+        *out = (uint64_t)v * scale;
         found = true;
         break;
     }
@@ -38,7 +44,7 @@ static bool read_key(const char *path, const char *key, bool kib, uint64_t *out)
     return found;
 }
 
-/* One number from a one-line cgroup file ("max" gives UINT64_MAX). */
+/* One number from a one-line file ("max" gives UINT64_MAX). */
 static bool read_value(const char *path, uint64_t *out) {
     FILE *f = fopen(path, "re");
     if (!f) return false;
@@ -57,45 +63,84 @@ static bool read_value(const char *path, uint64_t *out) {
     return true;
 }
 
-/* The room left under the tightest memory.max of this process's cgroup v2
- * group and its ancestors; UINT64_MAX when none is set (or no cgroup v2). */
-static uint64_t cgroup_room(void) {
-    FILE *f = fopen("/proc/self/cgroup", "re");
-    if (!f) return UINT64_MAX;
-    char line[4096], path[4096] = "";
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, "0::", 3) == 0) {
-            snprintf(path, sizeof path, "%s", line + 3);
-            path[strcspn(path, "\n")] = 0;
-            break;
-        }
-    fclose(f);
-    if (!path[0]) return UINT64_MAX;
+/* Room under the limits of v2 group `path` (starting with '/') and its
+ * ancestors, under the v2 hierarchy mounted at `root`. */
+static uint64_t room_v2(const char *root, char *path) {
     uint64_t room = UINT64_MAX;
     for (;;) {
-        char file[4200];
+        char file[4400];
         uint64_t max, anon = 0, kernel = 0;
-        snprintf(file, sizeof file, "/sys/fs/cgroup%s/memory.max", path);
+        snprintf(file, sizeof file, "%s%s/memory.max", root, path);
         if (read_value(file, &max) && max != UINT64_MAX) {
-            snprintf(file, sizeof file, "/sys/fs/cgroup%s/memory.stat", path);
-            read_key(file, "anon ", false, &anon);
-            read_key(file, "kernel ", false, &kernel);
-            uint64_t fixed = anon + kernel;
-            room = STK__MIN(room, max > fixed ? max - fixed : 0);
+            snprintf(file, sizeof file, "%s%s/memory.stat", root, path);
+            read_key(file, "anon ", 1, &anon);
+            read_key(file, "kernel ", 1, &kernel);
+            room = STK__MIN(room, max > anon + kernel ? max - anon - kernel : 0);
         }
         char *slash = strrchr(path, '/');
-        if (!slash || slash == path) {
-            if (!path[1]) break;
-            path[1] = 0; /* the root group: "/" */
-            continue;
-        }
-        *slash = 0;
+        if (!slash || (slash == path && !path[1])) break;
+        if (slash == path) path[1] = 0; /* the root group, "/" */
+        else *slash = 0;
     }
+    return room;
+}
+
+/* Room under the v1 memory controller's limit for group `path`, under the
+ * v1 memory hierarchy mounted at `root`. */
+static uint64_t room_v1(const char *root, const char *path) {
+    char file[4400];
+    uint64_t limit, rss = 0;
+    snprintf(file, sizeof file, "%s%s/memory.stat", root, path);
+    if (!read_key(file, "hierarchical_memory_limit ", 1, &limit)) {
+        snprintf(file, sizeof file, "%s%s/memory.limit_in_bytes", root, path);
+        if (!read_value(file, &limit)) return UINT64_MAX;
+    }
+    if (limit >= (UINT64_C(1) << 62)) return UINT64_MAX; /* v1's "unlimited" */
+    snprintf(file, sizeof file, "%s%s/memory.stat", root, path);
+    if (!read_key(file, "total_rss ", 1, &rss)) read_key(file, "rss ", 1, &rss);
+    return limit > rss ? limit - rss : 0;
+}
+
+uint64_t stk__cgroup_room(const char *self_cgroup, const char *v2_root, const char *v1_root) {
+    FILE *f = fopen(self_cgroup, "re");
+    if (!f) return UINT64_MAX;
+    char line[4096];
+    uint64_t room = UINT64_MAX;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2 || c2[1] != '/') continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s", c2 + 1);
+        *c1 = 0;
+        *c2 = 0;
+        if (strcmp(line, "0") == 0 && c1[1] == 0) {
+            uint64_t r = room_v2(v2_root, path); /* (it shortens path) */
+            room = STK__MIN(room, r);
+        } else {
+            /* v1: the controllers are a comma-separated list. */
+            char *save = NULL;
+            for (char *tok = strtok_r(c1 + 1, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+                if (strcmp(tok, "memory") == 0) {
+                    uint64_t r = room_v1(v1_root, path);
+                    room = STK__MIN(room, r);
+                }
+        }
+    }
+    fclose(f);
     return room;
 }
 
 uint64_t stk__mem_room(void) {
     uint64_t avail;
-    if (!read_key("/proc/meminfo", "MemAvailable:", true, &avail)) avail = 0;
-    return STK__MIN(avail, cgroup_room());
+    if (!read_key("/proc/meminfo", "MemAvailable:", 1024, &avail)) avail = 0;
+    /* cgroup v2 is mounted at /sys/fs/cgroup, or at /sys/fs/cgroup/unified
+     * beside v1 controllers (a hybrid setup). */
+    const char *v2 = "/sys/fs/cgroup";
+    FILE *probe = fopen("/sys/fs/cgroup/unified/cgroup.controllers", "re");
+    if (probe) {
+        fclose(probe);
+        v2 = "/sys/fs/cgroup/unified";
+    }
+    return STK__MIN(avail, stk__cgroup_room("/proc/self/cgroup", v2, "/sys/fs/cgroup/memory"));
 }

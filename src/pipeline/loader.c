@@ -208,6 +208,8 @@ struct stk_loader {
     stk_backend backend;
     /* The warm-up (io/warm.c): its thread, and the bytes it set out for. */
     bool warm_up;
+    bool fits; /* the shard data fits in the page cache (in memory already,
+                * or room for the rest) */
     stk__warm *warm;
     uint64_t warm_total;
 
@@ -1474,20 +1476,24 @@ static uint64_t data_bytes(const stk_dataset *ds) {
     return total;
 }
 
+/* Whether the bytes of shard data still outside the page cache (a share
+ * 1 - `resident` of it) fit in 3/4 of what the page cache may still take. */
+static bool fits_in_memory(const stk_dataset *ds, double resident) {
+    uint64_t missing = (uint64_t)((double)data_bytes(ds) * (1.0 - STK__MAX(resident, 0.0)));
+    return missing <= stk__mem_room() / 4 * 3;
+}
+
 /* Whether to warm up (see stk_warm_up): the data mostly outside the page
  * cache (`resident`, the share of the files in it), every shard mapped,
  * reads through the page cache, and, under AUTO, the mmap backend and room
- * for the bytes still missing in 3/4 of what the page cache may take. */
+ * for it. */
 static bool want_warm_up(const stk_dataset *ds, const stk_loader_options *o, stk_backend backend,
-                         double resident) {
+                         double resident, bool fits) {
     if (o->warm_up == STK_WARM_UP_OFF || o->direct || resident >= 0.9) return false;
     for (size_t s = 0; s < ds->nshards; s++)
         if (!ds->shards[s].map) return false;
     if (o->warm_up == STK_WARM_UP_ON) return true;
-    if (backend != STK_BACKEND_AUTO && backend != STK_BACKEND_MMAP) return false;
-    uint64_t need = data_bytes(ds);
-    uint64_t missing = (uint64_t)((double)need * (1.0 - STK__MAX(resident, 0.0)));
-    return missing <= stk__mem_room() / 4 * 3;
+    return (backend == STK_BACKEND_AUTO || backend == STK_BACKEND_MMAP) && fits;
 }
 
 /* The ranges the warm-up brings in, in the order the first epoch first
@@ -1543,13 +1549,17 @@ static uint64_t mean_sample_bytes(const stk_loader *ld) {
 }
 
 static int open_files(stk_loader *ld, stk_error *err) {
-    /* Read-ahead in random order: for small samples it turns each read into
-     * a larger request whose extra bytes later samples of the epoch use (a
-     * windowed epoch read 0.65 of the sequential rate with it, 0.48
-     * without); for large ones (above half the kernel's 128 KiB default
-     * window) it only adds the head of the next record, read again later
-     * as a fragment (100 KiB clips: 1.07 GB/s with it, 1.25 without). */
-    bool no_readahead = ld->opt.order == STK_ORDER_RANDOM && mean_sample_bytes(ld) >= (64u << 10);
+    /* Read-ahead in random order.  When the data fits in memory, a small
+     * sample's read becomes a larger request whose extra bytes later
+     * samples of the epoch use (a windowed epoch read 0.65 of the
+     * sequential rate with it, 0.48 without); a large one (above half the
+     * kernel's 128 KiB default window) only gains the head of the next
+     * record, read again later as a fragment (100 KiB clips: 1.07 GB/s with
+     * it, 1.25 without).  When the data does not fit, the extra bytes are
+     * gone before a later sample could use them: each sample is one read of
+     * its own bytes. */
+    bool no_readahead = ld->opt.order == STK_ORDER_RANDOM &&
+                        (!ld->fits || mean_sample_bytes(ld) >= (64u << 10));
     return stk__files_open(&ld->files, ld->ds, ld->opt.direct != 0, no_readahead,
                            ld->backend == STK_BACKEND_MMAP, ld->opt.max_open_files, err);
 }
@@ -1716,7 +1726,8 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
     /* Backend.  A planned loader reads nothing: no descriptors, no rings. */
     ld->backend = plan_only ? STK_BACKEND_MMAP : opts->backend;
     double resident = plan_only ? 1.0 : stk_dataset_resident(ds);
-    ld->warm_up = !plan_only && want_warm_up(ds, opts, ld->backend, resident);
+    ld->fits = resident >= 0.9 || fits_in_memory(ds, resident);
+    ld->warm_up = !plan_only && want_warm_up(ds, opts, ld->backend, resident, ld->fits);
     if (ld->backend == STK_BACKEND_AUTO) {
         if (!opts->direct && (resident >= 0.9 || ld->warm_up)) ld->backend = STK_BACKEND_MMAP;
         else ld->backend = stk__io_uring_available() ? STK_BACKEND_URING : STK_BACKEND_POOL;
@@ -2109,6 +2120,8 @@ uint64_t stk_loader_epoch_samples(const stk_loader *ld) { return ld ? ld->space.
 uint64_t stk_loader_rank_samples(const stk_loader *ld) { return ld ? ld->deal.per_rank : 0; }
 uint64_t stk_loader_rank_batches(const stk_loader *ld) { return ld ? ld->nbatches : 0; }
 stk_backend stk_loader_backend(const stk_loader *ld) { return ld ? ld->backend : STK_BACKEND_AUTO; }
+stk_order stk_loader_order(const stk_loader *ld) { return ld ? ld->opt.order : STK_ORDER_SEQUENTIAL; }
+uint64_t stk_loader_sample_bytes(const stk_loader *ld) { return ld ? mean_sample_bytes(ld) : 0; }
 
 /* Moves to a new (seed, epoch, start); waits for no worker. */
 static int reposition(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t start,

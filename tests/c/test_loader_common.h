@@ -12,7 +12,11 @@
  *                (same rows), plus per-record static i32[2] and meta
  *                u8[2,8] zstd; windows of L rows at stride S;
  *   TDS_RAGGED   records with ragged fields: seq u16[*,2] (0..20 rows),
- *                lab i32 scalar, zr u8[*] zstd (0..30 rows).
+ *                lab i32 scalar, zr u8[*] zstd (0..30 rows);
+ *   TDS_PLAIN    every field stored plain, so whole records are gathered
+ *                from the mapping: x u8[16004], seq u16[*,2] (0..20 rows),
+ *                id i64 scalar (= the record id); large enough that a
+ *                dataset's shard data is more than opening it reads.
  *
  * Shards are small (16 KiB of data) so that every dataset has several.
  */
@@ -29,7 +33,7 @@
 
 #define TDS_MAXF 6
 
-typedef enum { TDS_RECORDS, TDS_WINDOWS, TDS_RAGGED } tds_kind;
+typedef enum { TDS_RECORDS, TDS_WINDOWS, TDS_RAGGED, TDS_PLAIN } tds_kind;
 
 typedef struct tds {
     tds_kind kind;
@@ -47,7 +51,7 @@ typedef struct tds {
 } tds;
 
 static inline const char *tds_kind_name(tds_kind k) {
-    return k == TDS_RECORDS ? "records" : k == TDS_WINDOWS ? "windows" : "ragged";
+    return k == TDS_RECORDS ? "records" : k == TDS_WINDOWS ? "windows" : k == TDS_RAGGED ? "ragged" : "plain";
 }
 
 static inline uint64_t tds_row_bytes(const stk_field *f) {
@@ -65,7 +69,7 @@ static inline int tds_field(const tds *d, const char *name) {
 /* Rows of ragged field `fi` of record r, per dataset kind. */
 static inline uint64_t tds_ragged_rows(tds_kind kind, size_t fi, uint64_t r) {
     if (kind == TDS_WINDOWS) return r % 13 == 0 ? 0 : (r * 7 + 3) % 41; /* ts and aux alike */
-    if (fi == 0) return (r * 5 + 1) % 21;
+    if (fi == 0 || kind == TDS_PLAIN) return (r * 5 + 1) % 21;
     return (r * 3) % 31;
 }
 
@@ -87,6 +91,11 @@ static inline void tds_init(tds *d, tds_kind kind, uint64_t nrec) {
         d->f[3] = (stk_field){.name = "meta", .dtype = STK_U8, .ndim = 2, .shape = {2, 8},
                               .codec = STK_CODEC_ZSTD};
         d->nf = 4;
+    } else if (kind == TDS_PLAIN) {
+        d->f[0] = (stk_field){.name = "x", .dtype = STK_U8, .ndim = 1, .shape = {16004}};
+        d->f[1] = (stk_field){.name = "seq", .dtype = STK_U16, .ndim = 2, .shape = {STK_RAGGED, 2}};
+        d->f[2] = (stk_field){.name = "id", .dtype = STK_I64, .ndim = 0};
+        d->nf = 3;
     } else {
         d->f[0] = (stk_field){.name = "seq", .dtype = STK_U16, .ndim = 2, .shape = {STK_RAGGED, 2}};
         d->f[1] = (stk_field){.name = "lab", .dtype = STK_I32, .ndim = 0};
@@ -110,7 +119,7 @@ static inline void tds_init(tds *d, tds_kind kind, uint64_t nrec) {
             if (f->codec == STK_CODEC_ZSTD) {
                 for (size_t k = 0; k < n; k++) p[k] = (uint8_t)(k / 4 + r * 3 + i);
                 if (n) p[n / 2] ^= 0x5a;
-            } else if (kind == TDS_RECORDS && i == 1) {
+            } else if ((kind == TDS_RECORDS && i == 1) || (kind == TDS_PLAIN && i == 2)) {
                 int64_t v = (int64_t)r;
                 memcpy(p, &v, 8);
             } else {

@@ -155,3 +155,27 @@ def test_align_option(stoker, tmp_path):
     r = stoker("pack", "--from", "npy", tmp_path / "in", "-o", tmp_path / "bad", "--align", "3")
     assert r.returncode == 2
     assert "align" in r.stderr
+
+
+def test_read_warm_up_option(stoker, tmp_path):
+    import json
+    import os
+    import stoker as stk
+    ds = tmp_path / "ds"
+    stk.write(ds, {"x": np.arange(64 * 40000, dtype=np.float32).reshape(40000, 64)})
+    for f in shard_files(ds):
+        fd = os.open(ds / f, os.O_RDONLY)
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    r = stoker.ok("read", ds, "--batch", "1000", "--shuffle", "random", "--warm-up", "on",
+                  "--json")
+    out = json.loads(r.stdout)
+    assert out["samples"] == 40000
+    assert out["warm_up_bytes"] >= 40000 * 256
+    r = stoker.ok("read", ds, "--batch", "1000", "--warm-up", "off", "--json")
+    out = json.loads(r.stdout)
+    assert out["samples"] == 40000 and out["warm_up_bytes"] == 0
+    r = stoker("read", ds, "--warm-up", "sometimes")
+    assert r.returncode == 2
+    assert "--warm-up wants auto, on or off" in r.stderr

@@ -206,3 +206,52 @@ def test_threads_end_with_the_loader(ids_ds):
     del b
     gc.collect()
     assert _threads() <= base
+
+
+def _evict(path):
+    import glob
+    import os
+    for f in glob.glob(os.path.join(path, "*.stk")):
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_warm_up_changes_nothing_but_the_reads(tmp_path, order):
+    # Large enough records that opening the dataset (its headers and
+    # indexes) leaves its data out of the page cache.
+    n = 300
+    src = {"id": np.arange(n, dtype=np.int64),
+           "x": np.random.default_rng(3).integers(0, 255, size=(n, 20000), dtype=np.uint8)}
+    path = str(tmp_path / "big.stk")
+    stoker.write(path, src, shard_bytes=1 << 20)
+    runs = []
+    for warm_up in (False, True, "auto"):
+        _evict(path)
+        with stoker.Loader(path, batch_size=16, shuffle=order, seed=4, warm_up=warm_up,
+                           backend="mmap") as ld:
+            runs.append([(b["id"].tolist(), b["x"].tobytes()) for b in ld])
+            s = ld.stats()
+            assert set(s["warm_up"]) == {"count", "bytes", "seconds"}
+            if warm_up is False:
+                assert s["warm_up_bytes"] == 0 and s["warm_up_done"]
+            else:
+                assert s["warm_up_bytes"] >= n * 20000
+                assert 0 <= s["warm_up"]["bytes"] <= s["warm_up_bytes"]
+    assert runs[1] == runs[0] and runs[2] == runs[0]
+    ids = sorted(i for batch in runs[0] for i in batch[0])
+    assert ids == list(range(n))
+    # The rows delivered are the rows written.
+    for b_ids, b_x in runs[1]:
+        assert b_x == src["x"][b_ids].tobytes()
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None, "ON"])
+def test_warm_up_refuses_other_values(ids_ds, bad):
+    path, _ = ids_ds
+    with pytest.raises(ValueError, match="warm_up"):
+        stoker.Loader(path, batch_size=8, warm_up=bad)

@@ -1,0 +1,298 @@
+/*
+ * test_loader_gather.c: whole records gathered from the mapping (every
+ * field stored plain, the mmap backend), and the warm-up that brings a cold
+ * dataset into the page cache before the first epoch.
+ *
+ *  1. Every batch equals the written bytes, for the three orders, 1 and 3
+ *     threads, checks on and off, warm-up on (files evicted first) and off,
+ *     and every sample of the epoch comes exactly once.
+ *  2. The warm-up: with the files evicted it brings every byte of shard
+ *     data in (its statistics say so, and the files are resident after),
+ *     AUTO takes it (and the mmap backend) for a small cold dataset, never
+ *     for the pool backend, never with O_DIRECT, never when resident.
+ *  3. A loader closed while its warm-up still runs closes at once.
+ *  4. A flipped byte inside a record, or in the padding between its fields,
+ *     fails next() with STK_ECHECKSUM naming that record (checks on), with
+ *     and without the warm-up.
+ */
+#include "test_loader_common.h"
+
+#include <fcntl.h>
+#include <glob.h>
+
+/* Drops the dataset's files from the page cache (nothing may map them;
+ * written pages are made clean first, or they would stay). */
+static void evict(const char *dir) {
+    char pat[4200];
+    snprintf(pat, sizeof pat, "%s/*.stk", dir);
+    glob_t g;
+    CHECK(glob(pat, 0, NULL, &g) == 0);
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        int fd = open(g.gl_pathv[i], O_RDONLY);
+        CHECK(fd >= 0);
+        syncfs(fd);
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(fd);
+    }
+    globfree(&g);
+}
+
+static uint64_t shard_data_bytes(const char *dir) {
+    stk_error err = {0};
+    stk_dataset *ds = NULL;
+    CHECK_OK(stk_dataset_open(dir, &ds, &err));
+    uint64_t total = 0;
+    for (size_t s = 0; s < stk_dataset_num_shards(ds); s++) {
+        stk_shard_info si;
+        CHECK(stk_dataset_shard(ds, s, &si) == 0);
+        total += si.data_bytes;
+    }
+    stk_dataset_close(ds);
+    return total;
+}
+
+/* One epoch of a fresh loader over a freshly opened dataset, every batch
+ * checked; returns a hash of the stream and the loader's stats. */
+static uint64_t epoch(const tds *d, const stk_loader_options *o, bool cold, stk_loader_stats *st) {
+    stk_error err = {0};
+    if (cold) evict(d->dir);
+    stk_dataset *ds = NULL;
+    CHECK_OK(stk_dataset_open(d->dir, &ds, &err));
+    stk_loader *ld = NULL;
+    if (cold) CHECK(stk_dataset_resident(ds) < 0.5);
+    CHECK_OK(stk_loader_open(ds, o, &ld, &err));
+    CHECK(stk_loader_backend(ld) == STK_BACKEND_MMAP);
+    uint8_t *seen = calloc(d->nrec + 1, 1);
+    CHECK(seen != NULL);
+    uint64_t h = FNV0, n = 0;
+    stk_batch *b;
+    int rc;
+    while ((rc = stk_loader_next(ld, &b, &err)) == 0) {
+        const uint64_t *ids = stk_batch_samples(b);
+        for (uint32_t j = 0; j < stk_batch_size(b); j++, n++) {
+            CHECK(ids[j] < d->nrec && !seen[ids[j]]);
+            seen[ids[j]] = 1;
+        }
+        h = tds_check_batch(d, ld, b, NULL, 0, 0, h);
+        stk_loader_release(ld, b);
+    }
+    if (rc != STK_END) {
+        fprintf(stderr, "next: %s\n", err.message);
+        exit(1);
+    }
+    CHECK(n == d->nrec);
+    stk_loader_stats_get(ld, st);
+    stk_loader_close(ld);
+    stk_dataset_close(ds);
+    free(seen);
+    return h;
+}
+
+static void base(stk_loader_options *o) {
+    stk_loader_options_init(o);
+    o->batch_size = 11;
+    o->memory_budget = 256 << 20;
+    o->backend = STK_BACKEND_MMAP;
+    o->block_samples = 7;
+    o->block_group = 3;
+    o->seed = 5;
+}
+
+static void test_batches(const tds *d) {
+    const stk_order orders[3] = {STK_ORDER_SEQUENTIAL, STK_ORDER_RANDOM, STK_ORDER_BLOCK};
+    for (int oi = 0; oi < 3; oi++) {
+        uint64_t ref = 0;
+        int first = 1;
+        for (int threads = 1; threads <= 3; threads += 2)
+            for (int verify = 0; verify <= 1; verify++)
+                for (int warm = 0; warm <= 1; warm++) {
+                    stk_loader_options o;
+                    base(&o);
+                    o.order = orders[oi];
+                    o.threads = threads;
+                    o.verify = verify;
+                    o.warm_up = warm ? STK_WARM_UP_ON : STK_WARM_UP_OFF;
+                    stk_loader_stats st;
+                    uint64_t h = epoch(d, &o, warm, &st);
+                    if (first) ref = h;
+                    first = 0;
+                    /* The same stream whatever the threads, checks or warm-up. */
+                    CHECK(h == ref);
+                    if (warm) CHECK(st.warm_up_bytes > 0);
+                    else CHECK(st.warm_up_bytes == 0);
+                    if (verify && orders[oi] != STK_ORDER_BLOCK) CHECK(st.verify.count == d->nrec);
+                }
+    }
+}
+
+/* Waits (at most 20 s) for the warm-up of `ld` to finish. */
+static void wait_warm(stk_loader *ld, stk_loader_stats *st) {
+    for (int i = 0; i < 2000; i++) {
+        stk_loader_stats_get(ld, st);
+        if (st->warm_up_done) return;
+        usleep(10000);
+    }
+    CHECK(!"the warm-up did not finish in 20 s");
+}
+
+static void test_warm_up(const tds *d) {
+    stk_error err = {0};
+    uint64_t want = shard_data_bytes(d->dir);
+    CHECK(want > 0);
+    /* AUTO takes it for a small cold dataset, with the auto backend. */
+    evict(d->dir);
+    stk_dataset *ds = NULL;
+    CHECK_OK(stk_dataset_open(d->dir, &ds, &err));
+    CHECK(stk_dataset_resident(ds) < 0.5);
+    stk_loader_options o;
+    base(&o);
+    o.backend = STK_BACKEND_AUTO;
+    o.order = STK_ORDER_RANDOM;
+    stk_loader *ld = NULL;
+    CHECK_OK(stk_loader_open(ds, &o, &ld, &err));
+    CHECK(stk_loader_backend(ld) == STK_BACKEND_MMAP);
+    stk_loader_stats st;
+    wait_warm(ld, &st);
+    CHECK(st.warm_up_bytes == want);
+    CHECK(st.warm_up.bytes == want);
+    CHECK(st.warm_up.count > 0);
+    CHECK(stk_dataset_resident(ds) >= 0.9);
+    stk_loader_close(ld);
+    /* Resident now: no warm-up. */
+    CHECK_OK(stk_loader_open(ds, &o, &ld, &err));
+    stk_loader_stats_get(ld, &st);
+    CHECK(st.warm_up_bytes == 0 && st.warm_up_done);
+    stk_loader_close(ld);
+    stk_dataset_close(ds);
+
+    /* Not for the pool backend under AUTO, nor with O_DIRECT even when
+     * asked for; ON takes it with the pool backend too. */
+    struct {
+        stk_backend backend;
+        int direct;
+        stk_warm_up warm;
+        int expect;
+    } cases[] = {{STK_BACKEND_POOL, 0, STK_WARM_UP_AUTO, 0},
+                 {STK_BACKEND_POOL, 1, STK_WARM_UP_ON, 0},
+                 {STK_BACKEND_POOL, 0, STK_WARM_UP_ON, 1},
+                 {STK_BACKEND_MMAP, 0, STK_WARM_UP_OFF, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        evict(d->dir);
+        CHECK_OK(stk_dataset_open(d->dir, &ds, &err));
+        base(&o);
+        o.backend = cases[i].backend;
+        o.direct = cases[i].direct;
+        o.warm_up = cases[i].warm;
+        o.order = STK_ORDER_RANDOM; /* (block order brings in its blocks' spans) */
+        int rc = stk_loader_open(ds, &o, &ld, &err);
+        if (rc == -EINVAL && o.direct) { /* a file system without O_DIRECT */
+            stk_dataset_close(ds);
+            continue;
+        }
+        CHECK_OK(rc);
+        stk_loader_stats_get(ld, &st);
+        CHECK((st.warm_up_bytes == want) == (cases[i].expect != 0));
+        CHECK(cases[i].expect || st.warm_up_bytes == 0);
+        stk_loader_close(ld);
+        stk_dataset_close(ds);
+    }
+}
+
+/* Closing while the warm-up runs: a larger dataset, closed at once. */
+static void test_close_early(void) {
+    tds big;
+    tds_init(&big, TDS_PLAIN, 6000);
+    tds_write_opts(&big, "gather-big", 16 << 20);
+    stk_error err = {0};
+    for (int i = 0; i < 5; i++) {
+        evict(big.dir);
+        stk_dataset *ds = NULL;
+        CHECK_OK(stk_dataset_open(big.dir, &ds, &err));
+        stk_loader_options o;
+        base(&o);
+        o.warm_up = STK_WARM_UP_ON;
+        stk_loader *ld = NULL;
+        CHECK_OK(stk_loader_open(ds, &o, &ld, &err));
+        if (i % 2) {
+            stk_batch *b;
+            CHECK_OK(stk_loader_next(ld, &b, &err));
+            stk_loader_release(ld, b);
+        }
+        stk_loader_close(ld);
+        stk_dataset_close(ds);
+    }
+    test_rmrf(big.dir);
+    tds_free(&big);
+}
+
+/* The byte at `off` of shard file `shard` of a copy of the dataset is
+ * flipped; every epoch over it fails naming record `rec`. */
+static void check_damage(const tds *d, const char *what, size_t shard, uint64_t off, uint64_t rec) {
+    stk_error err = {0};
+    char dir[4200], path[4400];
+    snprintf(dir, sizeof dir, "%s", test_dir("gather-damaged"));
+    test_copy_dir(d->dir, dir);
+    snprintf(path, sizeof path, "%s/shard-%06zu.stk", dir, shard);
+    uint8_t c;
+    test_peek(path, off, &c, 1);
+    c ^= 0x10;
+    test_poke(path, off, &c, 1);
+    for (int warm = 0; warm <= 1; warm++)
+        for (int oi = 0; oi < 2; oi++) {
+            if (warm) evict(dir);
+            stk_dataset *ds = NULL;
+            CHECK_OK(stk_dataset_open(dir, &ds, &err));
+            stk_loader_options o;
+            base(&o);
+            o.order = oi ? STK_ORDER_RANDOM : STK_ORDER_SEQUENTIAL;
+            o.warm_up = warm ? STK_WARM_UP_ON : STK_WARM_UP_OFF;
+            stk_loader *ld = NULL;
+            CHECK_OK(stk_loader_open(ds, &o, &ld, &err));
+            stk_batch *b;
+            int rc;
+            while ((rc = stk_loader_next(ld, &b, &err)) == 0) stk_loader_release(ld, b);
+            if (rc != STK_ECHECKSUM || !test_names_record(err.message, rec) ||
+                !strstr(err.message, "shard-")) {
+                fprintf(stderr, "%s (warm %d order %d): wanted a checksum error naming record "
+                        "%llu, got %d: %s\n", what, warm, oi, (unsigned long long)rec, rc,
+                        err.message);
+                exit(1);
+            }
+            stk_loader_close(ld);
+            stk_dataset_close(ds);
+        }
+    test_rmrf(dir);
+}
+
+static void test_damage(const tds *d) {
+    stk_error err = {0};
+    stk_dataset *ds = NULL;
+    CHECK_OK(stk_dataset_open(d->dir, &ds, &err));
+    /* Record 40: a byte of x, a byte of seq (it has rows), and a byte of the
+     * padding between x's 16004 bytes and seq's start (fields are aligned
+     * to 64 bytes). */
+    uint64_t rec = 40;
+    stk_extent x, q;
+    CHECK_OK(stk_dataset_get(ds, rec, 0, &x, &err));
+    CHECK_OK(stk_dataset_get(ds, rec, 1, &q, &err));
+    CHECK(q.rows > 0 && q.offset > x.offset + x.stored_bytes);
+    size_t shard = x.shard;
+    stk_dataset_close(ds);
+    check_damage(d, "a byte of x", shard, x.offset + 5, rec);
+    check_damage(d, "a byte of seq", shard, q.offset + q.stored_bytes - 1, rec);
+    check_damage(d, "padding", shard, x.offset + x.stored_bytes + 3, rec);
+}
+
+int main(void) {
+    test_watchdog(600);
+    tds d;
+    tds_init(&d, TDS_PLAIN, 1200);
+    tds_write_opts(&d, "gather", 4 << 20);
+    test_batches(&d);
+    test_warm_up(&d);
+    test_close_early();
+    test_damage(&d);
+    test_rmrf(d.dir);
+    tds_free(&d);
+    return 0;
+}
