@@ -1,0 +1,496 @@
+"""Small records and cold starts: stoker against the strongest in-process
+baselines (bench/baselines.py: a NumPy memmap loop, torchdata.nodes with
+threads, SPDL, Grain over ArrayRecord) and against the hardware, warm and
+cold, side by side in one run.
+
+Workloads (made once under bench/out/small/, untimed):
+
+    rec512   2,000,000 records of 512 bytes (float32[128]), 1 GB
+    rec1k    1,000,000 records of 1 KiB (float32[256]), 1 GB
+    ragged   records of 1-64 KiB (float32[16..1024, 16]), about 0.65 GB
+    windows  2,000 series x 3,650 rows, x float32[16] and y float32[1] in
+             two fields (the README's layout), windows of 365 rows
+
+Cases, each contender in a process of its own, rotating order, medians of
+--reps repetitions:
+
+    warm     page cache warm (the contender's files read once before),
+             timed for --seconds after the first batch; stoker also with
+             its checksums off, to price them
+    cold     the contender's files evicted (posix_fadvise DONTNEED), one
+             epoch from the contender's creation (first batch and start-up
+             included), random order
+    big      rec512 in a memory cgroup that holds a third of it (the data
+             cannot fit): stoker in random and in block order for at most
+             --big-seconds, against the device's random reads at the
+             sample size and its sequential reads
+
+Limits, measured in every repetition: memcpy on one thread, the device's
+O_DIRECT sequential reads and random reads at the sample size (the best of
+several depths and sizes: bench/limits.c).
+
+    python bench/small.py [--reps 3] [--cases warm,cold,big] [--workloads ...]
+
+Writes the "small" section of docs/BENCHMARKS.md.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import BUILD, OUT, drop_cache, machine, median, write_section  # noqa: E402
+import baselines  # noqa: E402
+
+DATA = OUT / "small"
+LIMITS = BUILD / "stoker-limits"
+SEED = 11
+
+WORKLOADS = {
+    "rec512": dict(kind="fixed", n=2_000_000, cols=128, batch=1024),
+    "rec1k": dict(kind="fixed", n=1_000_000, cols=256, batch=1024),
+    "ragged": dict(kind="ragged", n=20_000, cols=16, lo=16, hi=1024, batch=256),
+    "windows": dict(kind="windows", series=2000, rows=3650, feat=16, window=365, batch=256),
+}
+TITLES = {
+    "rec512": "512-byte records (2,000,000 x float32[128])",
+    "rec1k": "1 KiB records (1,000,000 x float32[256])",
+    "ragged": "Ragged records of 1-64 KiB (20,000 x float32[16..1024, 16])",
+    "windows": "Windows of 365 rows over 2,000 series, two fields (x: 16 float32, y: 1)",
+}
+SYSTEMS = ("stoker", "numpy", "tdn", "spdl", "grain")
+NAMES = {"stoker": "stoker", "stoker-nocheck": "stoker, checksums off", "numpy": "NumPy memmap loop",
+         "tdn": "torchdata.nodes (threads)", "spdl": "SPDL (threads)",
+         "grain": "Grain over ArrayRecord", "stoker-block": "stoker, block order"}
+
+
+def say(*a):
+    print(*a, flush=True)
+
+
+# -- data ------------------------------------------------------------------------
+
+def _fixed(p):
+    rng = np.random.default_rng(1)
+    step = 1 << 18
+    for a in range(0, p["n"], step):
+        yield rng.standard_normal((min(step, p["n"] - a), p["cols"]), dtype=np.float32)
+
+
+def _ragged_rows(p):
+    return np.random.default_rng(2).integers(p["lo"], p["hi"] + 1, size=p["n"])
+
+
+def _ragged(p):
+    rng = np.random.default_rng(3)
+    for r in _ragged_rows(p):
+        yield rng.standard_normal((int(r), p["cols"]), dtype=np.float32)
+
+
+def _series(p):
+    rng = np.random.default_rng(4)
+    t = np.arange(p["rows"], dtype=np.float32)
+    for s in range(p["series"]):
+        x = (np.sin(t[:, None] / 58.1 + s) + 0.1 * rng.standard_normal((p["rows"], p["feat"]),
+                                                                      dtype=np.float32))
+        yield {"x": x.astype(np.float32), "y": x[:, :1].sum(axis=1, keepdims=True) * 0.5}
+
+
+def paths(name):
+    d = DATA / name
+    return {"dir": d, "stoker": d / "stoker.stk", "base": d / "base", "ar": d / "data.array_record"}
+
+
+def prepare(name):
+    p = WORKLOADS[name]
+    ps = paths(name)
+    stamp = ps["dir"] / "params.json"
+    if stamp.exists() and json.loads(stamp.read_text()) == p:
+        return
+    import shutil
+    import stoker
+    if ps["dir"].exists():
+        shutil.rmtree(ps["dir"])
+    ps["dir"].mkdir(parents=True)
+    t = time.perf_counter()
+    if p["kind"] == "fixed":
+        x = np.concatenate(list(_fixed(p)))
+        stoker.write(ps["stoker"], {"x": x}, sync=False)
+        baselines.write_fixed(ps["base"], {"x": x})
+        del x
+    elif p["kind"] == "ragged":
+        stoker.write(ps["stoker"], ({"x": r} for r in _ragged(p)), ragged=["x"], sync=False)
+        baselines.write_ragged(ps["base"], _ragged(p), name="x")
+    else:
+        stoker.write(ps["stoker"], _series(p), ragged=["x", "y"], sync=False)
+        baselines.write_series(ps["base"], _series(p), p["window"])
+    baselines.write_array_record(baselines.open_dataset(ps["base"]), ps["ar"])
+    os.sync()
+    stamp.write_text(json.dumps(p))
+    say(f"   made {name} in {time.perf_counter() - t:.0f} s")
+
+
+def files_of(name, system):
+    ps = paths(name)
+    if system.startswith("stoker"):
+        return sorted(str(f) for f in ps["stoker"].iterdir() if f.suffix == ".stk")
+    if system == "grain":
+        return [str(ps["ar"])]
+    return [f for f in baselines.dataset_files(ps["base"]) if f.endswith(".bin")]
+
+
+def sample_bytes(name):
+    p = WORKLOADS[name]
+    if p["kind"] == "fixed":
+        return p["cols"] * 4
+    if p["kind"] == "ragged":
+        return float(np.mean(_ragged_rows(p))) * p["cols"] * 4
+    return p["window"] * (p["feat"] + 1) * 4
+
+
+# -- one run, in a process of its own -----------------------------------------------
+
+def contender(name, system, epochs, order):
+    p = WORKLOADS[name]
+    ps = paths(name)
+    if system.startswith("stoker"):
+        import stoker
+        kw = dict(batch_size=p["batch"], shuffle=order, seed=SEED,
+                  verify=system != "stoker-nocheck")
+        if p["kind"] == "windows":
+            kw.update(window=p["window"], fields=["x", "y"])
+        ld = stoker.Loader(str(ps["stoker"]), **kw)
+
+        def it():
+            for _ in range(epochs):
+                for b in ld:
+                    yield len(b["x_offsets"]) - 1 if "x_offsets" in b else len(b["x"])
+        return it()
+    if system == "grain":
+        src = str(ps["ar"])
+    else:
+        src = baselines.open_dataset(ps["base"])
+    gen = baselines.batches(system, src, p["batch"], seed=SEED, epochs=epochs)
+    return (len(b["index"]) for b in gen)
+
+
+def run_one(name, system, case, seconds, order="random"):
+    """In this process: the contender's rate; prints one JSON line."""
+    t0 = time.perf_counter()
+    epochs = 1 if case != "warm" else 1000
+    it = contender(name, system, epochs, order)
+    first = next(it)
+    startup = time.perf_counter() - t0
+    samples, t1 = 0, time.perf_counter()
+    last = t1
+    for n in it:
+        samples += n
+        last = time.perf_counter()
+        if last - (t1 if case == "warm" else t0) >= seconds:
+            break
+    out = {"startup": startup, "first": first, "samples": samples, "seconds": last - t1,
+           "total_samples": first + samples, "total_seconds": last - t0}
+    print(json.dumps(out), flush=True)
+    os._exit(0)  # threads of an unfinished epoch need not drain
+
+
+CGROUP = None
+
+
+def make_cgroup(limit):
+    """A memory cgroup (v1's memory controller, or v2) limited to `limit`
+    bytes; returns the file to write a pid into, or None."""
+    v1 = Path("/sys/fs/cgroup/memory")
+    try:
+        if v1.is_dir() and (v1 / "memory.limit_in_bytes").exists():
+            g = v1 / f"stoker-bench-{os.getpid()}"
+            g.mkdir(exist_ok=True)
+            (g / "memory.limit_in_bytes").write_text(str(limit))
+            return g
+        v2 = Path("/sys/fs/cgroup")
+        if (v2 / "cgroup.controllers").exists() and "memory" in (v2 / "cgroup.controllers").read_text():
+            (v2 / "cgroup.subtree_control").write_text("+memory")
+            g = v2 / f"stoker-bench-{os.getpid()}"
+            g.mkdir(exist_ok=True)
+            (g / "memory.max").write_text(str(limit))
+            return g
+    except OSError as e:
+        say(f"   (no memory cgroup: {e})")
+    return None
+
+
+def spawn(name, system, case, seconds, order="random", cgroup=None):
+    cmd = [sys.executable, __file__, "--run", name, system, case, str(seconds), order]
+    if cgroup:
+        # Join the group first, then become the contender: all it reads is
+        # charged to the group.
+        cmd = ["sh", "-c", f'echo $$ > "{cgroup / "cgroup.procs"}" && exec "$@"', "sh"] + cmd
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 6 + 300)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out"}
+    if r.returncode != 0 or not r.stdout.strip():
+        return {"error": (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1][:200]}
+    x = json.loads(r.stdout.strip().splitlines()[-1])
+    x["rate"] = (x["samples"] / x["seconds"] if case == "warm" and x["seconds"] > 0
+                 else x["total_samples"] / x["total_seconds"])
+    return x
+
+
+def limit(*args):
+    out = subprocess.run([str(LIMITS), *args], check=True, capture_output=True, text=True).stdout
+    f = out.split()
+    return float(f[1]), float(f[2])
+
+
+def warm_files(files):
+    """Evicts the files, then reads them once: every contender's data is in
+    the page cache the way a first sequential read leaves it (with the
+    kernel's large folios where it makes them), not the way writing it did."""
+    drop_cache(files)
+    for i in range(0, len(files), 200):
+        subprocess.run(["cat", *files[i:i + 200]], stdout=subprocess.DEVNULL, check=True)
+
+
+# -- the run ----------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=2.0, help="timed seconds per warm run")
+    ap.add_argument("--cold-seconds", type=float, default=20.0, help="cap of a cold epoch")
+    ap.add_argument("--big-seconds", type=float, default=8.0)
+    ap.add_argument("--cases", default="warm,cold,big")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    a = ap.parse_args()
+    cases, names = a.cases.split(","), a.workloads.split(",")
+    systems = a.systems.split(",")
+    t_all = time.perf_counter()
+    say("== small records and cold starts: preparing data")
+    for n in names:
+        prepare(n)
+    res, lim = {}, {}
+    for rep in range(a.reps):
+        say(f"== repetition {rep + 1}/{a.reps}")
+        lim.setdefault("memcpy", []).append(limit("memcpy", "256", "9"))
+        for n in names:
+            stk_files = files_of(n, "stoker")
+            sb = sample_bytes(n)
+            k = rep % len(systems)
+            order = systems[k:] + systems[:k]
+            if "warm" in cases:
+                for s in order + (["stoker-nocheck"] if "stoker" in systems else []):
+                    warm_files(files_of(n, s))
+                    r = spawn(n, s, "warm", a.seconds)
+                    res.setdefault((n, "warm", s), []).append(r)
+                    say(f"   {n:8s} warm {s:15s} {fmt(r)}")
+            if "cold" in cases:
+                drop_cache(stk_files)
+                lim.setdefault((n, "seqread"), []).append(limit("seqread", *stk_files))
+                drop_cache(stk_files)
+                lim.setdefault((n, "randread"), []).append(
+                    limit("randread", str(int(sb)), "20000", *stk_files))
+                for s in order:
+                    drop_cache(files_of(n, s))
+                    r = spawn(n, s, "cold", a.cold_seconds)
+                    res.setdefault((n, "cold", s), []).append(r)
+                    say(f"   {n:8s} cold {s:15s} {fmt(r)}")
+        if "big" in cases and "rec512" in names:
+            n = "rec512"
+            stk_files = files_of(n, "stoker")
+            size = sum(os.path.getsize(f) for f in stk_files)
+            g = make_cgroup(size // 3)
+            if g is None:
+                res[(n, "big", "skipped")] = [{"error": "no memory cgroup could be made"}]
+            else:
+                try:
+                    drop_cache(stk_files)
+                    lim.setdefault((n, "big-seqread"), []).append(limit("seqread", *stk_files))
+                    drop_cache(stk_files)
+                    lim.setdefault((n, "big-randread"), []).append(
+                        limit("randread", "512", "40000", *stk_files))
+                    for s, order in (("stoker", "random"), ("stoker", "block"), ("numpy", "random")):
+                        drop_cache(files_of(n, s))
+                        r = spawn(n, s, "big", a.big_seconds, order, cgroup=g)
+                        key = "stoker-block" if order == "block" else s
+                        res.setdefault((n, "big", key), []).append(r)
+                        say(f"   {n:8s} big  {key:15s} {fmt(r)}")
+                finally:
+                    for _ in range(50):
+                        try:
+                            g.rmdir()
+                            break
+                        except OSError:
+                            time.sleep(0.1)
+    raw = {"reps": a.reps, "seconds": a.seconds, "elapsed": time.perf_counter() - t_all,
+           "names": names, "cases": cases,
+           "results": [{"workload": k[0], "case": k[1], "system": k[2], "runs": v}
+                       for k, v in res.items()],
+           "limits": [{"key": list(k) if isinstance(k, tuple) else k, "runs": v}
+                      for k, v in lim.items()]}
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "small.json").write_text(json.dumps(raw))
+    report(raw)
+
+
+def fmt(r):
+    if r.get("error"):
+        return "failed: " + r["error"]
+    return f"{r['rate']:>12,.0f} samples/s  (start-up {r['startup']:.2f} s)"
+
+
+def med_rate(runs):
+    xs = [r["rate"] for r in runs if r.get("rate")]
+    return median(xs) if xs else None
+
+
+def report(raw):
+    res = {(x["workload"], x["case"], x["system"]): x["runs"] for x in raw["results"]}
+    lim = {(tuple(x["key"]) if isinstance(x["key"], list) else x["key"]): x["runs"]
+           for x in raw["limits"]}
+    memcpy = median([x[0] for x in lim["memcpy"]]) * 1e9
+    lines = [
+        "## Small records and cold starts (issue: small records)", "",
+        f"Machine: {machine()}. Produced by bench/small.py in {raw['elapsed'] / 60:.1f} min: every "
+        f"contender in a process of its own, in rotating order, in each of {raw['reps']} "
+        "repetitions; medians. Warm: the contender's files read once before, rate over "
+        f"{raw['seconds']:g} s after its first batch. Cold: its files evicted, one epoch in random "
+        "order counted from its creation (start-up and first batch included). The baselines "
+        "(bench/baselines.py) gather whole batches in the training process itself: a NumPy "
+        "memmap loop on one thread (np.take for records, one fancy index of a strided view per "
+        "field for windows), the same gather in torchdata.nodes and SPDL thread pools, and Grain "
+        "reading ArrayRecord files; each in the fastest setting its sweep found. stoker: "
+        "`stoker.Loader`, `random` order, default options (checksums on), and again with "
+        f"`verify=False` to price the checks. memcpy on one thread: {memcpy / 1e9:.1f} GB/s.", ""]
+    targets = []
+    for n in raw["names"]:
+        sb = sample_bytes(n)
+        lines += [f"### {TITLES[n]}", ""]
+        for case in ("warm", "cold"):
+            systems = [s for s in SYSTEMS + ("stoker-nocheck",) if (n, case, s) in res]
+            if not systems:
+                continue
+            rates = {s: med_rate(res[(n, case, s)]) for s in systems}
+            if case == "warm":
+                head = f"**warm** | limit: memcpy, one thread = {memcpy / sb:,.0f} samples/s"
+                lim_rate = memcpy / sb
+            else:
+                sq = median([x[0] for x in lim[(n, "seqread")]]) * 1e9
+                rr = median([x[1] for x in lim[(n, "randread")]])
+                head = (f"**cold, first epoch** | limits: O_DIRECT sequential reads {sq / 1e9:.2f} "
+                        f"GB/s = {sq / sb:,.0f} samples/s; O_DIRECT random reads at the sample size "
+                        f"{rr:,.0f} samples/s")
+                lim_rate = sq / sb
+            others = {s: r for s, r in rates.items() if r and not s.startswith("stoker")}
+            best = max(others, key=others.get) if others else None
+            lines += [head, "", "| system | samples/s | GB/s | x best other | x limit | start-up s "
+                      "| all runs |", "|---|---:|---:|---:|---:|---:|---|"]
+            for s in systems:
+                m = rates[s]
+                runs = res[(n, case, s)]
+                if m is None:
+                    err = next((r["error"] for r in runs if r.get("error")), "no batches")
+                    lines.append(f"| {NAMES[s]} | failed | | | | | {err} |")
+                    continue
+                st = median([r["startup"] for r in runs if r.get("rate")])
+                bold = "**" if s == "stoker" else ""
+                vs = f"{m / others[best]:.2f}" if best and s.startswith("stoker") else ""
+                lines.append(f"| {bold}{NAMES[s]}{bold} | {m:,.0f} | {m * sb / 1e9:.2f} | {vs} | "
+                             f"{m / lim_rate:.2f} | {st:.2f} | "
+                             + ", ".join(f"{r['rate']:,.0f}" if r.get("rate") else "x" for r in runs)
+                             + " |")
+            if best:
+                lines += ["", f"Best other: {NAMES[best]}."]
+            lines.append("")
+            targets += target_rows(n, case, rates, sb, memcpy, lim)
+        if (n, "big", "stoker") in res or (n, "big", "skipped") in res:
+            more, rows = big_table(n, res, lim, sb)
+            lines += more
+            targets += rows
+    lines += ["### Targets, this run", "", "| target | measured | met |", "|---|---:|---|"]
+    lines += [f"| {t} | {v} | {'yes' if ok else '**no**'} |" for t, v, ok in targets]
+    lines += ["", GAPS]
+    text = "\n".join(lines)
+    print(text)
+    write_section("small", text)
+
+
+def big_table(n, res, lim, sb):
+    if (n, "big", "skipped") in res:
+        return ["**larger than memory**: not measured (no memory cgroup could be made here)", ""], []
+    sq = median([x[0] for x in lim[(n, "big-seqread")]]) * 1e9
+    rr = median([x[1] for x in lim[(n, "big-randread")]])
+    out = [f"**cold, larger than memory** (a memory cgroup holding a third of the data) | limits: "
+           f"O_DIRECT random reads of 4 KiB (a 512-byte sample's page) {rr:,.0f}/s; O_DIRECT "
+           f"sequential reads {sq / 1e9:.2f} GB/s", "",
+           "| system | samples/s | GB/s | x its limit | all runs |", "|---|---:|---:|---:|---|"]
+    rows = []
+    for s, lim_rate in (("stoker", rr), ("stoker-block", sq / sb), ("numpy", rr)):
+        runs = res.get((n, "big", s), [])
+        m = med_rate(runs)
+        if m is None:
+            out.append(f"| {NAMES[s]} | failed | | | |")
+            continue
+        out.append(f"| {NAMES[s]} | {m:,.0f} | {m * sb / 1e9:.2f} | {m / lim_rate:.2f} | "
+                   + ", ".join(f"{r['rate']:,.0f}" if r.get("rate") else "x" for r in runs) + " |")
+        if s == "stoker":
+            rows.append(("rec512 larger than memory, random: >= 0.8 of random reads at the sample "
+                         "size", f"{m / lim_rate:.2f}", m / lim_rate >= 0.8))
+        if s == "stoker-block":
+            rows.append(("rec512 larger than memory, block: >= 0.8 of sequential reads",
+                         f"{m / lim_rate:.2f}", m / lim_rate >= 0.8))
+    return out + [""], rows
+
+
+def target_rows(n, case, rates, sb, memcpy, lim):
+    rows = []
+    st, nc = rates.get("stoker"), rates.get("stoker-nocheck")
+    npy = rates.get("numpy")
+    if st is None:
+        return rows
+    if case == "cold" and n in ("rec512", "rec1k"):
+        sq = median([x[0] for x in lim[(n, "seqread")]]) * 1e9
+        if npy:
+            rows.append((f"{n}, cold first epoch: >= 1.5x the NumPy memmap loop", f"{st / npy:.2f}x",
+                         st / npy >= 1.5))
+        rows.append((f"{n}, cold first epoch: >= 0.8 of O_DIRECT sequential reads",
+                     f"{st * sb / sq:.2f}", st * sb / sq >= 0.8))
+    if case == "warm":
+        if n == "rec512":
+            rows.append(("rec512, warm: >= 0.5 of one-thread memcpy", f"{st * sb / memcpy:.2f}",
+                         st * sb / memcpy >= 0.5))
+            if npy:
+                rows.append(("rec512, warm: >= 2x the NumPy memmap loop", f"{st / npy:.2f}x",
+                             st / npy >= 2))
+        if n == "ragged" and npy:
+            rows.append(("ragged 1-64 KiB, warm: >= 1.5x the NumPy memmap loop", f"{st / npy:.2f}x",
+                         st / npy >= 1.5))
+        if n == "windows" and npy:
+            rows.append(("windows (x, y), warm: >= 1.3x the NumPy strided-view loop",
+                         f"{st / npy:.2f}x", st / npy >= 1.3))
+        if nc:
+            rows.append((f"{n}, warm: checksums cost <= 10%", f"{1 - st / nc:.0%}", st / nc >= 0.9))
+    return rows
+
+
+GAPS = """### Where stoker falls short, why, and what next
+
+These notes are kept by hand; the tables above are the measurement they refer to.
+
+(written after the run)
+"""
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--run":
+        run_one(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]), sys.argv[6])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--report":
+        report(json.loads(Path(sys.argv[2]).read_text()))
+    else:
+        main()
