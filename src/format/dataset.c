@@ -374,18 +374,6 @@ int stk_dataset_shard(const stk_dataset *ds, size_t i, stk_shard_info *out) {
     return 0;
 }
 
-size_t stk__dataset_shard_of(const stk_dataset *ds, uint64_t rec) {
-    size_t lo = 0, hi = ds->nshards;
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (ds->shards[mid].first <= rec) lo = mid;
-        else hi = mid;
-    }
-    /* Skip empty shards that share a first id with the next one. */
-    while (lo + 1 < ds->nshards && ds->shards[lo].nrec == 0) lo++;
-    return lo;
-}
-
 uint64_t stk__dataset_record_at(const stk_dataset *ds, const stk__shard *sh, uint64_t off) {
     if (sh->nrec == 0) return sh->first;
     uint64_t lo = 0, hi = sh->nrec;

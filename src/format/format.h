@@ -245,8 +245,19 @@ bool stk__is_index_file(const char *path);
 /* Opens an index file as a dataset; checks every file it names. */
 int stk__index_open(const char *path, stk_dataset **out, stk_error *err);
 
-/* The shard holding global record `rec` (rec < nrec). */
-size_t stk__dataset_shard_of(const stk_dataset *ds, uint64_t rec);
+/* The shard holding global record `rec` (rec < nrec).  Inline: the loader
+ * asks it for every sample. */
+static inline size_t stk__dataset_shard_of(const stk_dataset *ds, uint64_t rec) {
+    size_t lo = 0, hi = ds->nshards;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ds->shards[mid].first <= rec) lo = mid;
+        else hi = mid;
+    }
+    /* Skip empty shards that share a first id with the next one. */
+    while (lo + 1 < ds->nshards && ds->shards[lo].nrec == 0) lo++;
+    return lo;
+}
 
 static inline const uint64_t *stk__entry(const stk_dataset *ds,
                                          const stk__shard *sh, uint64_t local) {

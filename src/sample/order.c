@@ -166,25 +166,36 @@ uint64_t stk__order_at(const stk__order *o, uint64_t p) {
     return block_at(o, p, g, start, &inner);
 }
 
-/* stk__perm_apply on LANES inputs in step.  One Feistel evaluation is a
- * chain of dependent multiplications; eight independent chains keep the
- * multiplier busy where one leaves it waiting, and cycle walking costs a
- * branch per round of all lanes instead of a mispredicted one per sample.
- * A lane that has landed inside [0, n) keeps its value while the others
- * walk on, so the result is exactly stk__perm_apply's. */
+/* stk__perm_apply on every ids[0..n), in place.  One Feistel evaluation is
+ * a chain of dependent multiplications; LANES independent chains keep the
+ * multiplier busy where one leaves it waiting.  Cycle walking needs a
+ * different number of evaluations per input, so each lane takes the next
+ * input as soon as its own lands inside [0, n): every evaluation computed
+ * is one stk__perm_apply would compute, and the results are exactly its. */
 #define LANES 8
 
-static void perm_apply_lanes(const stk__perm *p, uint64_t *v, unsigned m) {
-    unsigned todo = (1u << m) - 1;
-    while (todo) {
-        unsigned next = 0;
+static void perm_apply_all(const stk__perm *p, uint64_t *ids, uint32_t n) {
+    uint64_t v[LANES] = {0};
+    uint32_t at[LANES] = {0};
+    uint32_t next = 0;
+    unsigned live = 0;
+    for (unsigned k = 0; k < LANES && next < n; k++, next++) {
+        v[k] = ids[next];
+        at[k] = next;
+        live |= 1u << k;
+    }
+    while (live) {
+        for (unsigned k = 0; k < LANES; k++) v[k] = feistel(p, v[k]);
         for (unsigned k = 0; k < LANES; k++) {
-            uint64_t y = feistel(p, v[k]);
-            bool walk = (todo >> k) & 1;
-            v[k] = walk ? y : v[k];
-            next |= (unsigned)(walk && y >= p->n) << k;
+            if (!((live >> k) & 1) || v[k] >= p->n) continue;
+            ids[at[k]] = v[k];
+            if (next < n) {
+                v[k] = ids[next];
+                at[k] = next++;
+            } else {
+                live &= ~(1u << k);
+            }
         }
-        todo = next;
     }
 }
 
@@ -193,14 +204,7 @@ void stk__order_fill(const stk__order *o, const stk__deal *d, uint64_t first, ui
     for (uint32_t j = 0; j < n; j++) ids[j] = stk__deal_at(d, first + j);
     if (o->mode == STK_ORDER_SEQUENTIAL) return;
     if (o->mode == STK_ORDER_RANDOM) {
-        if (o->perm.n <= 1) return;
-        for (uint32_t j = 0; j < n; j += LANES) {
-            uint64_t v[LANES] = {0};
-            unsigned m = (unsigned)STK__MIN((uint32_t)LANES, n - j);
-            memcpy(v, ids + j, m * sizeof *v);
-            perm_apply_lanes(&o->perm, v, m);
-            memcpy(ids + j, v, m * sizeof *v);
-        }
+        if (o->perm.n > 1) perm_apply_all(&o->perm, ids, n);
         return;
     }
     /* Block order: a batch's positions mostly share a group, whose inner
