@@ -54,6 +54,10 @@
 #define MAX_EXTRA_SLOTS 1024
 #define DIRECT_ALIGN 4096u
 #define SPAN_CHUNK (4u << 20) /* group reads are cut into pieces this big */
+/* Random copies prefetch their sources this many samples (or copies)
+ * ahead, the first PREFETCH_LINES cache lines of each; see gather_records. */
+#define AHEAD 8
+#define PREFETCH_LINES 16
 
 enum { F_TIME, F_DENSE, F_RAGGED };
 enum { S_FREE, S_FILLING, S_READY, S_HELD };
@@ -147,6 +151,8 @@ typedef struct worker {
     uint64_t *ids; /* 3 * batch_size: records, rows and groups of a batch */
     const uint64_t **ents; /* batch_size: the records' index entries (gather) */
     uint32_t *shs;         /* batch_size: their shards */
+    uint32_t *slots;       /* batch_size: block order, each sample's block
+                            * within its group */
     uint8_t *blockbuf; /* one checksum block, for verifying through reads */
     /* The epoch's order and dealing as of the work in hand, copied under
      * mu: the consumer may move the loader's own to another epoch (set_epoch,
@@ -343,26 +349,29 @@ static uint64_t time_rows(const stk_loader *ld, uint64_t rec) {
     return 0;
 }
 
-/* Appends the spans block `blk` needs to `g` (merging within a shard). */
+/* Appends the spans block `blk` needs to `g`: one per shard it touches.
+ * Records lie in a shard in order, so the bytes a run of its records needs
+ * are one range, from the first one's start to the last one's end: two
+ * index entries per shard, however many records the block holds. */
 static int block_spans(const stk_loader *ld, uint64_t blk, group *g) {
+    const stk_dataset *ds = ld->ds;
     uint64_t B = ld->block_samples, n = ld->space.n;
     uint64_t s0 = blk * B, s1 = STK__MIN(s0 + B, n) - 1;
     uint64_t r0, t0, r1, t1;
     stk__space_locate(&ld->space, s0, &r0, &t0);
     stk__space_locate(&ld->space, s1, &r1, &t1);
-    size_t first = g->nspans;
-    for (uint64_t r = r0; r <= r1; r++) {
-        uint64_t a = r == r0 ? t0 : 0;
-        uint64_t z = r == r1 ? t1 + ld->space.L : time_rows(ld, r);
+    for (uint64_t ra = r0; ra <= r1;) {
+        size_t shard = stk__dataset_shard_of(ds, ra);
+        const stk__shard *sh = &ds->shards[shard];
+        uint64_t rb = STK__MIN(r1, sh->first + sh->nrec - 1);
+        uint64_t a = ra == r0 ? t0 : 0;
+        uint64_t z = rb == r1 ? t1 + ld->space.L : time_rows(ld, rb);
         if (!ld->space.windows) a = z = 0;
-        size_t shard;
-        uint64_t lo, hi;
-        sample_span(ld, r, a, z, &shard, &lo, &hi);
-        if (g->nspans > first && g->spans[g->nspans - 1].shard == shard) {
-            span *sp = &g->spans[g->nspans - 1];
-            sp->hi = STK__MAX(sp->hi, hi);
-            continue;
-        }
+        size_t s_a, s_b;
+        uint64_t lo, hi, lo_b, hi_b;
+        sample_span(ld, ra, a, ra == rb ? z : time_rows(ld, ra), &s_a, &lo, &hi);
+        sample_span(ld, rb, rb == ra ? a : 0, z, &s_b, &lo_b, &hi_b);
+        hi = STK__MAX(hi, hi_b);
         if (g->nspans == g->spans_cap) {
             size_t cap = g->spans_cap ? g->spans_cap * 2 : 64;
             span *ns = stk__realloc(g->spans, cap * sizeof *ns);
@@ -370,7 +379,8 @@ static int block_spans(const stk_loader *ld, uint64_t blk, group *g) {
             g->spans = ns;
             g->spans_cap = cap;
         }
-        g->spans[g->nspans++] = (span){(uint32_t)shard, lo, hi, lo, 0, hi, r};
+        g->spans[g->nspans++] = (span){(uint32_t)shard, lo, hi, lo, 0, hi, ra};
+        ra = rb + 1;
     }
     return 0;
 }
@@ -736,9 +746,25 @@ static int post_chunk(stk_loader *ld, worker *w, const post *p, stk_error *err) 
     return 0;
 }
 
+static inline void prefetch_bytes(const uint8_t *p, uint64_t n) {
+    n = STK__MIN(n, (uint64_t)PREFETCH_LINES * 64);
+    for (uint64_t k = 0; k < n; k += 64) {
+        __builtin_prefetch(p + k);
+        /* GCC 12 deletes a loop of prefetches whose bound comes from memory
+         * as if it did nothing; an empty asm that uses k keeps it. */
+        __asm__ __volatile__("" : : "r"(k));
+    }
+}
+
+/* Runs the copies, decodes and conversions planned for a batch, their
+ * sources prefetched AHEAD posts before they are needed (copies out of a
+ * group buffer or the mapping land in random order). */
 static int do_posts(stk_loader *ld, worker *w, size_t np, stk_error *err) {
+    for (size_t i = 0; i < STK__MIN(np, (size_t)AHEAD); i++)
+        if (w->posts[i].src) prefetch_bytes(w->posts[i].src, w->posts[i].len);
     for (size_t i = 0; i < np; i++) {
         post *p = &w->posts[i];
+        if (i + AHEAD < np && p[AHEAD].src) prefetch_bytes(p[AHEAD].src, p[AHEAD].len);
         if (p->kind == POST_COPY) {
             memcpy(p->dst, p->src, (size_t)p->len);
         } else if (p->kind == POST_CHUNK) {
@@ -808,21 +834,12 @@ static uint8_t *place(const stk_loader *ld, const lfield *lf, stk_batch *s, uint
  * hashed straight from the mapping, each record against its own checksum,
  * then copied while its bytes are still in the cache, so memory is read
  * once; the two passes are timed apart for the statistics. */
-#define AHEAD 8
-#define PREFETCH_LINES 16 /* 1 KiB of each record */
 #define RUN (256u << 10)
 
 static inline void prefetch_record(const stk_dataset *ds, const stk__shard *sh, const uint64_t *e) {
     uint64_t x, z;
     stk__record_span(ds, e, &x, &z);
-    const uint8_t *p = sh->map + x;
-    uint64_t n = STK__MIN(z - x, (uint64_t)PREFETCH_LINES * 64);
-    for (uint64_t k = 0; k < n; k += 64) {
-        __builtin_prefetch(p + k);
-        /* GCC 12 deletes a loop of prefetches whose bound comes from memory
-         * as if it did nothing; an empty asm that uses k keeps it. */
-        __asm__ __volatile__("" : : "r"(k));
-    }
+    prefetch_bytes(sh->map + x, z - x);
 }
 
 static int gather_records(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *recs,
@@ -1141,72 +1158,77 @@ static int substitute(stk_loader *ld, worker *w, uint64_t p, uint64_t gstart, ui
     return code;
 }
 
-/* Copies samples out of group buffers (block order). */
+/* Copies samples out of group buffers (block order).  The batch's
+ * positions are consecutive in the order, so its samples fall in a run of
+ * one group, then perhaps the next: each run holds its group while the
+ * copies of the run are planned (source in the group buffer or the mapping,
+ * destination in the slot) and then done, the sources prefetched ahead as
+ * in gather_records. */
 static int fill_groups(stk_loader *ld, worker *w, stk_batch *s, uint64_t *recs, uint64_t *ts,
-                       const uint64_t *groups_of, uint64_t gen, stk_error *err) {
+                       const uint64_t *groups_of, const uint32_t *slots, uint64_t gen,
+                       stk_error *err) {
     const stk_dataset *ds = ld->ds;
     bool mm = ld->backend == STK_BACKEND_MMAP;
-    group *gr = NULL;
     int rc = 0;
-    if (grow((void **)&w->posts, &w->posts_cap, ld->nf, sizeof *w->posts))
-        return stk__err(err, -ENOMEM, "out of memory");
     uint64_t *rows_done = s->ragged_rows;
     for (size_t fi = 0; fi < ld->nf; fi++) rows_done[fi] = 0;
-    uint64_t t_run = 0; /* start of the samples cut from the group in hand */
-    for (uint32_t j = 0; j < s->n && rc == 0; j++) {
-        uint64_t g = groups_of[j];
-        if (!gr || gr->g != g) {
-            if (gr) span_add(ld, w, STK__EV_ASSEMBLE, t_run, now_ns(), STK__EV_NONE, STK__EV_NONE);
-            pthread_mutex_lock(&ld->mu);
-            if (gr) group_release(ld, gr);
-            gr = group_acquire(ld, w, g, gen, err, &rc);
-            pthread_mutex_unlock(&ld->mu);
-            if (!gr) break;
-            t_run = span_open(ld, STK__EV_ASSEMBLE);
+    for (uint32_t j0 = 0, j1; j0 < s->n && rc == 0; j0 = j1) {
+        uint64_t g = groups_of[j0];
+        for (j1 = j0 + 1; j1 < s->n && groups_of[j1] == g; j1++) {
         }
-        if (ld->bad) {
-            /* A sample on a block the group load found damaged is replaced
-             * by the next good one of the same group. */
-            rc = sample_ok(ld, w, recs[j], ts[j], err);
-            if (rc == STK_ECHECKSUM) {
-                uint64_t gstart, gsize;
-                stk__order_group_range(&w->order, g, &gstart, &gsize);
-                rc = substitute(ld, w, stk__deal_at(&w->deal, s->b * ld->opt.batch_size + j),
-                                gstart, gsize, &s->samples[j], &recs[j], &ts[j], err);
-            }
-            if (rc) break;
-        }
-        uint64_t t_asm = now_ns();
-        uint64_t blk = s->samples[j] / ld->block_samples;
-        uint64_t m = stk__perm_invert(&w->order.perm, blk) - g * w->order.K;
-        uint64_t rec = recs[j];
-        size_t si = stk__dataset_shard_of(ds, rec);
-        const stk__shard *sh = &ds->shards[si];
-        const uint64_t *e = stk__entry(ds, sh, rec - sh->first);
-        const span *sp = NULL;
-        for (uint64_t k = gr->block_first[m]; k < gr->block_first[m + 1]; k++)
-            if (gr->spans[k].shard == si) sp = &gr->spans[k];
+        if (grow((void **)&w->posts, &w->posts_cap, (size_t)(j1 - j0) * ld->nf, sizeof *w->posts))
+            return stk__err(err, -ENOMEM, "out of memory");
+        pthread_mutex_lock(&ld->mu);
+        group *gr = group_acquire(ld, w, g, gen, err, &rc);
+        pthread_mutex_unlock(&ld->mu);
+        if (!gr) break;
+        uint64_t t_run = span_open(ld, STK__EV_ASSEMBLE);
         size_t np = 0;
-        for (size_t fi = 0; fi < ld->nf && sp; fi++) {
-            const lfield *lf = &ld->f[fi];
-            uint64_t off, len, raw;
-            uint8_t *dst = place(ld, lf, s, j, e, ts[j], &rows_done[fi], &off, &len, &raw);
-            const uint8_t *src = mm ? sh->map + off : gr->buf + sp->buf_off + (off - sp->base);
-            int kind = lf->f->codec == STK_CODEC_ZSTD ? POST_ZSTD
-                       : lf->fi->chunks               ? POST_CHUNK
-                       : lf->fi->conv                 ? POST_CONV
-                                                      : POST_COPY;
-            uint64_t skip = lf->kind == F_TIME && lf->fi->chunks ? ts[j] * lf->fi->row_bytes : 0;
-            w->posts[np++] = (post){kind, src, dst, len, raw, rec, lf->dsf, NULL, skip};
+        for (uint32_t j = j0; j < j1 && rc == 0; j++) {
+            uint64_t m = slots[j];
+            if (ld->bad) {
+                /* A sample on a block the group load found damaged is
+                 * replaced by the next good one of the same group. */
+                rc = sample_ok(ld, w, recs[j], ts[j], err);
+                if (rc == STK_ECHECKSUM) {
+                    uint64_t gstart, gsize;
+                    stk__order_group_range(&w->order, g, &gstart, &gsize);
+                    rc = substitute(ld, w, stk__deal_at(&w->deal, s->b * ld->opt.batch_size + j),
+                                    gstart, gsize, &s->samples[j], &recs[j], &ts[j], err);
+                    uint64_t blk = s->samples[j] / ld->block_samples;
+                    m = stk__perm_invert(&w->order.perm, blk) - g * w->order.K;
+                }
+                if (rc) break;
+            }
+            uint64_t rec = recs[j];
+            size_t si = stk__dataset_shard_of(ds, rec);
+            const stk__shard *sh = &ds->shards[si];
+            const uint64_t *e = stk__entry(ds, sh, rec - sh->first);
+            const span *sp = NULL;
+            for (uint64_t k = gr->block_first[m]; k < gr->block_first[m + 1]; k++)
+                if (gr->spans[k].shard == si) sp = &gr->spans[k];
+            if (!sp) {
+                rc = stk__err(err, -EFAULT, "%s: record %llu is missing from its block's spans",
+                              sh->path, (unsigned long long)rec);
+                break;
+            }
+            for (size_t fi = 0; fi < ld->nf; fi++) {
+                const lfield *lf = &ld->f[fi];
+                uint64_t off, len, raw;
+                uint8_t *dst = place(ld, lf, s, j, e, ts[j], &rows_done[fi], &off, &len, &raw);
+                const uint8_t *src = mm ? sh->map + off : gr->buf + sp->buf_off + (off - sp->base);
+                int kind = lf->f->codec == STK_CODEC_ZSTD ? POST_ZSTD
+                           : lf->fi->chunks               ? POST_CHUNK
+                           : lf->fi->conv                 ? POST_CONV
+                                                          : POST_COPY;
+                uint64_t skip = lf->kind == F_TIME && lf->fi->chunks ? ts[j] * lf->fi->row_bytes : 0;
+                w->posts[np++] = (post){kind, src, dst, len, raw, rec, lf->dsf, NULL, skip};
+            }
         }
-        if (!sp)
-            rc = stk__err(err, -EFAULT, "%s: record %llu is missing from its block's spans",
-                          sh->path, (unsigned long long)rec);
         if (rc == 0) rc = do_posts(ld, w, np, err);
-        ld->st_asm_ns += now_ns() - t_asm;
-    }
-    if (gr) {
-        span_add(ld, w, STK__EV_ASSEMBLE, t_run, now_ns(), STK__EV_NONE, STK__EV_NONE);
+        uint64_t t_end = now_ns();
+        ld->st_asm_ns += t_end - t_run;
+        span_add(ld, w, STK__EV_ASSEMBLE, t_run, t_end, STK__EV_NONE, STK__EV_NONE);
         pthread_mutex_lock(&ld->mu);
         group_release(ld, gr);
         pthread_mutex_unlock(&ld->mu);
@@ -1277,12 +1299,9 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
     uint32_t n = s->n;
     uint64_t *recs = w->ids, *ts = recs + n, *gs = ts + n;
     uint64_t first = s->b * ld->opt.batch_size;
-    stk__order_fill(&w->order, &w->deal, first, n, s->samples);
-    for (uint32_t j = 0; j < n; j++) {
-        stk__space_locate(&ld->space, s->samples[j], &recs[j], &ts[j]);
-        if (ld->use_groups)
-            gs[j] = stk__order_group_of(&w->order, stk__deal_at(&w->deal, first + j));
-    }
+    stk__order_fill(&w->order, &w->deal, first, n, s->samples, ld->use_groups ? gs : NULL,
+                    ld->use_groups ? w->slots : NULL);
+    for (uint32_t j = 0; j < n; j++) stk__space_locate(&ld->space, s->samples[j], &recs[j], &ts[j]);
     ld->st_plan_n += n;
     uint64_t t1 = now_ns();
     ld->st_plan_ns += t1 - t0;
@@ -1301,7 +1320,7 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
     }
     if (pre) span_add(ld, w, STK__EV_VERIFY, t1, now_ns(), STK__EV_NONE, STK__EV_NONE);
     if (rc == 0)
-        rc = ld->use_groups ? fill_groups(ld, w, s, recs, ts, gs, gen, err)
+        rc = ld->use_groups ? fill_groups(ld, w, s, recs, ts, gs, w->slots, gen, err)
              : ld->gather   ? gather_records(ld, w, s, recs, ld->rec_check, err)
                             : fill_direct(ld, w, s, recs, ts, err);
     if (rc == 0 && ld->rec_check && !ld->gather) {
@@ -1309,7 +1328,10 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
         rc = check_records(ld, s, recs, err);
         span_add(ld, w, STK__EV_VERIFY, tv, now_ns(), STK__EV_NONE, n);
     }
-    if (rc == 0 && ld->opt.verify && ld->use_groups) {
+    /* Block order reads each group's blocks whole and checks them as the
+     * group lands; through the mapping nothing was read, and the blocks a
+     * batch uses are checked here, once each per epoch. */
+    if (rc == 0 && ld->opt.verify && ld->use_groups && ld->backend == STK_BACKEND_MMAP) {
         uint64_t tv = span_open(ld, STK__EV_VERIFY);
         rc = verify_samples(ld, w, n, recs, ts, err);
         span_add(ld, w, STK__EV_VERIFY, tv, now_ns(), STK__EV_NONE, STK__EV_NONE);
@@ -1917,7 +1939,8 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
         w->ids = stk__malloc(3 * B * sizeof *w->ids);
         w->ents = stk__malloc(B * sizeof *w->ents);
         w->shs = stk__malloc(B * sizeof *w->shs);
-        if (!w->ents || !w->shs) {
+        w->slots = stk__malloc(B * sizeof *w->slots);
+        if (!w->ents || !w->shs || !w->slots) {
             rc = stk__err(err, -ENOMEM, "out of memory");
             goto fail;
         }
@@ -2290,6 +2313,7 @@ void stk_loader_close(stk_loader *ld) {
         stk__free(w->ids);
         stk__free((void *)w->ents);
         stk__free(w->shs);
+        stk__free(w->slots);
         stk__free(w->blockbuf);
         ZSTD_freeDCtx(w->dctx);
     }

@@ -124,28 +124,34 @@ uint64_t stk__order_group_block(const stk__order *o, uint64_t g, uint64_t m) {
     return stk__perm_apply(&o->perm, g * o->K + m);
 }
 
+/* Block order: where x, an index into the concatenation of group g's
+ * blocks (in block order), falls: the block's index m within the group and
+ * the offset in it. */
+static void block_split(const stk__order *o, uint64_t g, uint64_t x, uint64_t *m, uint64_t *off) {
+    uint64_t first = g * o->K;
+    uint64_t ms = o->short_pos - first;
+    if (o->has_short && o->short_pos >= first && ms < o->K && x >= ms * o->B) {
+        if (x < ms * o->B + o->last_len) {
+            *m = ms;
+            *off = x - ms * o->B;
+        } else {
+            uint64_t y = x - ms * o->B - o->last_len;
+            *m = ms + 1 + y / o->B;
+            *off = y % o->B;
+        }
+    } else {
+        *m = x / o->B;
+        *off = x % o->B;
+    }
+}
+
 /* Block order: the sample at position p of group g, whose first position
  * is `start` and whose samples are permuted by `inner`. */
 static uint64_t block_at(const stk__order *o, uint64_t p, uint64_t g, uint64_t start,
                          const stk__perm *inner) {
-    uint64_t x = stk__perm_apply(inner, p - start);
-    /* x indexes the concatenation of the group's blocks, in block order. */
-    uint64_t first = g * o->K, m, off;
-    uint64_t ms = o->short_pos - first;
-    if (o->has_short && o->short_pos >= first && ms < o->K && x >= ms * o->B) {
-        if (x < ms * o->B + o->last_len) {
-            m = ms;
-            off = x - ms * o->B;
-        } else {
-            uint64_t y = x - ms * o->B - o->last_len;
-            m = ms + 1 + y / o->B;
-            off = y % o->B;
-        }
-    } else {
-        m = x / o->B;
-        off = x % o->B;
-    }
-    return stk__perm_apply(&o->perm, first + m) * o->B + off;
+    uint64_t m, off;
+    block_split(o, g, stk__perm_apply(inner, p - start), &m, &off);
+    return stk__perm_apply(&o->perm, g * o->K + m) * o->B + off;
 }
 
 static void group_perm(const stk__order *o, uint64_t g, uint64_t *start, stk__perm *inner) {
@@ -200,26 +206,39 @@ static void perm_apply_all(const stk__perm *p, uint64_t *ids, uint32_t n) {
 }
 
 void stk__order_fill(const stk__order *o, const stk__deal *d, uint64_t first, uint32_t n,
-                     uint64_t *ids) {
+                     uint64_t *ids, uint64_t *groups, uint32_t *slots) {
     for (uint32_t j = 0; j < n; j++) ids[j] = stk__deal_at(d, first + j);
     if (o->mode == STK_ORDER_SEQUENTIAL) return;
     if (o->mode == STK_ORDER_RANDOM) {
         if (o->perm.n > 1) perm_apply_all(&o->perm, ids, n);
         return;
     }
-    /* Block order: a batch's positions mostly share a group, whose inner
-     * permutation is made once for them. */
-    uint64_t g = UINT64_MAX, start = 0;
-    stk__perm inner;
-    for (uint32_t j = 0; j < n; j++) {
-        uint64_t p = ids[j];
-        uint64_t s, z;
-        if (g != UINT64_MAX) stk__order_group_range(o, g, &s, &z);
-        if (g == UINT64_MAX || p < s || p >= s + z) {
-            g = stk__order_group_of(o, p);
-            group_perm(o, g, &start, &inner);
+    /* Block order: a batch's positions are consecutive, so they fall in a
+     * run of one group and perhaps the next.  Per run: the group's inner
+     * permutation is made once, applied to the run in lanes, and the ids of
+     * the group's first blocks are kept, so that a sample costs no block
+     * permutation of its own. */
+    enum { CACHED = 64 };
+    uint64_t blocks[CACHED];
+    for (uint32_t j0 = 0, j1; j0 < n; j0 = j1) {
+        uint64_t g = stk__order_group_of(o, ids[j0]), start, size;
+        stk__order_group_range(o, g, &start, &size);
+        for (j1 = j0 + 1; j1 < n && ids[j1] >= start && ids[j1] < start + size; j1++) {
         }
-        ids[j] = block_at(o, p, g, start, &inner);
+        stk__perm inner;
+        stk__perm_init(&inner, size, stk__mix2(o->key, g + 0x51ed2701ull));
+        uint64_t nblk = STK__MIN((uint64_t)CACHED, stk__order_group_blocks(o, g));
+        for (uint64_t m = 0; m < nblk; m++) blocks[m] = stk__perm_apply(&o->perm, g * o->K + m);
+        for (uint32_t j = j0; j < j1; j++) ids[j] -= start;
+        if (inner.n > 1) perm_apply_all(&inner, ids + j0, j1 - j0);
+        for (uint32_t j = j0; j < j1; j++) {
+            uint64_t m, off;
+            block_split(o, g, ids[j], &m, &off);
+            uint64_t blk = m < CACHED ? blocks[m] : stk__perm_apply(&o->perm, g * o->K + m);
+            ids[j] = blk * o->B + off;
+            if (slots) slots[j] = (uint32_t)m;
+            if (groups) groups[j] = g;
+        }
     }
 }
 

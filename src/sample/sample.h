@@ -77,9 +77,12 @@ static inline uint64_t stk__deal_at(const stk__deal *d, uint64_t i) {
 
 /* The samples of this rank's positions first .. first + n - 1 (its i-th
  * position being stk__deal_at(d, i)), in ids[0..n): what stk__order_at
- * gives for each, computed for a batch at once. */
+ * gives for each, computed for a batch at once.  In block order, when not
+ * NULL, groups[j] gets the group of sample j (stk__order_group_of of its
+ * position) and slots[j] the index within that group of its block (the m
+ * with stk__order_group_block(o, g, m) == ids[j] / B). */
 void stk__order_fill(const stk__order *o, const stk__deal *d, uint64_t first, uint32_t n,
-                     uint64_t *ids);
+                     uint64_t *ids, uint64_t *groups, uint32_t *slots);
 
 /* ---- the sample space (sample/space.c) ---- */
 

@@ -248,15 +248,27 @@ static void check_fill(stk_order mode, uint64_t n, uint64_t seed, uint64_t B, ui
     stk__deal d;
     stk__deal_init(&d, n, start, W, r, pad != 0);
     uint64_t *ids = malloc((d.per_rank + 1) * sizeof *ids);
-    CHECK(ids != NULL);
+    uint64_t *groups = malloc((d.per_rank + 1) * sizeof *groups);
+    uint32_t *slots = malloc((d.per_rank + 1) * sizeof *slots);
+    CHECK(ids && groups && slots);
     /* Batches of odd sizes, so lanes end part-full and groups change
      * inside a batch. */
     for (uint64_t first = 0, len = 1; first < d.per_rank; first += len, len = len * 3 % 37 + 1) {
         uint32_t m = (uint32_t)(first + len <= d.per_rank ? len : d.per_rank - first);
-        stk__order_fill(&o, &d, first, m, ids + first);
+        stk__order_fill(&o, &d, first, m, ids + first, groups + first, slots + first);
     }
-    for (uint64_t i = 0; i < d.per_rank; i++) CHECK(ids[i] == stk__order_at(&o, stk__deal_at(&d, i)));
+    for (uint64_t i = 0; i < d.per_rank; i++) {
+        uint64_t p = stk__deal_at(&d, i);
+        CHECK(ids[i] == stk__order_at(&o, p));
+        if (mode == STK_ORDER_BLOCK) {
+            CHECK(groups[i] == stk__order_group_of(&o, p));
+            CHECK(slots[i] < stk__order_group_blocks(&o, groups[i]));
+            CHECK(stk__order_group_block(&o, groups[i], slots[i]) == ids[i] / o.B);
+        }
+    }
     free(ids);
+    free(groups);
+    free(slots);
 }
 
 static void test_order_fill(void) {
