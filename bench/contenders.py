@@ -10,12 +10,18 @@ delivers; the runner (suite_run.py) times each next(). Systems:
            reads one WAV file per sample
   orc      (audio only) one open/read/close per file, one thread
   wds, mds, litdata   the peers, each reading its own format of the same samples
+  numpy, tdn, spdl, grain   the in-process baselines of bench/baselines.py: a
+           one-thread NumPy memmap loop, torchdata.nodes and SPDL with threads
+           over the same memmaps, and Grain over an ArrayRecord file; no
+           DataLoader, no worker processes
   stoker   stoker.Loader over the packed dataset
 
 Every contender delivers the same samples: windows of 365 days x 16 float32
 (basins), ragged events of 6 float32 and ragged int16 clips (as one array with
 offsets, except the report's way, which keeps a list), 1 KiB segments, and
 1024-bit vectors (as bytes; the report's way makes float32 tensors of them).
+The baselines and stoker also deliver each basin window's 365 values of y
+(q) next to x, and each spectrogram segment's label.
 """
 import bisect
 import collections
@@ -466,6 +472,22 @@ def _count(name, b):
     return b.shape[0]
 
 
+# -- in-process baselines -------------------------------------------------------------
+
+def baseline(system):
+    """numpy, tdn and spdl over the memmaps in npy/, grain over arrayrecord/;
+    opts["baselines"][system] overrides bench/baselines.py's DEFAULTS."""
+    def run(torch, p, d, opts):
+        import baselines
+        data = (str(d / "arrayrecord" / "data.array_record") if system == "grain"
+                else baselines.open_dataset(d / "npy"))
+        settings = opts.get("baselines", {}).get(system, {})
+        for b in baselines.batches(system, data, W.BATCH[p["workload"]], SEED, opts.get("epochs", 1),
+                                   **settings):
+            yield len(b["index"])
+    return run
+
+
 # -- stoker -------------------------------------------------------------------------
 
 def stoker_loader(torch, p, d, opts):
@@ -498,9 +520,12 @@ def factory(name, system):
         return stoker_loader
     if system in ("wds", "mds", "litdata"):
         return peer(system)
+    if system in ("numpy", "tdn", "spdl", "grain"):
+        return baseline(system)
     return FACTORIES[(name, system)]
 
 
 # Which files each system reads (for the cold cases).
 FORMAT_OF = {"report": "src", "torch": "src", "orc": "src", "wds": "wds", "mds": "mds",
-             "litdata": "litdata", "stoker": "stoker"}
+             "litdata": "litdata", "stoker": "stoker", "numpy": "npy", "tdn": "npy", "spdl": "npy",
+             "grain": "arrayrecord"}

@@ -2,7 +2,9 @@
 
 For each workload of bench/workloads.py: the report's own way of loading, the
 report's Dataset in a tuned torch DataLoader, the peers (WebDataset, MosaicML
-Streaming, LitData) and stoker, each in a process of its own
+Streaming, LitData), the in-process baselines of bench/baselines.py (a NumPy
+memmap loop, torchdata.nodes and SPDL with threads, Grain over ArrayRecord)
+and stoker, each in a process of its own
 (bench/suite_run.py), alternating, --reps repetitions, medians; the hardware
 limits measured in the same repetitions (bench/limits.c). Warm cases run from
 the page cache; cold cases evict the contender's files first (posix_fadvise
@@ -27,8 +29,14 @@ from contenders import FORMAT_OF
 LIMITS = BUILD / "stoker-limits"
 IMG = ROOT / "docs" / "img"
 NAMES = {"report": "the report's way", "torch": "tuned DataLoader", "orc": "open/read/close per file",
-         "wds": "WebDataset", "mds": "MosaicML Streaming", "litdata": "LitData", "stoker": "stoker"}
+         "wds": "WebDataset", "mds": "MosaicML Streaming", "litdata": "LitData",
+         "numpy": "NumPy memmap, one thread", "tdn": "torchdata.nodes, threads",
+         "spdl": "SPDL, threads", "grain": "Grain + ArrayRecord", "stoker": "stoker"}
 PEERS = ("wds", "mds", "litdata")
+BASELINES = ("numpy", "tdn", "spdl", "grain")
+# What stoker is compared with: everything a user could run instead of it,
+# apart from the report's own way and the audio-only open/read/close floor.
+OTHERS = ("torch",) + PEERS + BASELINES
 TITLES = {"basins": "Basin windows (report 000)", "events": "Variable-length events (report 001)",
           "audio": "Audio clips (report 003)", "spectro": "Spectrogram segments (report 004)",
           "bits": "Bit vectors (report 002)"}
@@ -68,8 +76,8 @@ def run_one(name, system, d, seconds, epochs, opts, min_batches=3):
 
 
 def systems_of(name):
-    s = ["report", "torch"] + (["orc"] if name == "audio" else []) + list(PEERS) + ["stoker"]
-    return s
+    return (["report", "torch"] + (["orc"] if name == "audio" else []) + list(PEERS)
+            + list(BASELINES) + ["stoker"])
 
 
 def tune(name, d, seconds):
@@ -85,18 +93,42 @@ def tune(name, d, seconds):
     return (best[1] if best else {"workers": 2, "prefetch": 4}), res
 
 
+def tune_baselines(name, d, seconds):
+    """The baselines' settings: each of bench/baselines.py's SWEEPS, one short
+    warm run each; returns the fastest per system and every rate."""
+    import baselines
+    best, res = {}, {}
+    for system, configs in baselines.SWEEPS.items():
+        top = None
+        for c in configs:
+            r = run_one(name, system, d, seconds, 1000, {"baselines": {system: c}})
+            res.setdefault(system, {})[",".join(f"{k}={v}" for k, v in c.items())] = r.get("rate")
+            if r.get("rate") and (top is None or r["rate"] > top[0]):
+                top = (r["rate"], c)
+        if top:
+            best[system] = top[1]
+    return best, res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--full", action="store_true")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=None, help="timed seconds per run")
     ap.add_argument("--workloads", default="basins,events,audio,spectro,bits")
-    ap.add_argument("--tune", action="store_true", help="sweep the DataLoader's knobs (on in --full)")
+    ap.add_argument("--cold-reps", type=int, default=None,
+                    help="repetitions that also run the cold cases (default: 1 quick, all full)")
+    ap.add_argument("--tune", action="store_true",
+                    help="sweep the DataLoader's and the baselines' knobs (on in --full)")
     a = ap.parse_args()
     mode = "full" if a.full else "quick"
     seconds = a.seconds or (5.0 if a.full else 1.5)
     names = a.workloads.split(",")
-    cold_names = names if a.full else [n for n in names if n == "audio"]
+    cold_names = names
+    # A cold run reads one epoch, cut off after this many seconds; quick mode
+    # runs the cold cases in its first repetition only, to stay near 20 min.
+    cold_seconds = seconds * (4 if a.full else 2)
+    cold_reps = min(a.reps, a.cold_reps or (a.reps if a.full else 1))
     t_all = time.perf_counter()
 
     say(f"== suite ({mode}): preparing data")
@@ -104,11 +136,12 @@ def main():
     t_prep = time.perf_counter() - t_all
 
     opts = {}
-    tuning = {}
+    tuning, bl_tuning = {}, {}
     for n in names:
         if a.tune or a.full:
-            say(f"== tuning the DataLoader for {n}")
+            say(f"== tuning the DataLoader and the baselines for {n}")
             opts[n], tuning[n] = tune(n, data[n][1], min(seconds, 2.0))
+            opts[n]["baselines"], bl_tuning[n] = tune_baselines(n, data[n][1], min(seconds, 1.0))
         else:
             opts[n] = {"workers": 2, "prefetch": 4}
 
@@ -133,7 +166,7 @@ def main():
                 r = run_one(n, s, d, seconds * (3 if n == "spectro" else 1), 10**6, opts[n])
                 res.setdefault((n, "warm", s), []).append(r)
                 say(f"   {n:8s} warm {s:8s} {fmt_rate(r)}")
-            if n in cold_names:
+            if n in cold_names and rep < cold_reps:
                 drop_cache(shards)
                 lim.setdefault((n, "seqread"), []).append(limit("seqread", *shards))
                 drop_cache(shards)
@@ -142,12 +175,14 @@ def main():
                 for s in order:
                     files = W.files_of(d, FORMAT_OF[s])
                     drop_cache(files)
-                    r = run_one(n, s, d, seconds * 4, 1, opts[n])
+                    r = run_one(n, s, d, cold_seconds, 1, opts[n])
                     res.setdefault((n, "cold", s), []).append(r)
                     say(f"   {n:8s} cold {s:8s} {fmt_rate(r)}")
     elapsed = time.perf_counter() - t_all
-    raw = {"mode": mode, "reps": a.reps, "seconds": seconds, "elapsed": elapsed, "prepare": t_prep,
-           "opts": opts, "tuning": tuning,
+    raw = {"mode": mode, "reps": a.reps, "seconds": seconds, "cold_seconds": cold_seconds,
+           "cold_reps": cold_reps,
+           "elapsed": elapsed, "prepare": t_prep, "opts": opts, "tuning": tuning,
+           "baseline_tuning": bl_tuning,
            "params": {n: data[n][0] for n in names},
            "results": [{"workload": k[0], "case": k[1], "system": k[2], "runs": v} for k, v in res.items()],
            "limits": [{"workload": k[0], "what": k[1], "runs": v} for k, v in lim.items()]}
@@ -177,15 +212,18 @@ def report(raw):
     memcpy = median([x[0] for x in lim[("all", "memcpy")]]) * 1e9
     mc_all = lim.get(("all", "memcpy-all"))
     memcpy_all = median([x[0] for x in mc_all]) * 1e9 if mc_all else None
+    cold_reps = raw.get("cold_reps", raw["reps"])
+    cold_when = ("" if cold_reps >= raw["reps"] else "(in the first repetition only) " if cold_reps == 1
+                 else f"(in the first {cold_reps} repetitions) ")
     lines = [
         "## The reports' workloads against the field (issue: benchmarks)", "",
         f"Machine: {machine()}. Mode: **{raw['mode']}** (`make bench`; `make bench FULL=1` for the "
         f"reports' sizes). Every contender ran in each of {raw['reps']} repetitions, in rotating "
         f"order, each in a process of its own; medians. Warm runs are timed for {raw['seconds']:g} s "
-        "(3x for spectrograms) after the first batch, over as many epochs as fit; cold runs start "
-        "with the contender's files evicted (posix_fadvise DONTNEED) and read one epoch (at most "
-        f"{4 * raw['seconds']:g} s); their rate counts from the contender's creation, first batch and "
-        "start-up included, since a loader reads ahead while it starts. Warm rates leave start-up "
+        "(3x for spectrograms) after the first batch, over as many epochs as fit; cold runs "
+        + cold_when + "start with the contender's files evicted (posix_fadvise DONTNEED) and read "
+        f"one epoch (at most {raw.get('cold_seconds', 4 * raw['seconds']):g} s); their rate counts "
+        "from the contender's creation, first batch and start-up included, since a loader reads ahead while it starts. Warm rates leave start-up "
         "(to the first batch) out; it is listed apart. Produced by "
         f"bench/suite.py in {raw['elapsed'] / 60:.1f} min ({raw['prepare']:.0f} s of it making or "
         "checking the data). No GPU: batches stay in host memory, which is where every loader "
@@ -197,7 +235,23 @@ def report(raw):
         f"persistent workers, pin_memory and the workers/prefetch_factor pair "
         f"{'found best by a sweep (below)' if raw['tuning'] else 'of 2 and 4 (quick mode does not sweep; --tune and full mode do)'}"
         " (pin_memory has no effect without a GPU); the peers read their own format of the same "
-        "samples (written untimed by bench/workloads.py) in a DataLoader with the same workers; "
+        "samples (written untimed by bench/workloads.py) in a DataLoader with the same workers. "
+        "The in-process baselines (bench/baselines.py) run in the training process, with no "
+        "DataLoader and no worker processes, over files written untimed by bench/workloads.py: "
+        "**NumPy memmap, one thread** is the loop a user writes over flat raw files mapped with "
+        "np.memmap (each epoch a permutation from np.random.default_rng(seed + epoch), each batch "
+        "gathered with np.take, one concatenate of slices for variable-length records, one "
+        "fancy-index gather from a strided view of the rows for windows); "
+        "**torchdata.nodes, threads** and **SPDL, threads** run the same gather on the same "
+        "memmaps in a thread pool with prefetching (torchdata.nodes ParallelMapper and Prefetcher; "
+        "an SPDL pipeline); **Grain + ArrayRecord** reads an uncompressed ArrayRecord file of the "
+        "same samples (group size 1) through Grain's MapDataset (shuffle, batch of sample numbers, "
+        "one batched read of the records, to_iter_dataset with read threads). Their thread and "
+        "prefetch settings are "
+        + ("the fastest of a sweep (below)" if raw.get("baseline_tuning") else
+           "the fastest of a sweep made when they were written (bench/baselines.py DEFAULTS; "
+           "--tune and full mode sweep again)")
+        + ". **best other** is the fastest of the tuned DataLoader, the peers and the baselines. "
         "stoker is `stoker.Loader`, `random` order, default options. Memory copy (bench/limits.c): "
         f"{memcpy / 1e9:.1f} GB/s on one thread"
         + (f", {memcpy_all / 1e9:.1f} GB/s with every CPU copying at once" if memcpy_all else "")
@@ -243,10 +297,11 @@ def report(raw):
                     if base and lim_rate else f"| {NAMES[s]} | {m:,.0f} | | | | {st:.2f} | |")
             lines.append("")
             st_rate = med_rate(res.get((n, case, "stoker"), []))
-            peer_rates = [med_rate(res[(n, case, s)]) for s in PEERS if (n, case, s) in res]
-            peer_rates = [x for x in peer_rates if x]
-            best_peer = max(peer_rates) if peer_rates else None
-            targets += target_rows(n, case, st_rate, base, best_peer, lim_rate, size, memcpy, res,
+            best = best_other(res, n, case)
+            if best:
+                lines += [f"Best other: **{NAMES[best[0]]}**, {best[1]:,.0f} samples/s"
+                          + (f"; stoker is **{st_rate / best[1]:.1f}x** it." if st_rate else "."), ""]
+            targets += target_rows(n, case, st_rate, base, best, lim_rate, size, memcpy, res,
                                    memcpy_all)
     lines += ["### Issue targets, this run", "", "| target | measured | met |", "|---|---:|---|"]
     lines += [f"| {t} | {v} | {'context' if ok is None else 'yes' if ok else '**no**'} |"
@@ -256,29 +311,43 @@ def report(raw):
         lines += ["", "DataLoader sweep (samples/s, workers x prefetch_factor): " + "; ".join(
             f"{n}: " + ", ".join(f"{k} {v:,.0f}" if v else f"{k} failed" for k, v in t.items())
             for n, t in raw["tuning"].items())]
+    if raw.get("baseline_tuning"):
+        lines += ["", "Baselines' sweep (warm samples/s, one short run each; the fastest is used): "
+                  + "; ".join(f"{n} {NAMES[s]}: " + ", ".join(
+                      f"{k} {v:,.0f}" if v else f"{k} failed" for k, v in t.items())
+                      for n, bt in raw["baseline_tuning"].items() for s, t in bt.items())]
     text = "\n".join(lines)
     print(text)
     write_section("suite", text)
     plots(raw, res, names)
 
 
-def target_rows(n, case, st, base, best_peer, lim_rate, size, memcpy, res, memcpy_all=None):
+def best_other(res, n, case):
+    """(system, median rate) of the fastest contender other than stoker, the
+    report's way and open/read/close, or None."""
+    rates = [(s, med_rate(res[(n, case, s)])) for s in OTHERS if (n, case, s) in res]
+    rates = [x for x in rates if x[1]]
+    return max(rates, key=lambda x: x[1]) if rates else None
+
+
+def target_rows(n, case, st, base, best, lim_rate, size, memcpy, res, memcpy_all=None):
     rows = []
     if st is None:
         return rows
+    vs = f" ({NAMES[best[0]]})" if best else ""
     if n == "basins" and case == "warm":
         rows.append(("basin windows, warm: stoker >= 30x the report's way", f"{st / base:.0f}x",
                      st / base >= 30))
-        if best_peer:
-            rows.append(("basin windows, warm: >= 3x the best peer", f"{st / best_peer:.1f}x",
-                         st / best_peer >= 3))
+        if best:
+            rows.append(("basin windows, warm: >= 3x the best other", f"{st / best[1]:.1f}x{vs}",
+                         st / best[1] >= 3))
         rows.append(("basin windows, warm: >= 0.5 of memcpy bandwidth",
                      f"{st * size / memcpy:.2f}", st * size / memcpy >= 0.5))
     if n == "events" and case == "warm":
         rows.append(("events, warm: >= 20x the report's way", f"{st / base:.1f}x", st / base >= 20))
-        if best_peer:
-            rows.append(("events, warm: >= 3x the best peer", f"{st / best_peer:.1f}x",
-                         st / best_peer >= 3))
+        if best:
+            rows.append(("events, warm: >= 3x the best other", f"{st / best[1]:.1f}x{vs}",
+                         st / best[1] >= 3))
     if n == "audio" and case == "cold" and lim_rate:
         rows.append(("audio, cold: >= 0.8 of random reads at the clip size", f"{st / lim_rate:.2f}",
                      st / lim_rate >= 0.8))
@@ -287,12 +356,51 @@ def target_rows(n, case, st, base, best_peer, lim_rate, size, memcpy, res, memcp
         if orc:
             rows.append(("audio, warm: >= 2.5x one open/read/close per file", f"{st / orc:.1f}x",
                          st / orc >= 2.5))
+    if best and not (case == "warm" and n in ("basins", "events")):
+        rows.append((f"{TITLES[n].split(' (')[0].lower()}, {case}: stoker / the best other",
+                     f"{st / best[1]:.1f}x{vs}", None))
     return rows
+
+
+def baseline_settings(o):
+    import baselines
+    st = dict(baselines.DEFAULTS)
+    st.update((o or {}).get("baselines", {}))
+    t, sp, g = st["tdn"], st["spdl"], st["grain"]
+
+    def n(k, what):
+        return f"{k} {what}" + ("s" if k != 1 else "")
+    return (f"Baselines' settings: torchdata.nodes {n(t['workers'], 'thread')}, prefetch "
+            f"{t['prefetch']}; SPDL concurrency {sp['concurrency']}, {n(sp['threads'], 'thread')}, "
+            f"sink buffer {sp['buffer']}; Grain {n(g['threads'], 'read thread')}, prefetch "
+            f"{g['prefetch']} batches"
+            + ("; each batch's sample numbers sorted" if st["numpy"].get("sort") else "") + ".")
 
 
 def describe(n, p, o):
     o = o or {}
     dl = f"tuned DataLoader: {o.get('workers')} workers, prefetch_factor {o.get('prefetch')}"
+    return describe_workload(n, p, o, dl) + " " + BASELINE_TEXT[n] + " " + baseline_settings(o)
+
+
+BASELINE_TEXT = {
+    "basins": "The baselines deliver x and y (q) of each window, as stoker does, drawn from every "
+              "window of every basin; NumPy, torchdata.nodes and SPDL gather them from strided "
+              "views of the basins' rows (one flat file per field, basins one after the other); "
+              "Grain's ArrayRecord file holds 183-day pieces of each basin (x and y side by side), "
+              "so that a window reads at most three records.",
+    "events": "The baselines read one flat file of every event's rows and an array of offsets; "
+              "Grain's file holds one record per event.",
+    "audio": "The baselines read one flat file of every clip's int16 samples and an array of "
+             "offsets (the WAV headers left out); Grain's file holds one record per clip.",
+    "spectro": "The baselines read the segments and the labels from one flat file each; Grain's "
+               "file holds one record per segment (its 1 KiB and its 8-byte label).",
+    "bits": "The baselines read one flat file of 1024-byte rows; Grain's file holds one record "
+            "per vector.",
+}
+
+
+def describe_workload(n, p, o, dl):
     if n == "basins":
         return (f"{p['basins']:,} basins x 10-30 years daily x 16 float32 features, one Parquet file "
                 "per basin; windows of 365 days, batches of 256. The report's way: a map-style Dataset "
@@ -359,6 +467,25 @@ These notes are kept by hand; the tables above are the measurement they refer to
   chunk reader in Python. It is measured as installed, with default options.
 - **MosaicML Streaming's start-up** (about 2 s) is its shared-memory and index set-up per run;
   it is not in the warm rates and is in the cold ones.
+- **Against the in-process baselines.** On data already in the page cache every system here
+  comes down to one or two copies of each sample, and the one-thread NumPy memmap loop does
+  little besides: it is the fastest alternative to stoker in most warm cases, well ahead of the
+  peers, whose batches cross from DataLoader workers. The basin-window target of 3x "the best
+  peer" was set against those peers; against the memmap loop it is the hardest target in the
+  table. The "best other" line under each table names the alternative and stoker's ratio to it.
+- **Cold, against the memmap baselines.** In the first runs with the baselines, the memmap
+  loops read cold audio clips faster than stoker (stoker at 0.7-0.8x of the best of them), and
+  in one of two runs cold spectrogram segments too (0.4x; 1.3x in the other). A memmap faults
+  each record in through the page cache, where the kernel's read-ahead on the mapping fetches
+  large pieces around it; in quick mode the files are small (126 MB of segments), so
+  read-ahead likely brings in much of a file within the epoch, while stoker turns read-ahead
+  off in random order (see the audio cold note above). Not yet explained further; to measure
+  next at the full size, where the files are many times the read-ahead.
+- **Threads did not help the baselines on 2 cores.** torchdata.nodes and SPDL run the NumPy
+  loop's gather in threads; the gather's Python steps hold the GIL and the threads contend for
+  it, so one thread was as fast or faster (the sweep is in bench/baselines.py). Grain over
+  ArrayRecord is bound by ArrayRecord's reads, a few microseconds a record and about 1 GB/s
+  for large ones through Grain's data source.
 - **Harness note.** Each run ends by terminating its DataLoader workers: left alone, the
   workers of an unfinished epoch keep prefetching for a few seconds after their parent exits
   and took CPU from the next contender (stoker's events rate read 3x low before this).
@@ -371,7 +498,8 @@ def plots(raw, res, names):
     import matplotlib.pyplot as plt
     IMG.mkdir(parents=True, exist_ok=True)
     colors = {"report": "#b04040", "torch": "#d08030", "orc": "#a0a0a0", "wds": "#5080c0",
-              "mds": "#50a0a0", "litdata": "#8060b0", "stoker": "#208020"}
+              "mds": "#50a0a0", "litdata": "#8060b0", "numpy": "#303030", "tdn": "#c05090",
+              "spdl": "#c0a020", "grain": "#7090d0", "stoker": "#208020"}
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 4.2), squeeze=False)
     for ax, n in zip(axes[0], names):
         labels, vals, cols, hatch = [], [], [], []

@@ -25,8 +25,10 @@ def main():
     a = ap.parse_args()
     import warnings
     warnings.filterwarnings("ignore")
-    import torch
-    torch.set_num_threads(1)
+    torch = None
+    if a.system not in ("numpy", "spdl", "grain"):   # these never use torch: spare the import
+        import torch
+        torch.set_num_threads(1)
     import contenders
     d = Path(a.data)
     p = json.loads((d / "params.json").read_text())

@@ -10,6 +10,9 @@ hashes the parameters, so a second run with the same size reuses it:
   wds/        WebDataset tar shards (one .npy member per field)
   mds/        MosaicML Streaming MDS shards
   litdata/    LitData chunks (litdata.optimize)
+  npy/        flat raw files read as NumPy memmaps, with offsets for ragged
+              records and per-basin row offsets for windows (bench/baselines.py)
+  arrayrecord/  ArrayRecord file of the same samples, for Grain (bench/baselines.py)
 
 Every format holds the same arrays; nothing is downloaded.
 """
@@ -280,10 +283,55 @@ def to_litdata(p, d):
                      start_method="fork")
 
 
-FORMATS = {"stoker": to_stoker, "wds": to_wds, "mds": to_mds, "litdata": to_litdata}
+def _h5_chunks(path, key, step=65536):
+    import h5py
+    with h5py.File(path, "r") as h:
+        n = len(h[key])
+        for a in range(0, n, step):
+            yield h[key][a:a + step]
 
 
-def prepare(name, mode, formats=("stoker", "wds", "mds", "litdata"), log=print):
+def to_npy(p, d):
+    """The baselines' raw layout (bench/baselines.py): one flat file per field."""
+    import baselines
+    name, out = p["workload"], d / "npy"
+    shutil.rmtree(out, ignore_errors=True)
+    if name == "basins":
+        import pyarrow.parquet as pq
+
+        def series():
+            for b in range(p["basins"]):
+                t = pq.read_table(d / "src" / f"basin_{b:05d}.parquet", columns=FEATURES + ["q"])
+                yield {"x": np.stack([t.column(c).to_numpy() for c in FEATURES], axis=1),
+                       "y": t.column("q").to_numpy()}
+        baselines.write_series(out, series(), WINDOW)
+    elif name in ("events", "audio"):
+        key = "x" if name == "events" else "pcm"
+        baselines.write_ragged(out, (r[key] for r in all_records(p, d)), name=key)
+    elif name == "spectro":
+        h5 = d / "src" / "segments.h5"
+        baselines.write_fixed(out, {"x": _h5_chunks(h5, "segs"), "y": _h5_chunks(h5, "labels")})
+    else:
+        def bits():
+            for raw in _h5_chunks(d / "src" / "bloom.h5", "bloomfilter"):
+                yield np.frombuffer(raw.tobytes(), np.uint8).reshape(len(raw), BITS) - ord("0")
+        baselines.write_fixed(out, {"bits": bits()})
+
+
+def to_arrayrecord(p, d):
+    """The same samples as one ArrayRecord file, made from the raw layout."""
+    import baselines
+    out = d / "arrayrecord"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    baselines.write_array_record(baselines.open_dataset(d / "npy"), out / "data.array_record")
+
+
+FORMATS = {"stoker": to_stoker, "wds": to_wds, "mds": to_mds, "litdata": to_litdata, "npy": to_npy,
+           "arrayrecord": to_arrayrecord}
+
+
+def prepare(name, mode, formats=("stoker", "wds", "mds", "litdata", "npy", "arrayrecord"), log=print):
     """Generates a workload's source data and its conversions, each once."""
     p = params(name, mode)
     d = wl_dir(p)
@@ -303,7 +351,7 @@ def prepare(name, mode, formats=("stoker", "wds", "mds", "litdata"), log=print):
 def files_of(d, fmt):
     """The files a contender reads, for evicting them from the page cache."""
     root = {"src": d / "src", "stoker": d / "stoker.stk", "wds": d / "wds", "mds": d / "mds",
-            "litdata": d / "litdata"}[fmt]
+            "litdata": d / "litdata", "npy": d / "npy", "arrayrecord": d / "arrayrecord"}[fmt]
     return sorted(str(f) for f in root.rglob("*") if f.is_file())
 
 
