@@ -26,10 +26,13 @@
 
 #if defined(__GNUC__)
 #define STK__PRINTF(f, a) __attribute__((format(printf, f, a)))
+/* For the few helpers of a per-sample loop that must not stay calls. */
+#define STK__ALWAYS_INLINE inline __attribute__((always_inline))
 #define STK__LIKELY(x) __builtin_expect(!!(x), 1)
 #define STK__UNLIKELY(x) __builtin_expect(!!(x), 0)
 #else
 #define STK__PRINTF(f, a)
+#define STK__ALWAYS_INLINE inline
 #define STK__LIKELY(x) (x)
 #define STK__UNLIKELY(x) (x)
 #endif

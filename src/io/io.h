@@ -90,12 +90,17 @@ typedef struct stk__range {
 
 typedef struct stk__warm stk__warm;
 
+/* Called by the warm-up thread after bytes [r->lo, upto) of range r are in
+ * (and mapped), in order. */
+typedef void (*stk__warm_landed)(void *arg, const stk__range *r, uint64_t upto);
+
 /* Starts a thread that brings ranges r[0..n) of the dataset's mapped
  * shards into the page cache in that order, with large reads, and marks
  * the shards' mappings MADV_HUGEPAGE.  r is copied.  Every shard a range
- * names must be mapped. */
-int stk__warm_start(const stk_dataset *ds, const stk__range *r, size_t n, stk__warm **out,
-                    stk_error *err);
+ * names must be mapped.  `landed` (may be NULL) is called from that thread
+ * as the bytes arrive. */
+int stk__warm_start(const stk_dataset *ds, const stk__range *r, size_t n,
+                    stk__warm_landed landed, void *arg, stk__warm **out, stk_error *err);
 /* Pieces and bytes brought in so far, the time spent in them, and whether
  * the thread has finished (NULL: nothing, finished). */
 void stk__warm_stats(const stk__warm *w, uint64_t *pieces, uint64_t *bytes, uint64_t *ns,

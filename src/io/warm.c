@@ -12,6 +12,10 @@
  * gathering small samples from memory later misses the TLB far less
  * (random 512-byte records: about 2x the rate of 4 KiB mappings here).
  *
+ * After each piece a callback may look at the bytes that just arrived (the
+ * loader checks their checksum blocks there, while the thread would
+ * otherwise only wait for the device).
+ *
  * Nothing waits for the thread.  A worker that needs bytes it has not
  * reached yet faults them in itself (through the same hugepage mapping, a
  * 2 MiB read), and the thread later finds them resident and moves on.
@@ -37,6 +41,8 @@ struct stk__warm {
     const stk_dataset *ds;
     stk__range *r;
     size_t n;
+    stk__warm_landed landed;
+    void *arg;
     pthread_t tid;
     bool started;
     atomic_bool stop;
@@ -73,6 +79,14 @@ static void *warm_main(void *arg) {
             /* A failure (the file cut short since it was opened) stops the
              * warm-up; the reads that need those bytes report it. */
             if (populate(sh->map, a, b) != 0) goto out;
+            if (w->landed) {
+                /* Keep the device busy with the next piece meanwhile. */
+                uint64_t c = STK__MIN(hi, b + PIECE);
+                if (c > b)
+                    madvise((void *)(sh->map + (b & ~(uint64_t)4095)),
+                            (size_t)(c - (b & ~(uint64_t)4095)), MADV_WILLNEED);
+                w->landed(w->arg, r, b);
+            }
             w->ns += stk__now_ns() - t0;
             w->bytes += b - a;
             w->pieces++;
@@ -84,8 +98,8 @@ out:
     return NULL;
 }
 
-int stk__warm_start(const stk_dataset *ds, const stk__range *r, size_t n, stk__warm **out,
-                    stk_error *err) {
+int stk__warm_start(const stk_dataset *ds, const stk__range *r, size_t n,
+                    stk__warm_landed landed, void *arg, stk__warm **out, stk_error *err) {
     *out = NULL;
     stk__warm *w = stk__calloc(1, sizeof *w);
     if (!w || !(w->r = stk__malloc((n ? n : 1) * sizeof *r))) {
@@ -95,6 +109,8 @@ int stk__warm_start(const stk_dataset *ds, const stk__range *r, size_t n, stk__w
     memcpy(w->r, r, n * sizeof *r);
     w->ds = ds;
     w->n = n;
+    w->landed = landed;
+    w->arg = arg;
     for (size_t s = 0; s < ds->nshards; s++)
         if (ds->shards[s].map)
             madvise((void *)ds->shards[s].map, (size_t)ds->shards[s].size, MADV_HUGEPAGE);
