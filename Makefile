@@ -68,6 +68,7 @@ demo-npy: build
 bench: build py-install
 	@BENCH=1 scripts/deps.sh
 	STOKER_BUILD=$(BUILD) $(PY) bench/suite.py $(if $(FULL),--full,)
+	STOKER_BUILD=$(BUILD) $(PY) bench/small.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/pack_verify.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/engine.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/python_vs_cli.py
