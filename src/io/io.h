@@ -90,22 +90,33 @@ typedef struct stk__range {
 
 typedef struct stk__warm stk__warm;
 
-/* Called by the warm-up thread after bytes [r->lo, upto) of range r are in
- * (and mapped), in order. */
-typedef void (*stk__warm_landed)(void *arg, const stk__range *r, uint64_t upto);
-
 /* Starts a thread that brings ranges r[0..n) of the dataset's mapped
  * shards into the page cache in that order, with large reads, and marks
  * the shards' mappings MADV_HUGEPAGE.  r is copied.  Every shard a range
- * names must be mapped.  `landed` (may be NULL) is called from that thread
- * as the bytes arrive. */
-int stk__warm_start(const stk_dataset *ds, const stk__range *r, size_t n,
-                    stk__warm_landed landed, void *arg, stk__warm **out, stk_error *err);
+ * names must be mapped. */
+int stk__warm_start(const stk_dataset *ds, const stk__range *r, size_t n, stk__warm **out,
+                    stk_error *err);
 /* Pieces and bytes brought in so far, the time spent in them, and whether
  * the thread has finished (NULL: nothing, finished). */
 void stk__warm_stats(const stk__warm *w, uint64_t *pieces, uint64_t *bytes, uint64_t *ns,
                      bool *done);
-/* Stops the thread at its next piece and frees; NULL is fine. */
+/* Waits until bytes [lo, hi) of shard s are in (the part of them in the
+ * ranges given), or the thread has finished for any reason; returns whether
+ * it waited.  Safe from any thread while the warm-up is not stopped. */
+bool stk__warm_wait(stk__warm *w, uint32_t s, uint64_t lo, uint64_t hi);
+/* Whether bytes [lo, hi) of shard s are in (or the thread has finished),
+ * without waiting. */
+bool stk__warm_arrived(const stk__warm *w, uint32_t s, uint64_t lo, uint64_t hi);
+/* Waits until a piece lands after the *seen-th (or the thread finishes),
+ * and sets *seen to the pieces landed so far. */
+void stk__warm_wait_piece(stk__warm *w, uint64_t *seen);
+/* Whether the thread has finished (NULL: yes). */
+bool stk__warm_done(const stk__warm *w);
+/* Tells the thread to stop at its next piece, without waiting: threads in
+ * stk__warm_wait are released when it does. */
+void stk__warm_cancel(stk__warm *w);
+/* Stops the thread, waits for it, and frees; nothing may still be in
+ * stk__warm_wait.  NULL is fine. */
 void stk__warm_stop(stk__warm *w);
 
 /* The message for a read that failed or came back short. */

@@ -217,12 +217,17 @@ struct stk_loader {
     bool warm_up;
     bool fits; /* the shard data fits in the page cache (in memory already,
                 * or room for the rest) */
+    bool auto_direct; /* O_DIRECT chosen by the loader (block order, data
+                       * that does not fit), not asked for */
     stk__warm *warm;
     uint64_t warm_total;
-    /* The warm-up thread's own: where its block checks got to, and the
-     * generation it checks for (a copy of gen it may read without mu). */
-    const stk__range *warm_cursor_range;
-    uint64_t warm_cursor;
+    /* Checks of blocks as the warm-up brings them in (check_arrived_block):
+     * its ranges, where the checks got to (under chk_mu), and the
+     * generation they count for (a copy of gen read without mu). */
+    stk__range *warm_ranges;
+    size_t nwarm_ranges, chk_range;
+    uint64_t chk_block;
+    pthread_mutex_t chk_mu;
     _Atomic uint64_t warm_gen;
 
     /* Statistics. */
@@ -499,7 +504,8 @@ static int check_block(stk_loader *ld, size_t si, uint64_t b, const uint8_t *byt
 static int group_read(stk_loader *ld, worker *w, group *gr, stk_error *err) {
     const stk_dataset *ds = ld->ds;
     if (ld->backend == STK_BACKEND_MMAP) {
-        for (size_t i = 0; i < gr->nspans; i++) {
+        /* (The warm-up, when one runs, reads the groups in this order.) */
+        for (size_t i = 0; i < gr->nspans && stk__warm_done(ld->warm); i++) {
             const span *sp = &gr->spans[i];
             uint64_t a = sp->lo & ~(uint64_t)4095;
             madvise((void *)(ds->shards[sp->shard].map + a), (size_t)(sp->hi - a), MADV_WILLNEED);
@@ -1367,6 +1373,81 @@ static int check_records(stk_loader *ld, stk_batch *s, const uint64_t *recs, stk
     return 0;
 }
 
+/* Checks one checksum block that the warm-up has brought in and nobody
+ * has checked yet, taking them in the order they arrive, and marks it
+ * checked for the epoch; returns false when none is waiting.  Workers call
+ * it while they wait for the warm-up, so the checks of the first epoch are
+ * done with CPU time they would otherwise spend asleep.  A block that fails
+ * is left unmarked: the worker that needs a record on it checks the record
+ * itself and names it. */
+static bool check_arrived_block(stk_loader *ld) {
+    const stk_dataset *ds = ld->ds;
+    pthread_mutex_lock(&ld->chk_mu);
+    for (; ld->chk_range < ld->nwarm_ranges; ld->chk_range++, ld->chk_block = UINT64_MAX) {
+        const stk__range *r = &ld->warm_ranges[ld->chk_range];
+        const stk__shard *sh = &ds->shards[r->shard];
+        uint64_t bs = sh->block_size;
+        if (!bs) continue;
+        if (ld->chk_block == UINT64_MAX) {
+            uint64_t lo = STK__MAX(r->lo, sh->data_off);
+            ld->chk_block = (lo - sh->data_off + bs - 1) / bs; /* the first whole block */
+        }
+        for (; ld->chk_block < sh->nblocks; ld->chk_block++) {
+            uint64_t blk = ld->chk_block;
+            uint64_t a = sh->data_off + blk * bs, z = STK__MIN(a + bs, sh->data_end);
+            if (z > r->hi) break;
+            if (block_checked(ld, r->shard, blk)) continue;
+            if (!stk__warm_arrived(ld->warm, r->shard, a, z)) {
+                pthread_mutex_unlock(&ld->chk_mu);
+                return false;
+            }
+            ld->chk_block++;
+            uint64_t gen = atomic_load_explicit(&ld->warm_gen, memory_order_acquire);
+            pthread_mutex_unlock(&ld->chk_mu);
+            uint64_t t0 = now_ns();
+            bool ok = stk__hash(sh->map + a, (size_t)(z - a)) == sh->blocks[blk];
+            pthread_mutex_lock(&ld->mu);
+            if (ok && ld->gen == gen) {
+                _Atomic uint64_t *word = &ld->verified[ld->verified_off[r->shard] + blk / 64];
+                uint64_t bit = UINT64_C(1) << (blk % 64);
+                if (!(atomic_fetch_or_explicit(word, bit, memory_order_relaxed) & bit)) {
+                    ld->st_ver_n++;
+                    ld->st_ver_bytes += z - a;
+                }
+            }
+            pthread_mutex_unlock(&ld->mu);
+            ld->st_ver_ns += now_ns() - t0;
+            return true;
+        }
+    }
+    pthread_mutex_unlock(&ld->chk_mu);
+    return false;
+}
+
+/* While the warm-up runs, waits until the bytes of a batch's samples are
+ * in (with the checksum blocks around them, which the checks read) rather
+ * than faulting them in one 2 MiB read at a time (see io/warm.c), and
+ * checks arrived blocks meanwhile. */
+static void warm_wait(stk_loader *ld, uint32_t n, const uint64_t *recs, const uint64_t *ts) {
+    uint64_t seen = 0;
+    for (uint32_t j = 0; j < n && !stk__warm_done(ld->warm); j++) {
+        size_t si;
+        uint64_t lo, hi;
+        sample_span(ld, recs[j], ts[j], ld->space.windows ? ts[j] + ld->space.L : 0, &si, &lo,
+                    &hi);
+        const stk__shard *sh = &ld->ds->shards[si];
+        if (ld->opt.verify && sh->block_size) {
+            uint64_t bs = sh->block_size;
+            lo = sh->data_off + (lo - sh->data_off) / bs * bs;
+            hi = STK__MIN(sh->data_off + stk__align_up(hi - sh->data_off, bs), sh->data_end);
+        }
+        while (!stk__warm_arrived(ld->warm, (uint32_t)si, lo, hi) && !ld->stop) {
+            if (ld->warm_ranges && check_arrived_block(ld)) continue;
+            stk__warm_wait_piece(ld->warm, &seen);
+        }
+    }
+}
+
 static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error *err) {
     uint64_t t0 = span_open(ld, STK__EV_PLAN);
     uint32_t n = s->n;
@@ -1375,6 +1456,7 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
     stk__order_fill(&w->order, &w->deal, first, n, s->samples, ld->use_groups ? gs : NULL,
                     ld->use_groups ? w->slots : NULL);
     for (uint32_t j = 0; j < n; j++) stk__space_locate(&ld->space, s->samples[j], &recs[j], &ts[j]);
+    if (ld->warm && !stk__warm_done(ld->warm)) warm_wait(ld, n, recs, ts);
     ld->st_plan_n += n;
     uint64_t t1 = now_ns();
     ld->st_plan_ns += t1 - t0;
@@ -1591,43 +1673,6 @@ static bool want_warm_up(const stk_dataset *ds, const stk_loader_options *o, stk
     return (backend == STK_BACKEND_AUTO || backend == STK_BACKEND_MMAP) && fits;
 }
 
-/* The warm-up thread's look at bytes that just arrived: it checks the
- * checksum blocks that now lie whole in memory, while it would otherwise
- * only wait for the device, and marks them checked for the epoch; the
- * workers then take records on those blocks as checked.  A block that
- * fails is left unmarked: the worker that needs it checks its records
- * and names the damaged one.  (Only this thread calls it.) */
-static void warm_landed(void *arg, const stk__range *r, uint64_t upto) {
-    stk_loader *ld = arg;
-    const stk__shard *sh = &ld->ds->shards[r->shard];
-    uint64_t bs = sh->block_size;
-    if (!bs) return;
-    /* The first block starting at or after the range's start; blocks
-     * before `upto` were looked at by an earlier call. */
-    uint64_t lo = r->lo > sh->data_off ? r->lo : sh->data_off;
-    uint64_t b = (lo - sh->data_off + bs - 1) / bs;
-    if (ld->warm_cursor_range == r) b = STK__MAX(b, ld->warm_cursor);
-    for (; b < sh->nblocks; b++) {
-        uint64_t a = sh->data_off + b * bs, z = STK__MIN(a + bs, sh->data_end);
-        if (z > upto || z > r->hi) break;
-        if (block_checked(ld, r->shard, b)) continue;
-        uint64_t gen = atomic_load_explicit(&ld->warm_gen, memory_order_acquire);
-        if (stk__hash(sh->map + a, (size_t)(z - a)) != sh->blocks[b]) continue;
-        pthread_mutex_lock(&ld->mu);
-        if (ld->gen == gen) {
-            _Atomic uint64_t *word = &ld->verified[ld->verified_off[r->shard] + b / 64];
-            uint64_t bit = UINT64_C(1) << (b % 64);
-            if (!(atomic_fetch_or_explicit(word, bit, memory_order_relaxed) & bit)) {
-                ld->st_ver_n++;
-                ld->st_ver_bytes += z - a;
-            }
-        }
-        pthread_mutex_unlock(&ld->mu);
-    }
-    ld->warm_cursor_range = r;
-    ld->warm_cursor = b;
-}
-
 /* The ranges the warm-up brings in, in the order the first epoch first
  * needs them: block order's blocks group by group; for the others the
  * shards in turn (a sequential epoch reads them so, and a random one needs
@@ -1659,8 +1704,14 @@ static int warm_up_start(stk_loader *ld, stk_error *err) {
     }
     if (!r) return stk__err(err, -ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) ld->warm_total += r[i].hi - r[i].lo;
-    int rc = stk__warm_start(ds, r, n, ld->verified ? warm_landed : NULL, ld, &ld->warm, err);
-    stk__free(r);
+    int rc = stk__warm_start(ds, r, n, &ld->warm, err);
+    if (rc == 0 && ld->verified) {
+        ld->warm_ranges = r; /* kept: the workers check blocks in this order */
+        ld->nwarm_ranges = n;
+        ld->chk_block = UINT64_MAX;
+    } else {
+        stk__free(r);
+    }
     return rc;
 }
 
@@ -1807,6 +1858,7 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
     ld->opt.valid_field = NULL;
     ld->opt.queue_depth = opts->queue_depth ? opts->queue_depth : 64;
     pthread_mutex_init(&ld->mu, NULL);
+    pthread_mutex_init(&ld->chk_mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1867,7 +1919,23 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
         rc = stk__err(err, -ENOSYS, "backend: io_uring is not available on this system");
         goto fail;
     }
-    if ((rc = open_files(ld, err))) goto fail;
+    /* Block order over data that does not fit in memory reads its groups
+     * with O_DIRECT: nothing it reads stays in the page cache long enough
+     * to be read again, and under a memory limit (a cgroup) the page cache
+     * competes with the group buffers for the same bytes. */
+    if (opts->order == STK_ORDER_BLOCK && !plan_only && !ld->fits && !opts->direct &&
+        ld->backend != STK_BACKEND_MMAP && !ds->in_place) {
+        ld->opt.direct = 1;
+        ld->auto_direct = true;
+    }
+    rc = open_files(ld, err);
+    if (rc == -EINVAL && ld->auto_direct) { /* a file system without O_DIRECT */
+        stk__files_close(&ld->files);
+        ld->opt.direct = 0;
+        ld->auto_direct = false;
+        rc = open_files(ld, err);
+    }
+    if (rc) goto fail;
     if (opts->verify) {
         ld->verified_off = stk__calloc(ds->nshards + 1, sizeof *ld->verified_off);
         if (!ld->verified_off) {
@@ -1892,7 +1960,12 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
     stk__trace_init(&ld->trace, ld->nw + 1);
 
     /* Block order: block size in samples, and group buffers. */
+    /* The budget never takes more than half of what memory (and the
+     * process's cgroup) has room for: a loader that fills its cgroup with
+     * its own buffers leaves the page cache nothing to read into. */
     uint64_t budget = opts->memory_budget, groups_bytes = 0;
+    uint64_t room = plan_only ? 0 : stk__mem_room();
+    if (room && budget > room / 2) budget = room / 2;
     if (opts->order == STK_ORDER_BLOCK) {
         /* A planned loader takes the samples of each batch one by one:
          * groups are a way of reading, and it reads nothing. */
@@ -1944,7 +2017,13 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
         ld->group_cap = stk__align_up(max_block * STK__MIN((uint64_t)opts->block_group,
                                                            STK__MAX(nblocks, (uint64_t)1)),
                                       DIRECT_ALIGN);
-        if (ld->backend != STK_BACKEND_MMAP) groups_bytes = ld->group_cap * (uint64_t)ld->ngroups;
+        if (ld->backend != STK_BACKEND_MMAP) {
+            /* Fewer group buffers (two at least: the group in use and the
+             * next) where the budget cannot hold one per worker and two. */
+            while (ld->ngroups > 2 && ld->group_cap * (uint64_t)ld->ngroups > budget / 2)
+                ld->ngroups--;
+            groups_bytes = ld->group_cap * (uint64_t)ld->ngroups;
+        }
     }
 
     ld->rec_check = opts->verify && !ld->use_groups && !ld->space.windows &&
@@ -1979,12 +2058,19 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
         R = STK__MIN(R, (uint64_t)STK__MAX(8, 2 * ld->nw));
         if (R < 2) {
             rc = stk__err(err, -EINVAL,
-                          "memory_budget: %llu bytes cannot hold two batch buffers of %llu "
-                          "bytes%s%s (need at least %llu)",
-                          (unsigned long long)budget, (unsigned long long)ld->slot_bytes,
+                          "memory_budget: %llu bytes%s cannot hold two batch buffers of %llu "
+                          "bytes%s%s (need at least %llu)%s",
+                          (unsigned long long)budget,
+                          budget < opts->memory_budget
+                              ? " (half the memory this process has room for)"
+                              : "",
+                          (unsigned long long)ld->slot_bytes,
                           groups_bytes ? " besides the block groups' buffers" : "",
                           stage_cap ? " and staging" : "",
-                          (unsigned long long)(fixed + 2 * ld->slot_bytes));
+                          (unsigned long long)(fixed + 2 * ld->slot_bytes),
+                          groups_bytes ? "; lower block_bytes or block_group (a group buffer "
+                                         "holds block_group blocks of block_bytes)"
+                                       : "");
             goto fail;
         }
     } else if (fixed + R * ld->slot_bytes > budget) {
@@ -2411,10 +2497,14 @@ void stk_loader_close(stk_loader *ld) {
     ld->gen++;
     pthread_cond_broadcast(&ld->cv);
     pthread_mutex_unlock(&ld->mu);
+    /* Workers waiting for the warm-up are let go when it stops; it is freed
+     * once they are gone, and before what its callback uses is. */
+    stk__warm_cancel(ld->warm);
+    for (int i = 0; i < ld->nw; i++)
+        if (ld->w[i].started) pthread_join(ld->w[i].tid, NULL);
     stk__warm_stop(ld->warm);
     for (int i = 0; i < ld->nw; i++) {
         worker *w = &ld->w[i];
-        if (w->started) pthread_join(w->tid, NULL);
         stk__io_close(w->io);
         stk__free(w->reqs);
         stk__free(w->posts);
@@ -2450,7 +2540,9 @@ void stk_loader_close(stk_loader *ld) {
     stk__free(ld->f);
     stk__free(ld->lf_of);
     stk__trace_free(&ld->trace);
+    stk__free(ld->warm_ranges);
     pthread_mutex_destroy(&ld->mu);
+    pthread_mutex_destroy(&ld->chk_mu);
     pthread_cond_destroy(&ld->cv);
     stk__free(ld);
 }
