@@ -1441,7 +1441,7 @@ static void warm_wait(stk_loader *ld, uint32_t n, const uint64_t *recs, const ui
             lo = sh->data_off + (lo - sh->data_off) / bs * bs;
             hi = STK__MIN(sh->data_off + stk__align_up(hi - sh->data_off, bs), sh->data_end);
         }
-        while (!stk__warm_arrived(ld->warm, (uint32_t)si, lo, hi) && !ld->stop) {
+        while (!stk__warm_arrived(ld->warm, (uint32_t)si, lo, hi)) {
             if (ld->warm_ranges && check_arrived_block(ld)) continue;
             stk__warm_wait_piece(ld->warm, &seen);
         }
