@@ -546,13 +546,18 @@ typedef struct stk_loader_options {
                                 * drop the remainder */
     int drop_last;             /* 1: drop a last, partial batch; default 0 */
     stk_backend backend;       /* default STK_BACKEND_AUTO */
-    int direct;                /* 1: O_DIRECT reads (cold streaming); default 0 */
+    int direct;                /* 1: O_DIRECT reads (cold streaming); default 0.
+                                * Block order over data that does not fit in
+                                * memory reads with O_DIRECT anyway, where the
+                                * file system allows it */
     int threads;               /* worker threads; 0 (default): one per CPU, at most 8 */
     uint32_t prefetch;         /* batch buffers in the ring; 0 (default): from
                                 * the memory budget, 2..8 */
     uint32_t queue_depth;      /* io_uring entries per worker; default 64 */
     uint64_t memory_budget;    /* bytes for batch buffers, group caches and
-                                * staging; default 1 GiB */
+                                * staging; default 1 GiB.  Never more than
+                                * half of the memory the machine and the
+                                * process's cgroup have room for */
     int verify;                /* 1 (default): check what a batch reads.
                                 * Whole records of every field, stored plain,
                                 * with on_error RAISE: each record against
