@@ -131,7 +131,8 @@ class Loader:
     threads       worker threads (0: one per CPU)
     prefetch      batch buffers in the ring (0: from the memory budget)
     queue_depth   io_uring entries per worker (64)
-    memory_budget bytes for buffers (1 GiB)
+    memory_budget bytes for buffers (1 GiB; never more than half of what memory
+                  and the process's cgroup have room for)
     verify        check the checksum of every block of data a batch uses, once
                   per epoch (True); a damaged byte raises StokerError naming
                   the shard file and the record
