@@ -204,6 +204,8 @@ struct stk_loader {
     uint64_t group_cap;
 
     worker w[MAX_WORKERS];
+    worker reader;   /* block order with real reads: reads groups ahead */
+    bool has_reader;
     int nw;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -299,7 +301,9 @@ static inline uint64_t span_open(const stk_loader *ld, stk__ev_kind kind) {
 static inline void span_add(stk_loader *ld, const struct worker *w, stk__ev_kind kind,
                             uint64_t t0, uint64_t t1, uint64_t a0, uint64_t a1) {
     if (STK__UNLIKELY(stk__tracing(&ld->trace)))
-        stk__trace_add(&ld->trace, w ? (int)(w - ld->w) : ld->nw, kind, t0, t1, a0, a1, NULL);
+        stk__trace_add(&ld->trace,
+                       !w ? ld->trace.nbufs - 1 : w == &ld->reader ? ld->nw : (int)(w - ld->w),
+                       kind, t0, t1, a0, a1, NULL);
     if (STK__UNLIKELY(ld->nvtx) && nvtx_names[kind][0] && kind != STK__EV_BATCH)
         stk__nvtx_pop();
 }
@@ -685,32 +689,54 @@ static void group_release(stk_loader *ld, group *gr) {
     pthread_cond_broadcast(&ld->cv);
 }
 
-/* Loads the group after the one the next batch starts in, if a buffer is
- * free, so that batches never wait for it.  Called with mu held. */
-static void group_prefetch(stk_loader *ld, worker *w) {
-    if (!ld->use_groups || ld->next_fill >= ld->nbatches) return;
+/* Loads the first group missing among the `ahead` groups after the one the
+ * next batch starts in (that one too, with `first`), if a buffer is free,
+ * so that batches never wait for it; returns whether it loaded one.  A
+ * buffer is kept for the group the batches in flight may still need: only
+ * the group needed next may take the last free one.  Called with mu held
+ * (released while reading). */
+static bool group_prefetch(stk_loader *ld, worker *w, uint64_t ahead, bool first) {
+    if (!ld->use_groups || ld->next_fill >= ld->nbatches) return false;
     uint64_t gen = ld->gen;
     uint64_t p = stk__deal_at(&ld->deal, ld->next_fill * ld->opt.batch_size);
-    uint64_t g = stk__order_group_of(&ld->order, p) + 1;
-    if (g >= ld->order.ngroups) return;
-    group *victim = NULL;
-    int free_slots = 0;
-    for (int i = 0; i < ld->ngroups; i++) {
-        group *gr = ld->groups[i];
-        if (gr->state != G_EMPTY && gr->g == g && gr->gen == gen) return;
-        if (group_evictable(ld, gr)) {
-            free_slots++;
-            if (!victim) victim = gr;
+    uint64_t g0 = stk__order_group_of(&ld->order, p);
+    for (uint64_t g = first ? g0 : g0 + 1; g <= g0 + ahead && g < ld->order.ngroups; g++) {
+        group *victim = NULL;
+        int free_slots = 0;
+        bool present = false;
+        for (int i = 0; i < ld->ngroups; i++) {
+            group *gr = ld->groups[i];
+            if (gr->state != G_EMPTY && gr->g == g && gr->gen == gen) present = true;
+            else if (group_evictable(ld, gr)) {
+                free_slots++;
+                if (!victim) victim = gr;
+            }
         }
+        if (present) continue;
+        if (!victim || free_slots < (g == g0 ? 1 : 2)) return false;
+        w->order = ld->order;
+        w->deal = ld->deal;
+        stk_error err;
+        int rc;
+        group *gr = group_acquire(ld, w, g, gen, &err, &rc);
+        if (gr) group_release(ld, gr);
+        return true;
     }
-    /* Keep one buffer for the group the batches in flight may still need. */
-    if (!victim || free_slots < 2) return;
-    w->order = ld->order;
-    w->deal = ld->deal;
-    stk_error err;
-    int rc;
-    group *gr = group_acquire(ld, w, g, gen, &err, &rc);
-    if (gr) group_release(ld, gr);
+    return false;
+}
+
+/* Block order with real reads (not the mapping): a thread of its own reads
+ * groups ahead into free buffers, so that the workers only cut batches and
+ * never stop to read (a worker that read the next group left one worker to
+ * cut batches: 0.4 of the device's sequential rate beyond memory). */
+static void *reader_main(void *arg) {
+    worker *w = arg;
+    stk_loader *ld = w->ld;
+    pthread_mutex_lock(&ld->mu);
+    while (!ld->stop)
+        if (!group_prefetch(ld, w, (uint64_t)ld->ngroups, true)) pthread_cond_wait(&ld->cv, &ld->mu);
+    pthread_mutex_unlock(&ld->mu);
+    return NULL;
 }
 
 /* ---- filling one batch ---- */
@@ -1263,7 +1289,16 @@ static int fill_groups(stk_loader *ld, worker *w, stk_batch *s, uint64_t *recs, 
         if (!gr) break;
         uint64_t t_run = span_open(ld, STK__EV_ASSEMBLE);
         size_t np = 0;
+        /* The run's index entries are located first and read a few samples
+         * ahead: they lie at random in a few megabytes of index. */
+        for (uint32_t j = j0; j < j1; j++) {
+            size_t si = stk__dataset_shard_of(ds, recs[j]);
+            w->shs[j] = (uint32_t)si;
+            w->ents[j] = stk__entry(ds, &ds->shards[si], recs[j] - ds->shards[si].first);
+        }
+        for (uint32_t j = j0; j < STK__MIN(j1, j0 + AHEAD_E); j++) __builtin_prefetch(w->ents[j]);
         for (uint32_t j = j0; j < j1 && rc == 0; j++) {
+            if (j + AHEAD_E < j1) __builtin_prefetch(w->ents[j + AHEAD_E]);
             uint64_t m = slots[j];
             if (ld->bad) {
                 /* A sample on a block the group load found damaged is
@@ -1282,7 +1317,7 @@ static int fill_groups(stk_loader *ld, worker *w, stk_batch *s, uint64_t *recs, 
             uint64_t rec = recs[j];
             size_t si = stk__dataset_shard_of(ds, rec);
             const stk__shard *sh = &ds->shards[si];
-            const uint64_t *e = stk__entry(ds, sh, rec - sh->first);
+            const uint64_t *e = stk__entry(ds, sh, rec - sh->first); /* (a replacement's) */
             const span *sp = NULL;
             for (uint64_t k = gr->block_first[m]; k < gr->block_first[m + 1]; k++)
                 if (gr->spans[k].shard == si) sp = &gr->spans[k];
@@ -1525,7 +1560,7 @@ static void *worker_main(void *arg) {
     while (!ld->stop) {
         stk_batch *s = claim(ld);
         if (!s) {
-            group_prefetch(ld, w);
+            if (!ld->has_reader) group_prefetch(ld, w, 1, false);
             if (ld->stop) break; /* closed while the group was read */
             if (!(s = claim(ld))) {
                 pthread_cond_wait(&ld->cv, &ld->mu);
@@ -1553,7 +1588,7 @@ static void *worker_main(void *arg) {
             if (rc) s->e = err;
         }
         pthread_cond_broadcast(&ld->cv);
-        if (ld->use_groups && !ld->stop) group_prefetch(ld, w);
+        if (ld->use_groups && !ld->stop && !ld->has_reader) group_prefetch(ld, w, 1, false);
     }
     pthread_mutex_unlock(&ld->mu);
     return NULL;
@@ -1957,7 +1992,9 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
     /* Threads. */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     ld->nw = opts->threads ? opts->threads : (int)STK__MIN(STK__MAX(ncpu, 1L), (long)MAX_WORKERS);
-    stk__trace_init(&ld->trace, ld->nw + 1);
+    /* Block order with real reads gets a thread that reads groups ahead. */
+    bool reader = opts->order == STK_ORDER_BLOCK && !plan_only && ld->backend != STK_BACKEND_MMAP;
+    stk__trace_init(&ld->trace, ld->nw + 1 + reader, reader ? ld->nw : -1);
 
     /* Block order: block size in samples, and group buffers. */
     /* The budget never takes more than half of what memory (and the
@@ -2154,12 +2191,26 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
         else rc = stk__io_mmap_open(&ld->files, &w->io, err);
         if (rc) goto fail;
     }
+    ld->has_reader = reader; /* (read by the workers from their start) */
     for (int i = 0; i < ld->nw; i++) {
         if ((rc = -pthread_create(&ld->w[i].tid, NULL, worker_main, &ld->w[i]))) {
             stk__err(err, rc, "cannot start a worker thread: %s", stk_strerror(rc));
             goto fail;
         }
         ld->w[i].started = 1;
+    }
+    if (reader) {
+        worker *w = &ld->reader;
+        w->ld = ld;
+        rc = ld->backend == STK_BACKEND_URING
+                 ? stk__io_uring_open(&ld->files, ld->opt.queue_depth, &w->io, err)
+                 : stk__io_pool_open(&ld->files, &w->io, err);
+        if (rc) goto fail;
+        if ((rc = -pthread_create(&w->tid, NULL, reader_main, w))) {
+            stk__err(err, rc, "cannot start the group reader thread: %s", stk_strerror(rc));
+            goto fail;
+        }
+        w->started = 1;
     }
     stk__free(max_rows);
     stk__free(time_fields);
@@ -2435,7 +2486,7 @@ void stk_loader_trace_stop(stk_loader *ld) {
 int stk_loader_trace_span(stk_loader *ld, const char *name, uint64_t t0_ns, uint64_t t1_ns) {
     if (!ld || !name || t1_ns < t0_ns) return -EINVAL;
     if (stk__tracing(&ld->trace))
-        stk__trace_add(&ld->trace, ld->nw, STK__EV_USER, t0_ns, t1_ns, STK__EV_NONE,
+        stk__trace_add(&ld->trace, ld->trace.nbufs - 1, STK__EV_USER, t0_ns, t1_ns, STK__EV_NONE,
                        STK__EV_NONE, name);
     return 0;
 }
@@ -2502,6 +2553,9 @@ void stk_loader_close(stk_loader *ld) {
     stk__warm_cancel(ld->warm);
     for (int i = 0; i < ld->nw; i++)
         if (ld->w[i].started) pthread_join(ld->w[i].tid, NULL);
+    if (ld->reader.started) pthread_join(ld->reader.tid, NULL);
+    stk__io_close(ld->reader.io);
+    stk__free(ld->reader.reqs);
     stk__warm_stop(ld->warm);
     for (int i = 0; i < ld->nw; i++) {
         worker *w = &ld->w[i];

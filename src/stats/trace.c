@@ -35,9 +35,10 @@ int stk__gettid(void) {
     return tid;
 }
 
-void stk__trace_init(stk__trace *t, int nbufs) {
+void stk__trace_init(stk__trace *t, int nbufs, int reader) {
     memset(t, 0, sizeof *t);
     t->nbufs = nbufs;
+    t->reader = reader;
 }
 
 int stk__trace_start(stk__trace *t, uint32_t cap, stk_error *err) {
@@ -237,6 +238,7 @@ int stk__trace_write(stk__trace *t, const char *path, stk_error *err) {
         int tid = atomic_load_explicit(&b->tid, memory_order_relaxed);
         char name[32];
         if (i == t->nbufs - 1) snprintf(name, sizeof name, "stoker consumer");
+        else if (i == t->reader) snprintf(name, sizeof name, "stoker reader");
         else snprintf(name, sizeof name, "stoker worker %d", i);
         fprintf(f, "%s{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\","
                    "\"args\":{\"name\":\"%s\"}}",

@@ -54,12 +54,14 @@ typedef struct stk__trace {
     _Atomic uint64_t gen;
     uint32_t cap; /* events per buffer, fixed by the first start */
     int nbufs;
+    int reader; /* the buffer of the group reader thread, or -1 */
     stk__tbuf *bufs;
 } stk__trace;
 
 /* Sets up `nbufs` buffers, allocating nothing yet: buffer i < nbufs - 1
- * belongs to worker i, the last to the consumer. */
-void stk__trace_init(stk__trace *t, int nbufs);
+ * belongs to worker i (or, for i == reader, to the thread that reads block
+ * order's groups ahead), the last to the consumer. */
+void stk__trace_init(stk__trace *t, int nbufs, int reader);
 /* Allocates (first call) and starts a new generation. */
 int stk__trace_start(stk__trace *t, uint32_t cap, stk_error *err);
 void stk__trace_stop(stk__trace *t);

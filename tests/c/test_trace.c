@@ -23,6 +23,7 @@ typedef struct trace {
     ev *ev;
     size_t n;
     long long consumer;
+    long long reader; /* block order's group reader, or -1 */
     long long workers[16];
     int nworkers;
     long long dropped;
@@ -40,6 +41,7 @@ static void trace_load(trace *t, const char *path) {
     CHECK(json_is_array(arr));
     t->ev = calloc(json_array_size(arr) + 1, sizeof *t->ev);
     t->consumer = -1;
+    t->reader = -1;
     size_t i;
     json_t *e;
     json_array_foreach(arr, i, e) {
@@ -53,6 +55,7 @@ static void trace_load(trace *t, const char *path) {
             const char *tn = json_string_value(json_object_get(json_object_get(e, "args"), "name"));
             CHECK(tn);
             if (!strcmp(tn, "stoker consumer")) t->consumer = tid;
+            else if (!strcmp(tn, "stoker reader")) t->reader = tid;
             else {
                 CHECK(strncmp(tn, "stoker worker ", 14) == 0 && t->nworkers < 16);
                 t->workers[t->nworkers++] = tid;
@@ -97,10 +100,12 @@ static size_t count(const trace *t, long long tid, const char *name) {
  * batch must have a batch (or, for reads and checks, a group load) open
  * around them. */
 static void check_nesting(const trace *t) {
-    for (size_t i = 0; i < t->n; i++) CHECK(t->ev[i].tid == t->consumer || is_worker(t, t->ev[i].tid));
-    long long tids[17];
+    for (size_t i = 0; i < t->n; i++)
+        CHECK(t->ev[i].tid == t->consumer || t->ev[i].tid == t->reader || is_worker(t, t->ev[i].tid));
+    long long tids[18];
     int ntid = 0;
     tids[ntid++] = t->consumer;
+    if (t->reader >= 0) tids[ntid++] = t->reader;
     for (int i = 0; i < t->nworkers; i++) tids[ntid++] = t->workers[i];
     for (int k = 0; k < ntid; k++) {
         const ev *stack[64];
@@ -211,8 +216,14 @@ static void check_run(tds *d, stk_order order, stk_backend backend, const char *
     free(seen);
     CHECK(count(&t, -1, "plan") > 0 && count(&t, -1, "assemble") > 0);
     CHECK(count(&t, -1, "verify") > 0);
-    if (order == STK_ORDER_BLOCK && backend != STK_BACKEND_MMAP)
+    if (order == STK_ORDER_BLOCK && backend != STK_BACKEND_MMAP) {
         CHECK(count(&t, -1, "group load") > 0 && count(&t, -1, "read") > 0);
+        /* A thread of its own reads groups ahead, and does nothing else. */
+        CHECK(t.reader >= 0 && count(&t, t.reader, "group load") > 0);
+        CHECK(count(&t, t.reader, "batch") == 0 && count(&t, t.reader, "next") == 0);
+    } else {
+        CHECK(t.reader < 0);
+    }
     if (order != STK_ORDER_BLOCK) CHECK(count(&t, -1, "read") > 0);
     /* next's batch numbers run 0..nb-1 in order. */
     long long want = 0;
