@@ -190,6 +190,26 @@ static void perm_apply_all(const stk__perm *p, uint64_t *ids, uint32_t n) {
         at[k] = next;
         live |= 1u << k;
     }
+    /* While every lane is sure to find a next input, without branches:
+     * whether an evaluation lands inside is a coin toss (the domain is up
+     * to 4n), which the branch predictor cannot learn.  Each lane stores
+     * its value whether or not it landed (the last store to a place is the
+     * one that did) and takes ids[next] only if it landed; ids[next] is
+     * still an input, every place written so far lying below it. */
+    if (live == (1u << LANES) - 1) {
+        while (next + LANES <= n) {
+            for (unsigned k = 0; k < LANES; k++) v[k] = feistel(p, v[k]);
+            for (unsigned k = 0; k < LANES; k++) {
+                uint64_t in = v[k] < p->n;
+                uint64_t m = (uint64_t)0 - in;
+                ids[at[k]] = v[k];
+                uint64_t fresh = ids[next];
+                v[k] ^= (v[k] ^ fresh) & m;
+                at[k] ^= (at[k] ^ next) & (uint32_t)m;
+                next += (uint32_t)in;
+            }
+        }
+    }
     while (live) {
         for (unsigned k = 0; k < LANES; k++) v[k] = feistel(p, v[k]);
         for (unsigned k = 0; k < LANES; k++) {
