@@ -469,7 +469,10 @@ STK_API int stk_dataset_verify(const stk_dataset *ds,
  * rank r takes positions r, r + W, r + 2W, ...  Every rank gets the same
  * number of samples: floor(N / W), the remainder dropped; or with `pad`,
  * ceil(N / W), the missing ones taken again from the start of the order.
- * Every rank therefore yields the same number of batches.
+ * Every rank therefore yields the same number of batches.  A rank's
+ * batches can be split further among several consumers (split_count):
+ * consumer k takes the rank's batches k, k + n, ..., whole, so that taking
+ * one batch from each consumer in turn gives the rank's stream itself.
  *
  * Resume.  The state is (seed, epoch, position), position counting global
  * samples consumed by all ranks together.  Restoring it, with the same or a
@@ -544,6 +547,11 @@ typedef struct stk_loader_options {
     uint32_t world_size;       /* default 1 */
     int pad;                   /* 1: pad ranks by wrapping around; default 0:
                                 * drop the remainder */
+    uint32_t split_index;      /* a split of the rank's batches among */
+    uint32_t split_count;      /* split_count consumers (worker processes):
+                                * this loader yields batches split_index,
+                                * split_index + split_count, ... of the
+                                * rank's stream; default 0 of 1 (all) */
     int drop_last;             /* 1: drop a last, partial batch; default 0 */
     stk_backend backend;       /* default STK_BACKEND_AUTO */
     int direct;                /* 1: O_DIRECT reads (cold streaming); default 0.
@@ -1054,6 +1062,14 @@ typedef struct stk_arrow_options {
     /* How columns become fields; NULL: one field per column. */
     const stk_arrow_field *fields;
     size_t nfields;
+    /* With group_by, which fields hold one value per record (a basin's
+     * area) rather than one per row: by default (statics NULL, no_statics
+     * 0) every field whose rows are equal within every group; with statics,
+     * exactly the fields named (each must be constant within every group,
+     * else -EINVAL naming the group); with no_statics, none. */
+    const char *const *statics;
+    size_t nstatics;
+    int no_statics;
     stk_writer_options writer;
 } stk_arrow_options;
 
@@ -1062,19 +1078,28 @@ STK_API void stk_arrow_options_init(stk_arrow_options *opts);
 /*
  * Packs the rows of an Arrow stream into a dataset at `path`.
  *
- * Columns may be integers, floats (f16, f32, f64), booleans (as u8), dates
- * and timestamps (their integer values), fixed-size lists of those (a vector
- * per row), and lists of those (a ragged field per row; not with group_by).
- * Nulls in float columns become NaN; nulls elsewhere are an error.
+ * Columns may be integers, floats (f16, f32, f64), booleans (as u8), dates,
+ * times, timestamps (any unit, with or without a time zone) and durations
+ * (their integer values: days, or counts of their unit), fixed-size lists
+ * of those (a vector per row), and lists, large lists and list views of
+ * those (a ragged field per row; not with group_by).  Dictionary-encoded
+ * columns (a pandas Categorical) are decoded: their values are packed,
+ * never their indices, whatever each batch's dictionary.  Strings and
+ * binaries (plain, large or views) can be the group key only.  Nulls in
+ * float columns become NaN; nulls elsewhere are an error.
  * Without group_by every row is a record: columns are scalar fields, vectors
  * [n] or ragged [*].  With group_by a record holds a group's rows: every
- * field is [*, k] (k = its columns, or [*] for one column), plus the group
- * key itself as a scalar field (i64) or bytes field (strings) named after
- * the column, and records come in increasing key order.
+ * field is [*, k] (k = its columns, or [*] for one column), except static
+ * fields (see statics above), which hold the group's one value: [k] or a
+ * scalar; plus the group key itself as a scalar field (i64; u64 for an
+ * unsigned 64-bit key) or bytes field (strings) named after the column, and
+ * records come in increasing key order (unsigned for u64 keys, bytewise
+ * for strings).  With group_by the dataset is written once the stream has
+ * been read whole (the groups are gathered in memory).
  *
- * The schema is checked before anything is written: nested or other types,
- * unknown or repeated columns, mixed types in one field are -EINVAL with a
- * message naming the column.  A failure later (a stream error, a null where
+ * The schema is checked before anything is written: decimals, nested and
+ * other types, unknown or repeated columns, mixed types in one field are
+ * -EINVAL with a message naming the column and saying what to do.  A failure later (a stream error, a null where
  * none may be) leaves the dataset incomplete, never complete and partial.
  * The stream is consumed but not released; *records gets the record count.
  */

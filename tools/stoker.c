@@ -346,10 +346,33 @@ static void shape_str(const int64_t *shape, int ndim, char *out, size_t cap) {
     if (k < cap) snprintf(out + k, cap - k, ")");
 }
 
+/* The Python that has the stoker package: $STOKER_PYTHON; else the
+ * interpreter beside this program (a virtual environment's bin/, where pip
+ * put it); else the one the package was built for (STK_PYTHON, set by the
+ * pip build); else python3 on the PATH. */
+static const char *find_python(char *buf, size_t cap) {
+    const char *py = getenv("STOKER_PYTHON");
+    if (py && *py) return py;
+    ssize_t n = readlink("/proc/self/exe", buf, cap - 16);
+    if (n > 0) {
+        buf[n] = '\0';
+        char *slash = strrchr(buf, '/');
+        static const char *const names[] = {"python3", "python"};
+        for (size_t i = 0; slash && i < 2; i++) {
+            snprintf(slash + 1, cap - (size_t)(slash + 1 - buf), "%s", names[i]);
+            if (access(buf, X_OK) == 0) return buf;
+        }
+    }
+#ifdef STK_PYTHON
+    if (access(STK_PYTHON, X_OK) == 0) return STK_PYTHON;
+#endif
+    return "python3";
+}
+
 /* Parquet is read by pyarrow: hand the command to the Python package. */
 static int pack_via_python(int argc, char **argv) {
-    const char *py = getenv("STOKER_PYTHON");
-    if (!py || !*py) py = "python3";
+    static char pybuf[4096];
+    const char *py = find_python(pybuf, sizeof pybuf);
     char **args = calloc((size_t)argc + 5, sizeof *args);
     if (!args) return EXIT_ERROR;
     int k = 0;

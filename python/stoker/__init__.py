@@ -17,10 +17,10 @@ import os
 import numpy as np
 
 from . import _stoker
-from ._stoker import StokerError
+from ._errors import InvalidArgument, NotFound, OutOfMemory, StokerError
 
-__all__ = ["Loader", "StokerError", "gpu_count", "gpu_status", "index", "profile", "write",
-           "version"]
+__all__ = ["Loader", "StokerError", "InvalidArgument", "NotFound", "OutOfMemory", "bits", "gpu_count", "gpu_status", "index", "profile",
+           "write", "version"]
 __version__ = _stoker.version
 version = _stoker.version
 
@@ -39,7 +39,7 @@ def _env_int(name, default):
     try:
         return int(v)
     except ValueError:
-        raise ValueError(f"environment variable {name}={v!r} is not an integer") from None
+        raise InvalidArgument(f"environment variable {name}={v!r} is not an integer") from None
 
 
 _U32 = (1 << 32) - 1
@@ -55,9 +55,9 @@ def _check_int(name, value, low=0, none_ok=False, high=_U64):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if value < low:
-        raise ValueError(f"{name} must be at least {low}, not {value}")
+        raise InvalidArgument(f"{name} must be at least {low}, not {value}")
     if value > high:
-        raise ValueError(f"{name} must be at most {high}, not {value}")
+        raise InvalidArgument(f"{name} must be at most {high}, not {value}")
     return int(value)
 
 
@@ -81,7 +81,7 @@ def _device_index(device):
         raise TypeError("device must be None, 'cpu', 'cuda', 'cuda:N' or an int")
     if isinstance(device, int):
         if device < 0:
-            raise ValueError(f"device must be a CUDA ordinal >= 0, not {device}")
+            raise InvalidArgument(f"device must be a CUDA ordinal >= 0, not {device}")
         return device
     text = str(device)
     if text == "cpu":
@@ -96,12 +96,12 @@ def _device_index(device):
         return 0
     if text.startswith("cuda:") and text[5:].isdigit():
         return int(text[5:])
-    raise ValueError(f"device must be None, 'cpu', 'cuda', 'cuda:N' or an int, not {device!r}")
+    raise InvalidArgument(f"device must be None, 'cpu', 'cuda', 'cuda:N' or an int, not {device!r}")
 
 
 def _check_choice(name, value, choices):
     if value not in choices:
-        raise ValueError(f"{name} must be one of {sorted(k for k in choices if k)}, not {value!r}")
+        raise InvalidArgument(f"{name} must be one of {sorted(k for k in choices if k)}, not {value!r}")
     return choices[value]
 
 
@@ -125,6 +125,10 @@ class Loader:
     rank, world_size   this rank's share; default: torchrun's RANK and
                   WORLD_SIZE, else 0 and 1
     pad           give every rank ceil(N / world_size) samples by wrapping (False)
+    split         (k, n): yield only batches k, k + n, k + 2n, ... of this rank's
+                  stream, whole (None: all); n consumers taking one batch each in
+                  turn see the rank's stream itself (stoker.torch uses it for
+                  DataLoader workers)
     drop_last     drop a last partial batch (False)
     backend       "auto", "uring", "pool" or "mmap" ("auto")
     direct        O_DIRECT reads (False)
@@ -182,7 +186,7 @@ class Loader:
                  drop_last=False, backend="auto", direct=False, threads=0, prefetch=0,
                  queue_depth=64, memory_budget=1 << 30, verify=True, on_error="raise",
                  max_skips=100, output=None, max_open_files=0, device=None, gpu_slots=3,
-                 resident_budget=0, warm_up="auto"):
+                 resident_budget=0, warm_up="auto", split=None):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
         batch_size = _check_int("batch_size", batch_size, 1, high=_U32)
@@ -199,7 +203,7 @@ class Loader:
             raise TypeError("valid_field must be a field name (str)")
         valid_code = _check_choice("valid", valid, _VALID)
         if valid_field is not None and valid_code == 0:
-            raise ValueError("valid_field needs valid='mask' or valid='notnan'")
+            raise InvalidArgument("valid_field needs valid='mask' or valid='notnan'")
         order = _check_choice("shuffle", shuffle, _ORDERS)
         seed = _check_int("seed", seed)
         epoch = _check_int("epoch", epoch)
@@ -213,7 +217,15 @@ class Loader:
         world_size = _check_int("world_size", world_size, 1, high=_U32)
         rank = _check_int("rank", rank, high=_U32)
         if rank >= world_size:
-            raise ValueError(f"rank {rank} must be below world_size {world_size}")
+            raise InvalidArgument(f"rank {rank} must be below world_size {world_size}")
+        if split is None:
+            split = (0, 1)
+        if not isinstance(split, tuple) or len(split) != 2:
+            raise TypeError("split must be a tuple (index, count)")
+        split_count = _check_int("split count", split[1], 1, high=_U32)
+        split_index = _check_int("split index", split[0], high=_U32)
+        if split_index >= split_count:
+            raise InvalidArgument(f"split index {split_index} must be below its count {split_count}")
         backend_code = _check_choice("backend", backend, _BACKENDS)
         threads = _check_int("threads", threads, high=_I32)
         prefetch = _check_int("prefetch", prefetch, high=_U32)
@@ -223,14 +235,14 @@ class Loader:
         max_skips = _check_int("max_skips", max_skips, 1)
         dev = _device_index(device)
         if not isinstance(warm_up, (str, bool)) or warm_up not in _WARM_UP:
-            raise ValueError(f"warm_up must be 'auto', True or False, not {warm_up!r}")
+            raise InvalidArgument(f"warm_up must be 'auto', True or False, not {warm_up!r}")
         warm_up_code = _WARM_UP[warm_up]
         if output is None:
             output = "torch" if dev >= 0 else "numpy"
         if output not in _OUTPUTS:
-            raise ValueError(f"output must be one of {_OUTPUTS}, not {output!r}")
+            raise InvalidArgument(f"output must be one of {_OUTPUTS}, not {output!r}")
         if dev >= 0 and output == "numpy":
-            raise ValueError("output='numpy' cannot hold GPU memory; with a device use "
+            raise InvalidArgument("output='numpy' cannot hold GPU memory; with a device use "
                              "output='torch' or 'dlpack'")
         gpu_slots = _check_int("gpu_slots", gpu_slots, 2, high=_U32)
         resident_budget = _check_int("resident_budget", resident_budget)
@@ -243,12 +255,13 @@ class Loader:
             bool(pad), bool(drop_last), backend_code, bool(direct), threads, prefetch,
             queue_depth, memory_budget, bool(verify), on_error_code, max_skips,
             _check_int("max_open_files", max_open_files, high=_U32), dev, gpu_slots,
-            resident_budget, warm_up_code)
+            resident_budget, warm_up_code, split_index, split_count)
         self.device = None if dev < 0 else f"cuda:{dev}"
         self._skip_mode = on_error_code == 1
         self._skipped = 0
         self.batch_size = batch_size
         self.rank, self.world_size = rank, world_size
+        self.split = (split_index, split_count)
         self._epoch = epoch
         self._started = False     # a batch of the current epoch was taken
         self._exhausted = False   # the current epoch ended
@@ -339,7 +352,7 @@ class Loader:
             raise TypeError("state must be a dict from state_dict()")
         missing = {"seed", "epoch", "position", "fingerprint"} - set(state)
         if missing:
-            raise ValueError(f"state is missing {sorted(missing)}")
+            raise InvalidArgument(f"state is missing {sorted(missing)}")
         self._c.restore(int(state["seed"]), int(state["epoch"]), int(state["position"]),
                         int(state["fingerprint"]))
         self._epoch = int(state["epoch"])
@@ -426,13 +439,77 @@ def _contig(v):
 def _stk_dtype(name, arr):
     dt = arr.dtype
     if dt not in _NP_TO_STK and dt.newbyteorder("=") in _NP_TO_STK and dt.byteorder == ">":
-        raise ValueError(f"field '{name}': big-endian {dt} is not supported; use "
+        raise InvalidArgument(f"field '{name}': big-endian {dt} is not supported; use "
                          "arr.astype(arr.dtype.newbyteorder('<'))")
     try:
         return _NP_TO_STK[dt]
     except KeyError:
-        raise ValueError(f"field '{name}': dtype {dt} cannot be stored "
-                         "(numeric and bool dtypes can)") from None
+        hint = ""
+        if dt.kind in "SUO":
+            hint = ("; strings of '0'/'1' (bit vectors) become numbers with "
+                    "stoker.bits(values), other strings must be mapped to numbers first")
+        raise InvalidArgument(f"field '{name}': dtype {dt} cannot be stored "
+                         f"(numeric and bool dtypes can){hint}") from None
+
+
+def bits(values, *, packed=False, dtype="u1"):
+    """Bit vectors written as strings of '0' and '1' (a bloom filter stored
+    as text: an HDF5 fixed-length string dataset, a pandas or Arrow string
+    column) as a 2-d NumPy array, one row per string, ready for stoker.write:
+
+        stoker.write("fp.stk", {"fp": stoker.bits(h5["fingerprints"][:])})
+
+    values  a NumPy array of fixed-length bytes or str (dtype S or U), or any
+            sequence of str/bytes (list, pandas Series, pyarrow array)
+    packed  False: one element per bit, 0 or 1 (dtype: "u1" default, or
+            "f4", "f2", "f8", "i1"...); True: eight bits per byte,
+            numpy.packbits order (the first character is the high bit), shape
+            (n, ceil(length / 8)) uint8
+
+    Every string must have the same length and hold only '0' and '1'; else a
+    ValueError names the first row that does not and why.
+    """
+    if hasattr(values, "to_numpy") and not isinstance(values, np.ndarray):
+        values = values.to_numpy(zero_copy_only=False) if "pyarrow" in type(values).__module__ \
+            else values.to_numpy()
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise InvalidArgument(f"bits: values must be one string per row, not shape {arr.shape}")
+    if arr.dtype.kind == "O":
+        lens = {len(v) for v in arr} if len(arr) else {0}
+        if len(lens) > 1:
+            first = len(arr[0])
+            i = next(i for i, v in enumerate(arr) if len(v) != first)
+            raise InvalidArgument(f"bits: row {i} has {len(arr[i])} characters, row 0 has {first}: "
+                             "bit vectors must have one length")
+        if len(arr) and isinstance(arr[0], str):
+            arr = arr.astype("U")
+        else:
+            arr = arr.astype("S")
+    if arr.dtype.kind == "U":
+        width = arr.dtype.itemsize // 4
+        codes = np.frombuffer(arr.tobytes(), dtype="<u4").reshape(len(arr), width)
+    elif arr.dtype.kind == "S":
+        width = arr.dtype.itemsize
+        codes = np.frombuffer(arr.tobytes(), dtype=np.uint8).reshape(len(arr), width)
+    else:
+        raise InvalidArgument(f"bits: values must be strings of '0' and '1', not dtype {arr.dtype}")
+    # Fixed-length NumPy strings pad short ones with NULs: a NUL is a short row.
+    for bad, what in ((codes == 0, "is shorter than the others"),
+                      ((codes != ord("0")) & (codes != ord("1")) & (codes != 0), None)):
+        rows = np.flatnonzero(bad.any(axis=1))
+        if len(rows):
+            i = int(rows[0])
+            if what:
+                raise InvalidArgument(f"bits: row {i} {what} ({int((codes[i] != 0).sum())} "
+                                 f"characters, not {width}): bit vectors must have one length")
+            j = int(np.flatnonzero(bad[i])[0])
+            raise InvalidArgument(f"bits: row {i} holds {chr(int(codes[i, j]))!r} at position {j}; "
+                             "bit vectors hold only '0' and '1'")
+    b = (codes == ord("1"))
+    if packed:
+        return np.packbits(b, axis=1)
+    return b.astype(np.dtype(dtype))
 
 
 def _field_spec(name, arr, ragged, compress):
@@ -473,14 +550,15 @@ def index(paths, output, *, source=None, split_axis0=False, dataset=None, float3
         paths = [paths]
     paths = [os.fspath(p) for p in paths]
     if source not in _SOURCES:
-        raise ValueError(f"source must be one of npy, wav, hdf5, raw or None, not {source!r}")
+        raise InvalidArgument(f"source must be one of npy, wav, hdf5, raw or None, not {source!r}")
     return _stoker.index(paths, os.fspath(output), source=_SOURCES[source],
                          split_axis0=bool(split_axis0), dataset=dataset, float32=bool(float32),
                          field=field, extension=extension)
 
 
 def write(path, source, *, overwrite=False, shard_bytes=256 << 20, align=64, sync=True,
-          attrs=None, compress=None, ragged=None, group_by=None, order_by=None, fields=None):
+          attrs=None, compress=None, ragged=None, group_by=None, order_by=None, fields=None,
+          static=None):
     """Writes a dataset.
 
     source is one of:
@@ -493,7 +571,12 @@ def write(path, source, *, overwrite=False, shard_bytes=256 << 20, align=64, syn
       interface. Each row is a record, or with group_by="basin" each distinct
       basin is one record holding its rows (sorted by order_by="date"), plus
       the key itself as a field. fields={"x": ["f1", "f2", ...], "y": ["q"]}
-      stacks columns into fields (default: one field per column).
+      stacks columns into fields (default: one field per column). With
+      group_by, a field whose rows are equal within every group (a basin's
+      area, its attributes) is static: stored once per record, [k] or a
+      scalar, and delivered once per sample by a windowed Loader;
+      static=[...] names the static fields instead (each must be constant
+      within every group), static=[] keeps every field's rows.
     compress maps field names to True / "zstd" / a zstd level. ragged names
     the fields whose first dimension varies (for an iterable, found from the
     first record when not given: every field of ndim >= 1 whose first
@@ -508,11 +591,11 @@ def write(path, source, *, overwrite=False, shard_bytes=256 << 20, align=64, syn
     path = os.fspath(path)
     if isinstance(source, dict):
         if not source:
-            raise ValueError("source has no fields")
+            raise InvalidArgument("source has no fields")
         cols = {k: _contig(v) for k, v in source.items()}
         n = {len(v) for v in cols.values() if v.ndim}
         if len(n) > 1 or any(v.ndim == 0 for v in cols.values()):
-            raise ValueError("every array of a dict source must have the same first "
+            raise InvalidArgument("every array of a dict source must have the same first "
                              f"dimension (one entry per record); got lengths {sorted(n)}")
         # One record of each field, as an array: v[0] would give a NumPy
         # scalar for a 1-d v (native byte order, or a Python object for an
@@ -531,14 +614,14 @@ def write(path, source, *, overwrite=False, shard_bytes=256 << 20, align=64, syn
             raise
     if hasattr(source, "__arrow_c_stream__"):
         return _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes,
-                            align, overwrite, sync, attrs_json)
-    if group_by is not None or order_by is not None or fields is not None:
-        raise TypeError("group_by, order_by and fields apply to Arrow sources (objects with "
+                            align, overwrite, sync, attrs_json, static)
+    if group_by is not None or order_by is not None or fields is not None or static is not None:
+        raise TypeError("group_by, order_by, fields and static apply to Arrow sources (objects with "
                         "__arrow_c_stream__: pyarrow tables and readers, polars frames)")
     it = iter(source)
     first = next(it, None)
     if first is None:
-        raise ValueError("source is empty: a dataset of an iterable needs one record to "
+        raise InvalidArgument("source is empty: a dataset of an iterable needs one record to "
                          "learn its schema")
     first = {k: _contig(v) for k, v in first.items()}
     second = next(it, None)
@@ -566,7 +649,7 @@ def write(path, source, *, overwrite=False, shard_bytes=256 << 20, align=64, syn
 
 
 def _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes, align,
-                 overwrite, sync, attrs_json):
+                 overwrite, sync, attrs_json, static=None):
     for name, v in (("group_by", group_by), ("order_by", order_by)):
         if v is not None and not isinstance(v, str):
             raise TypeError(f"{name} must be a column name (str)")
@@ -587,15 +670,23 @@ def _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes
                 codec, level = ("zstd", 0) if c in (True, "zstd") else ("zstd", int(c))
             spec.append((name, cols, codec, level))
     elif compress:
-        raise ValueError("compress with an Arrow source needs fields= to name the fields")
+        raise InvalidArgument("compress with an Arrow source needs fields= to name the fields")
+    if static is not None:
+        if isinstance(static, str):
+            static = [static]
+        static = list(static)
+        if not all(isinstance(x, str) for x in static):
+            raise TypeError("static must be a list of field names")
+        if group_by is None:
+            raise InvalidArgument("static needs group_by (a static field holds one value per group)")
     capsule = source.__arrow_c_stream__()
     return _stoker.write_arrow(path, capsule, group_by, order_by, spec, shard_bytes, align,
-                               bool(overwrite), bool(sync), attrs_json)
+                               bool(overwrite), bool(sync), attrs_json, static)
 
 
 def _values(rec, names, i):
     if set(rec) != set(names):
-        raise ValueError(f"record {i}: fields {sorted(rec)} differ from the first record's "
+        raise InvalidArgument(f"record {i}: fields {sorted(rec)} differ from the first record's "
                          f"{sorted(names)}")
     out = []
     for k in names:

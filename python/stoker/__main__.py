@@ -20,6 +20,10 @@ record holding its rows, sorted by --order-by.
   --order-by COL        sort each record's rows by COL
   --field NAME=C1,C2..  stack columns into one field (repeatable; default:
                         one field per column)
+  --static F1,F2..      with --group-by: exactly these fields hold one value
+                        per record (default: every field whose rows are equal
+                        within every group, such as a basin's attributes)
+  --no-static           with --group-by: every field keeps its rows
   --compress NAME[:L]   zstd-compress field NAME (repeatable)
   --shard-size SIZE     shard size target (default 256M)
   --force               replace an existing dataset
@@ -50,6 +54,8 @@ def pack_parquet(argv):
     ap.add_argument("--order-by")
     ap.add_argument("--field", action="append", default=[])
     ap.add_argument("--compress", action="append", default=[])
+    ap.add_argument("--static", action="append", default=[])
+    ap.add_argument("--no-static", action="store_true")
     ap.add_argument("--shard-size", default="256M")
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--no-sync", action="store_true")
@@ -88,15 +94,20 @@ def pack_parquet(argv):
     for spec in a.compress:
         name, _, level = spec.partition(":")
         compress[name] = int(level) if level else True
+    static = None
+    if a.no_static:
+        static = []
+    elif a.static:
+        static = [f for spec in a.static for f in spec.split(",") if f]
     t0 = time.perf_counter()
     try:
         reader = pds.dataset(files, format="parquet").scanner().to_reader()
         n = stoker.write(a.output, reader, group_by=a.group_by, order_by=a.order_by,
-                         fields=fields, compress=compress or None,
+                         fields=fields, compress=compress or None, static=static,
                          shard_bytes=_size(a.shard_size), overwrite=a.force,
                          sync=not a.no_sync, attrs={"source": "parquet", "files": len(files)})
     except (stoker.StokerError, ValueError, TypeError, OSError) as e:
-        msg = e.args[1] if isinstance(e, stoker.StokerError) and len(e.args) > 1 else str(e)
+        msg = str(e)
         print(f"stoker: error: {msg}", file=sys.stderr)
         return 2
     if not a.quiet:

@@ -69,17 +69,20 @@ enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4 };
 static PyObject *StokerError;
 
 /* Raises the right exception for a libstoker error. */
+/* The hierarchy of stoker/_errors.py: StokerError, and its kinds that are
+ * also ValueError, FileNotFoundError and MemoryError. */
+static PyObject *InvalidArgument, *NotFound, *OutOfMemory;
+
 static PyObject *raise_stk(int rc, const stk_error *e) {
     const char *msg = e && e->message[0] ? e->message : stk_strerror(rc);
-    if (rc == -EINVAL) PyErr_SetString(PyExc_ValueError, msg);
-    else if (rc == -ENOMEM) PyErr_SetString(PyExc_MemoryError, msg);
-    else if (rc == -ENOENT) PyErr_SetString(PyExc_FileNotFoundError, msg);
-    else {
-        PyObject *args = Py_BuildValue("(is)", rc, msg);
-        if (args) {
-            PyErr_SetObject(StokerError, args);
-            Py_DECREF(args);
-        }
+    PyObject *type = rc == -EINVAL   ? InvalidArgument
+                     : rc == -ENOMEM ? OutOfMemory
+                     : rc == -ENOENT ? NotFound
+                                     : StokerError;
+    PyObject *args = Py_BuildValue("(is)", rc, msg);
+    if (args) {
+        PyErr_SetObject(type, args);
+        Py_DECREF(args);
     }
     return NULL;
 }
@@ -291,7 +294,7 @@ static PyObject *array_dlpack(ArrayObject *self, PyObject *args, PyObject *kw) {
         long long sv = stream == Py_None ? 1 : PyLong_AsLongLong(stream);
         if (sv == -1 && PyErr_Occurred()) return NULL;
         if (sv == 0) {
-            PyErr_SetString(PyExc_ValueError, "__dlpack__: stream 0 is ambiguous for CUDA; "
+            PyErr_SetString(InvalidArgument, "__dlpack__: stream 0 is ambiguous for CUDA; "
                                               "use 1 for the legacy default stream");
             return NULL;
         }
@@ -436,7 +439,7 @@ static int check_process(LoaderObject *self) {
     /* closing: close() was called while batches were alive; the C loader
      * lives on only to back their memory and must hand out nothing more. */
     if (!self->ld || self->closing) {
-        PyErr_SetString(PyExc_ValueError, "the loader is closed");
+        PyErr_SetString(InvalidArgument, "the loader is closed");
         return -1;
     }
     return 0;
@@ -452,7 +455,8 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
                              "block_group", "rank", "world_size", "pad", "drop_last", "backend",
                              "direct", "threads", "prefetch", "queue_depth", "memory_budget",
                              "verify", "on_error", "max_skips", "max_open_files", "device",
-                             "gpu_slots", "resident_budget", "warm_up", NULL};
+                             "gpu_slots", "resident_budget", "warm_up", "split_index",
+                             "split_count", NULL};
     const char *path;
     stk_loader_options o;
     stk_loader_options_init(&o);
@@ -468,13 +472,16 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     unsigned int gpu_slots = 3;
     unsigned long long resident_budget = 0;
     int warm_up = 0;
+    unsigned int split_index = 0, split_count = 1;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiKIiIKi", kwlist, &path, &batch, &fields,
+            args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiKIiIKiII", kwlist, &path, &batch, &fields,
             &window, &stride, &valid_field, &valid, &order, &seed, &epoch, &bb, &bs,
             &block_group, &rank, &world, &pad, &drop_last, &backend, &direct, &threads,
             &prefetch, &qd, &budget, &verify, &on_error, &max_skips, &max_open, &device,
-            &gpu_slots, &resident_budget, &warm_up))
+            &gpu_slots, &resident_budget, &warm_up, &split_index, &split_count))
         return -1;
+    o.split_index = split_index;
+    o.split_count = split_count;
     o.max_open_files = max_open;
     o.warm_up = (stk_warm_up)warm_up;
     o.batch_size = batch;
@@ -508,7 +515,7 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
         Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
         if (n > 256) {
             Py_DECREF(seq);
-            PyErr_SetString(PyExc_ValueError, "fields: at most 256");
+            PyErr_SetString(InvalidArgument, "fields: at most 256");
             return -1;
         }
         for (Py_ssize_t i = 0; i < n; i++) {
@@ -837,7 +844,7 @@ static PyObject *loader_trace_start(LoaderObject *self, PyObject *arg) {
     unsigned long n = PyLong_AsUnsignedLong(arg);
     if (PyErr_Occurred()) return NULL;
     if (n > UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "max_spans must be below 2**32");
+        PyErr_SetString(InvalidArgument, "max_spans must be below 2**32");
         return NULL;
     }
     stk_error err = {0};
@@ -859,7 +866,7 @@ static PyObject *loader_trace_span(LoaderObject *self, PyObject *args) {
     unsigned long long t0, t1;
     if (!PyArg_ParseTuple(args, "sKK", &name, &t0, &t1)) return NULL;
     if (stk_loader_trace_span(self->ld, name, t0, t1)) {
-        PyErr_SetString(PyExc_ValueError, "trace_span: the span ends before it begins");
+        PyErr_SetString(InvalidArgument, "trace_span: the span ends before it begins");
         return NULL;
     }
     Py_RETURN_NONE;
@@ -993,7 +1000,7 @@ static int writer_init(WriterObject *self, PyObject *args, PyObject *kw) {
     stk_field f[256];
     if (n < 1 || n > 256) {
         Py_DECREF(seq);
-        PyErr_SetString(PyExc_ValueError, "a dataset has 1 to 256 fields");
+        PyErr_SetString(InvalidArgument, "a dataset has 1 to 256 fields");
         return -1;
     }
     memset(f, 0, sizeof f);
@@ -1009,7 +1016,7 @@ static int writer_init(WriterObject *self, PyObject *args, PyObject *kw) {
         int d = stk_dtype_parse(dtype);
         if (d < 0) {
             Py_DECREF(seq);
-            PyErr_Format(PyExc_ValueError, "field '%s': unknown dtype '%s'", name, dtype);
+            PyErr_Format(InvalidArgument, "field '%s': unknown dtype '%s'", name, dtype);
             return -1;
         }
         f[i].name = name;
@@ -1049,14 +1056,14 @@ static int writer_init(WriterObject *self, PyObject *args, PyObject *kw) {
 /* append(values): values is a sequence of (buffer, rows), one per field. */
 static PyObject *writer_append(WriterObject *self, PyObject *values) {
     if (!self->w) {
-        PyErr_SetString(PyExc_ValueError, "the writer is closed");
+        PyErr_SetString(InvalidArgument, "the writer is closed");
         return NULL;
     }
     PyObject *seq = PySequence_Fast(values, "values must be a sequence");
     if (!seq) return NULL;
     if ((size_t)PySequence_Fast_GET_SIZE(seq) != self->nfields) {
         Py_DECREF(seq);
-        PyErr_SetString(PyExc_ValueError, "append: one value per field is needed");
+        PyErr_SetString(InvalidArgument, "append: one value per field is needed");
         return NULL;
     }
     Py_buffer views[256];
@@ -1088,7 +1095,7 @@ out:
 static PyObject *writer_finish(WriterObject *self, PyObject *unused) {
     (void)unused;
     if (!self->w) {
-        PyErr_SetString(PyExc_ValueError, "the writer is closed");
+        PyErr_SetString(InvalidArgument, "the writer is closed");
         return NULL;
     }
     stk_error err = {0};
@@ -1135,18 +1142,36 @@ static PyTypeObject WriterType = {
 /* ---- Arrow ---- */
 
 /* write_arrow(path, stream_capsule, group_by, order_by, fields, shard_bytes,
- * align, overwrite, sync, attrs): fields is None or a list of
- * (name, [columns], codec, level). */
+ * align, overwrite, sync, attrs, statics): fields is None or a list of
+ * (name, [columns], codec, level); statics None (found from the data) or a
+ * list of field names (empty: none). */
 static PyObject *py_write_arrow(PyObject *mod, PyObject *args) {
     (void)mod;
     const char *path, *group_by = NULL, *order_by = NULL, *attrs = NULL;
-    PyObject *cap, *fields;
+    PyObject *cap, *fields, *statics = Py_None;
     unsigned long long shard_bytes;
     unsigned int align;
     int overwrite, sync;
-    if (!PyArg_ParseTuple(args, "sOzzOKIppz", &path, &cap, &group_by, &order_by, &fields,
-                          &shard_bytes, &align, &overwrite, &sync, &attrs))
+    if (!PyArg_ParseTuple(args, "sOzzOKIppz|O", &path, &cap, &group_by, &order_by, &fields,
+                          &shard_bytes, &align, &overwrite, &sync, &attrs, &statics))
         return NULL;
+    const char *static_names[256];
+    size_t nstatics = 0;
+    if (statics != Py_None) {
+        Py_ssize_t n = PySequence_Size(statics);
+        if (n < 0) return NULL;
+        if (n > 256) {
+            PyErr_SetString(InvalidArgument, "at most 256 statics");
+            return NULL;
+        }
+        for (Py_ssize_t k = 0; k < n; k++) {
+            PyObject *it = PySequence_GetItem(statics, k);
+            static_names[k] = it ? PyUnicode_AsUTF8(it) : NULL;
+            Py_XDECREF(it); /* the list keeps the string alive */
+            if (!static_names[k]) return NULL;
+        }
+        nstatics = (size_t)n;
+    }
     struct ArrowArrayStream *stream = PyCapsule_GetPointer(cap, "arrow_array_stream");
     if (!stream) return NULL;
     stk_arrow_options o;
@@ -1158,6 +1183,11 @@ static PyObject *py_write_arrow(PyObject *mod, PyObject *args) {
     o.writer.overwrite = overwrite;
     o.writer.sync = sync;
     o.writer.attrs_json = attrs;
+    if (statics != Py_None) {
+        o.statics = static_names;
+        o.nstatics = nstatics;
+        o.no_statics = nstatics == 0;
+    }
     stk_arrow_field af[256];
     const char *colnames[256][64];
     PyObject *seq = NULL;
@@ -1167,7 +1197,7 @@ static PyObject *py_write_arrow(PyObject *mod, PyObject *args) {
         Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
         if (n > 256) {
             Py_DECREF(seq);
-            PyErr_SetString(PyExc_ValueError, "at most 256 fields");
+            PyErr_SetString(InvalidArgument, "at most 256 fields");
             return NULL;
         }
         for (Py_ssize_t i = 0; i < n; i++) {
@@ -1182,7 +1212,7 @@ static PyObject *py_write_arrow(PyObject *mod, PyObject *args) {
             Py_ssize_t nc = PySequence_Size(cols);
             if (nc < 1 || nc > 64) {
                 Py_DECREF(seq);
-                PyErr_Format(PyExc_ValueError, "field '%s': 1 to 64 columns", name);
+                PyErr_Format(InvalidArgument, "field '%s': 1 to 64 columns", name);
                 return NULL;
             }
             for (Py_ssize_t k = 0; k < nc; k++) {
@@ -1289,11 +1319,20 @@ PyMODINIT_FUNC PyInit__stoker(void) {
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    StokerError = PyErr_NewExceptionWithDoc(
-        "stoker.StokerError",
-        "An error from libstoker: args are (code, message); the message names the file, "
-        "shard and record.",
-        PyExc_RuntimeError, NULL);
+    PyObject *errors = PyImport_ImportModule("stoker._errors");
+    if (!errors) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    StokerError = PyObject_GetAttrString(errors, "StokerError");
+    InvalidArgument = PyObject_GetAttrString(errors, "InvalidArgument");
+    NotFound = PyObject_GetAttrString(errors, "NotFound");
+    OutOfMemory = PyObject_GetAttrString(errors, "OutOfMemory");
+    Py_DECREF(errors);
+    if (!StokerError || !InvalidArgument || !NotFound || !OutOfMemory) {
+        Py_DECREF(m);
+        return NULL;
+    }
     Py_INCREF(StokerError);
     PyModule_AddObject(m, "StokerError", StokerError);
     Py_INCREF(&LoaderType);

@@ -11,6 +11,8 @@ move the training run along.
 """
 import time
 
+from ._errors import InvalidArgument
+
 _ITEMSIZE = {"u8": 1, "i8": 1, "u16": 2, "i16": 2, "f16": 2, "bf16": 2, "u32": 4, "i32": 4,
              "f32": 4, "u64": 8, "i64": 8, "f64": 8}
 
@@ -148,7 +150,7 @@ def profile(loader, step=None, batches=200, trace=None, max_spans=0):
     The loader's resume state is saved before and restored after.
     """
     if batches < 1:
-        raise ValueError(f"batches must be at least 1, not {batches}")
+        raise InvalidArgument(f"batches must be at least 1, not {batches}")
     if step is not None and not callable(step):
         raise TypeError("step must be callable (it is called with each batch)")
     c = loader._c

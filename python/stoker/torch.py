@@ -12,22 +12,32 @@
 stoker batches already, in its own threads, so the DataLoader is given
 batch_size=None and, best, num_workers=0: the batches then reach the
 training loop without a copy. With worker processes each worker opens its
-own loader over its share of the samples (rank * num_workers + worker id
-out of world_size * num_workers); every sample appears at most once per
-epoch (N mod (world_size * num_workers) are dropped, unless pad=True), and
-the DataLoader copies each batch into shared memory to pass it between
-processes.
+own loader over its share of the rank's batches, and the DataLoader copies
+each batch into shared memory to pass it between processes.
 
-Call set_epoch(epoch) before each epoch, as with DistributedSampler: worker
-processes start from the parent's copy of the dataset, so only the parent
-can move it to the next epoch. Without workers, iterating again also moves
-to the next epoch by itself.
+Epochs follow set_epoch(epoch) when it is called (as with
+DistributedSampler), and otherwise advance by themselves, one per pass over
+the DataLoader, in every configuration: no workers, workers started anew
+each epoch, or persistent_workers=True.  Worker processes hold copies of
+the dataset, so the parent's set_epoch reaches them through a small state
+file the copies share (under the temporary directory, removed with the
+dataset); the workers of one pass agree on its epoch through it.
+
+With worker processes the rank's batches are dealt to the workers whole
+(worker k of n takes batches k, k + n, ...), so that len(DataLoader) is the
+number of batches it yields and, since the DataLoader takes one batch from
+each worker in turn, the batches and their order are the same with any
+number of workers.
 
 The dataset implements state_dict() / load_state_dict(), which
 torchdata.stateful_dataloader.StatefulDataLoader calls in each worker, so a
 run resumes exactly where it stopped.
 """
+import fcntl
+import json
 import os
+import tempfile
+import weakref
 
 import torch.utils.data
 
@@ -59,6 +69,10 @@ class Dataset(torch.utils.data.IterableDataset):
         self._pid = None          # the process that opened self._loader
         self._pending_state = None
         self._exhausted = False
+        self._passes = 0          # passes this copy ran (persistent workers run several)
+        # The epochs' hand-off between this object and its copies in worker
+        # processes (_Epochs); made with the object, removed with it.
+        self._epochs = _Epochs(self._epoch)
 
     def __getstate__(self):
         # A DataLoader worker started by spawn or forkserver gets a pickled
@@ -73,22 +87,24 @@ class Dataset(torch.utils.data.IterableDataset):
         world = self.world_size if self.world_size is not None else _env_int("WORLD_SIZE", 1)
         info = torch.utils.data.get_worker_info()
         if info is None:
-            return rank, world
-        return rank * info.num_workers + info.id, world * info.num_workers
+            return rank, world, (0, 1)
+        # The rank's batches, dealt whole to the workers.
+        return rank, world, (info.id, info.num_workers)
 
     def _open(self):
-        rank, world = self._share()
+        rank, world, split = self._share()
         # A loader opened in another process (the DataLoader's parent, before
         # it forked this worker) has no threads here: open a new one, even
         # when the share is the same (num_workers=1).
         if self._loader is not None and (
                 self._pid != os.getpid()
-                or (self._loader.rank, self._loader.world_size) != (rank, world)):
+                or (self._loader.rank, self._loader.world_size, self._loader.split)
+                != (rank, world, split)):
             self._loader.close()
             self._loader = None
         if self._loader is None:
             self._loader = Loader(self.path, self.batch_size, rank=rank, world_size=world,
-                                  epoch=self._epoch, output="torch", **self.kwargs)
+                                  split=split, epoch=self._epoch, output="torch", **self.kwargs)
             self._pid = os.getpid()
         return self._loader
 
@@ -96,20 +112,38 @@ class Dataset(torch.utils.data.IterableDataset):
         """Chooses the epoch the next iteration runs (in every worker)."""
         self._epoch = int(epoch)
         self._exhausted = False
+        self._epochs.set(self._epoch)
         if self._loader is not None:
             self._loader.set_epoch(self._epoch)
 
+    def _worker_epoch(self, info):
+        """The epoch of this pass in a worker process: the one every worker
+        of the pass agrees on."""
+        # The workers of one pass share the DataLoader's base seed (new for
+        # each pass of non-persistent workers) and their count of passes
+        # (which persistent workers keep).
+        key = f"{info.seed - info.id}:{self._passes}"
+        self._passes += 1
+        return self._epochs.for_pass(key)
+
     def __iter__(self):
         loader = self._open()
+        info = torch.utils.data.get_worker_info()
         if self._pending_state is not None:
             loader.load_state_dict(self._pending_state)
             self._epoch = loader.epoch
             self._pending_state = None
-        elif self._exhausted or loader.epoch != self._epoch:
-            # A new iteration without set_epoch() runs the next epoch.
-            if self._exhausted and loader.epoch == self._epoch:
+            if info is not None:
+                self._epochs.resumed(f"{info.seed - info.id}:{self._passes}", self._epoch)
+                self._passes += 1
+        else:
+            if info is not None:
+                self._epoch = self._worker_epoch(info)
+            elif self._exhausted and loader.epoch == self._epoch:
+                # A new iteration without set_epoch() runs the next epoch.
                 self._epoch += 1
-            loader.set_epoch(self._epoch)
+            if self._exhausted or loader.epoch != self._epoch:
+                loader.set_epoch(self._epoch)
         self._exhausted = False
         for batch in loader:
             yield batch
@@ -133,3 +167,73 @@ class Dataset(torch.utils.data.IterableDataset):
 
     def __len__(self):
         return len(self._open())
+
+
+class _Epochs:
+    """Which epoch each pass runs, shared by a Dataset and its copies in
+    worker processes: a small JSON file under the temporary directory, read
+    and written under an exclusive lock (flock works across processes
+    whatever the DataLoader's start method).
+
+    It holds the epoch last given to set_epoch() with a count of calls, and
+    the last pass: its key (see Dataset._worker_epoch), its epoch, and the
+    count of set_epoch() calls it had seen.  The first worker of a pass
+    decides: the epoch set since the last pass if set_epoch() was called,
+    else the last pass's epoch + 1; the others read the decision.
+    """
+
+    def __init__(self, epoch):
+        fd, self.path = tempfile.mkstemp(prefix="stoker-epochs-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"set": epoch, "sets": 0, "key": None, "epoch": epoch, "seen": 0}, f)
+        self._owner = os.getpid()
+        self._gone = weakref.finalize(self, _Epochs._remove, self.path, self._owner)
+
+    @staticmethod
+    def _remove(path, owner):
+        if os.getpid() == owner:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def __getstate__(self):
+        return {"path": self.path, "_owner": self._owner}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    def _update(self, fn):
+        with open(self.path, "r+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            st = json.load(f)
+            out = fn(st)
+            f.seek(0)
+            f.truncate()
+            json.dump(st, f)
+            return out
+
+    def set(self, epoch):
+        def fn(st):
+            st["set"] = epoch
+            st["sets"] += 1
+        try:
+            self._update(fn)
+        except OSError:
+            pass  # no file (a copy made by plain pickling): nothing to tell
+
+    def for_pass(self, key):
+        def fn(st):
+            if st["key"] != key or st["sets"] != st["seen"]:
+                if st["key"] is None or st["sets"] != st["seen"]:
+                    st["epoch"] = st["set"]
+                else:
+                    st["epoch"] += 1
+                st["key"], st["seen"] = key, st["sets"]
+            return st["epoch"]
+        return self._update(fn)
+
+    def resumed(self, key, epoch):
+        def fn(st):
+            st["key"], st["epoch"], st["seen"] = key, epoch, st["sets"]
+        self._update(fn)

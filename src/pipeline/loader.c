@@ -266,6 +266,7 @@ void stk_loader_options_init(stk_loader_options *o) {
     o->block_bytes = 4u << 20;
     o->block_group = 16;
     o->world_size = 1;
+    o->split_count = 1;
     o->backend = STK_BACKEND_AUTO;
     o->queue_depth = 64;
     o->memory_budget = 1ull << 30;
@@ -326,6 +327,7 @@ static void set_epoch_locked(stk_loader *ld, uint64_t seed, uint64_t epoch, uint
     stk__deal_init(&ld->deal, ld->space.n, start, ld->opt.world_size, ld->opt.rank,
                    ld->opt.pad != 0);
     uint64_t B = ld->opt.batch_size;
+    stk__deal_split(&ld->deal, B, ld->opt.split_count, ld->opt.split_index);
     ld->nbatches = ld->opt.drop_last ? ld->deal.per_rank / B : (ld->deal.per_rank + B - 1) / B;
     ld->gen++;
     atomic_store_explicit(&ld->warm_gen, ld->gen, memory_order_release);
@@ -412,9 +414,9 @@ static uint64_t group_last_batch(const stk_loader *ld, uint64_t g) {
     const stk__deal *d = &ld->deal;
     uint64_t end = start + size; /* exclusive, global positions */
     if (end <= d->start + d->rank) return 0;
-    uint64_t i = (end - 1 - d->start - d->rank) / d->world; /* last local index */
-    if (i >= d->per_rank) i = d->per_rank ? d->per_rank - 1 : 0;
-    return i / ld->opt.batch_size;
+    uint64_t i = (end - 1 - d->start - d->rank) / d->world; /* last rank-level index */
+    if (i >= d->rank_count) i = d->rank_count ? d->rank_count - 1 : 0;
+    return stk__deal_batch_upto(d, i);
 }
 
 /* The lowest batch number that some worker may still fill. */
@@ -1651,7 +1653,11 @@ static int pick_fields(stk_loader *ld, const stk_loader_options *o, stk_error *e
         lf->f = &ds->fields[k];
         lf->fi = &ds->info[k];
         bool ragged = lf->f->ndim > 0 && lf->f->shape[0] == STK_RAGGED;
-        if (o->window) {
+        if (o->window && lf->f->dtype == STK_BYTES) {
+            /* Bytes (a string id) are never rows of a series: delivered
+             * whole, once per sample. */
+            lf->kind = ragged ? F_RAGGED : F_DENSE;
+        } else if (o->window) {
             bool timeable = lf->f->ndim > 0 &&
                             (ragged || (uint64_t)lf->f->shape[0] >= o->window);
             lf->kind = timeable ? F_TIME : F_DENSE;
@@ -1814,6 +1820,10 @@ static int open_files(stk_loader *ld, stk_error *err) {
 static int check_options(const stk_dataset *ds, const stk_loader_options *o, stk_error *err) {
     if (o->batch_size == 0) return stk__err(err, -EINVAL, "batch_size: must be at least 1");
     if (o->world_size == 0) return stk__err(err, -EINVAL, "world_size: must be at least 1");
+    if (o->split_count == 0) return stk__err(err, -EINVAL, "split_count: must be at least 1");
+    if (o->split_index >= o->split_count)
+        return stk__err(err, -EINVAL, "split_index: %u is not below split_count %u",
+                        o->split_index, o->split_count);
     if (o->rank >= o->world_size)
         return stk__err(err, -EINVAL, "rank: %u is not below world_size %u", o->rank,
                         o->world_size);
@@ -2459,10 +2469,17 @@ void stk_loader_save(const stk_loader *ld, stk_loader_state *st) {
 void stk__loader_save_at(const stk_loader *ld, uint64_t taken, stk_loader_state *st) {
     stk_loader *l = (stk_loader *)ld;
     pthread_mutex_lock(&l->mu);
-    uint64_t consumed = STK__MIN(taken * ld->opt.batch_size, ld->deal.per_rank);
+    /* Rank-level samples consumed: with a split of the batches, the
+     * batches of the other parts before this one's next are counted too,
+     * so that restoring (with the same split) resumes at this part's next
+     * batch. */
+    uint64_t consumed = ld->deal.parts > 1
+                            ? taken * ld->deal.parts * ld->opt.batch_size
+                            : STK__MIN(taken * ld->opt.batch_size, ld->deal.per_rank);
     st->seed = ld->seed;
     st->epoch = ld->epoch;
-    st->position = STK__MIN(ld->deal.start + consumed * ld->deal.world, ld->space.n);
+    st->position = STK__MIN(ld->deal.start + STK__MIN(consumed, ld->deal.rank_count) * ld->deal.world,
+                            ld->space.n);
     st->fingerprint = ld->fingerprint;
     pthread_mutex_unlock(&l->mu);
 }

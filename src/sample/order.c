@@ -271,4 +271,21 @@ void stk__deal_init(stk__deal *d, uint64_t n, uint64_t start, uint64_t world, ui
     uint64_t left = n - d->start;
     d->per_rank = pad ? (left + d->world - 1) / d->world : left / d->world;
     if (pad && left == 0) d->per_rank = 0;
+    d->rank_count = d->per_rank;
+    d->B = 0;
+    d->parts = 1;
+    d->part = 0;
+}
+
+void stk__deal_split(stk__deal *d, uint64_t B, uint64_t parts, uint64_t part) {
+    d->B = B ? B : 1;
+    d->parts = parts ? parts : 1;
+    d->part = part;
+    if (d->parts == 1) return;
+    uint64_t R = d->rank_count, nb = (R + d->B - 1) / d->B;
+    uint64_t mine = nb > part ? (nb - 1 - part) / d->parts + 1 : 0;
+    uint64_t n = mine * d->B;
+    uint64_t last = R - (nb ? nb - 1 : 0) * d->B; /* samples in the rank's last batch */
+    if (nb && (nb - 1) % d->parts == part) n -= d->B - last;
+    d->per_rank = n;
 }

@@ -64,15 +64,34 @@ typedef struct stk__deal {
     uint64_t n;     /* samples in the epoch */
     uint64_t start; /* global position this dealing starts at (resume) */
     uint64_t world, rank;
-    uint64_t per_rank;
+    uint64_t rank_count; /* the rank's samples */
+    /* A split of the rank's batches of B samples among `parts` consumers:
+     * this one takes batches part, part + parts, ... (parts = 1: all). */
+    uint64_t B, parts, part;
+    uint64_t per_rank; /* the samples this dealing gives (its part's) */
 } stk__deal;
 
 void stk__deal_init(stk__deal *d, uint64_t n, uint64_t start, uint64_t world,
                     uint64_t rank, bool pad);
-/* The global position of this rank's i-th sample (i < per_rank). */
+/* Splits the rank's batches of B samples: this dealing keeps batches
+ * part, part + parts, ... of them; per_rank becomes their samples. */
+void stk__deal_split(stk__deal *d, uint64_t B, uint64_t parts, uint64_t part);
+/* The rank-level index of this dealing's i-th sample. */
+static inline uint64_t stk__deal_rank_index(const stk__deal *d, uint64_t i) {
+    if (d->parts <= 1) return i;
+    return ((i / d->B) * d->parts + d->part) * d->B + i % d->B;
+}
+/* The global position of this dealing's i-th sample (i < per_rank). */
 static inline uint64_t stk__deal_at(const stk__deal *d, uint64_t i) {
-    uint64_t p = d->start + i * d->world + d->rank;
+    uint64_t p = d->start + stk__deal_rank_index(d, i) * d->world + d->rank;
     return p < d->n ? p : p % d->n; /* padding wraps to the order's start */
+}
+/* The last of this dealing's batches that holds a sample at rank-level
+ * index at most ri (0 when none does). */
+static inline uint64_t stk__deal_batch_upto(const stk__deal *d, uint64_t ri) {
+    uint64_t rb = ri / (d->parts <= 1 ? (d->B ? d->B : 1) : d->B);
+    if (d->parts <= 1) return rb;
+    return rb < d->part ? 0 : (rb - d->part) / d->parts;
 }
 
 /* The samples of this rank's positions first .. first + n - 1 (its i-th

@@ -19,16 +19,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { K_PRIM, K_BOOL, K_FIXED, K_LIST, K_LLIST, K_STR, K_LSTR };
+/* Column kinds.  Strings and binaries (K_STR: 32-bit offsets, K_LSTR:
+ * 64-bit, K_VSTR: views) can only be a group key; list views (K_LVIEW,
+ * K_LLVIEW) are lists whose rows are (offset, size) pairs. */
+enum { K_PRIM, K_BOOL, K_FIXED, K_LIST, K_LLIST, K_LVIEW, K_LLVIEW, K_STR, K_LSTR, K_VSTR };
 
 typedef struct col {
     const char *name; /* points into the schema, valid while it lives */
-    int kind;
+    const char *format;
+    int kind;        /* of the values (a dictionary's values, for dict) */
     stk_dtype dtype; /* element type (of the child for lists) */
     size_t isz;
     int64_t width;   /* fixed-size list length; 1 otherwise */
     bool is_float;
+    /* Dictionary-encoded: the rows are indices (ixsz bytes, signed unless
+     * ixunsigned) into the batch's dictionary array, which holds the
+     * values. */
+    bool dict, ixunsigned;
+    size_t ixsz;
 } col;
+
+static bool is_list(int k) { return k == K_LIST || k == K_LLIST || k == K_LVIEW || k == K_LLVIEW; }
+static bool is_str(int k) { return k == K_STR || k == K_LSTR || k == K_VSTR; }
 
 typedef struct afield {
     const char *name;
@@ -39,6 +51,8 @@ typedef struct afield {
     int kind;         /* of its columns */
     stk_dtype dtype;
     uint64_t row_bytes; /* per row of the stream */
+    bool is_static;     /* group mode: one value per record */
+    bool named_static;  /* listed in the options' statics */
     /* group mode: the field's rows, in stream order */
     uint8_t *data;
     uint64_t len, cap;
@@ -101,26 +115,46 @@ static int parse_prim(const char *fmt, stk_dtype *dt, bool *is_float) {
     return -1;
 }
 
-static int describe(const struct ArrowSchema *s, col *c, stk_error *err) {
-    c->name = s->name ? s->name : "";
+/* What to say about a column that cannot be packed, given its format. */
+static const char *remedy(const char *f) {
+    if (!strncmp(f, "d:", 2) || !strncmp(f, "d", 1))
+        return "it is a decimal: cast it to float64, or to an integer count of its smallest "
+               "unit, first";
+    if (!strcmp(f, "n")) return "it holds only nulls: drop it, or cast it to a number type";
+    if (!strncmp(f, "ti", 2)) return "it is an interval: cast it to a duration or to integers first";
+    if (!strcmp(f, "+s") || !strcmp(f, "+m") || !strncmp(f, "+u", 2) || !strcmp(f, "+r"))
+        return "nested types (structs, maps, unions) cannot be packed: flatten it into columns "
+               "of numbers first";
+    return "numbers, booleans, dates, times, timestamps, durations and lists of those can be "
+           "packed; strings and binaries only as the group key";
+}
+
+static int describe_values(const struct ArrowSchema *s, col *c, stk_error *err) {
     c->width = 1;
     const char *f = s->format ? s->format : "";
+    c->format = f;
     int k = parse_prim(f, &c->dtype, &c->is_float);
     if (k >= 0) {
         c->kind = k;
         c->isz = stk_dtype_size(c->dtype);
         return 0;
     }
-    if (!strcmp(f, "u")) return c->kind = K_STR, 0;
-    if (!strcmp(f, "U")) return c->kind = K_LSTR, 0;
-    bool fixed = strncmp(f, "+w:", 3) == 0, list = !strcmp(f, "+l"), llist = !strcmp(f, "+L");
-    if ((fixed || list || llist) && s->n_children == 1) {
-        int ck = parse_prim(s->children[0]->format ? s->children[0]->format : "", &c->dtype,
-                            &c->is_float);
+    if (!strcmp(f, "u") || !strcmp(f, "z")) return c->kind = K_STR, 0;
+    if (!strcmp(f, "U") || !strcmp(f, "Z")) return c->kind = K_LSTR, 0;
+    if (!strcmp(f, "vu") || !strcmp(f, "vz")) return c->kind = K_VSTR, 0;
+    bool fixed = strncmp(f, "+w:", 3) == 0;
+    int lk = !strcmp(f, "+l") ? K_LIST : !strcmp(f, "+L") ? K_LLIST
+           : !strcmp(f, "+vl") ? K_LVIEW : !strcmp(f, "+vL") ? K_LLVIEW : -1;
+    if ((fixed || lk >= 0) && s->n_children == 1) {
+        const struct ArrowSchema *ch = s->children[0];
+        int ck = ch->dictionary ? -1
+                                : parse_prim(ch->format ? ch->format : "", &c->dtype, &c->is_float);
         if (ck != K_PRIM)
             return stk__err(err, -EINVAL,
-                            "column '%s': a list of '%s' cannot be packed (lists of numbers can)",
-                            c->name, s->children[0]->format);
+                            "column '%s': a list of Arrow type '%s'%s cannot be packed (lists of "
+                            "numbers, dates and timestamps can)",
+                            c->name, ch->format ? ch->format : "?",
+                            ch->dictionary ? " (dictionary-encoded)" : "");
         c->isz = stk_dtype_size(c->dtype);
         if (fixed) {
             c->kind = K_FIXED;
@@ -128,14 +162,44 @@ static int describe(const struct ArrowSchema *s, col *c, stk_error *err) {
             if (c->width < 1)
                 return stk__err(err, -EINVAL, "column '%s': bad fixed-size list '%s'", c->name, f);
         } else {
-            c->kind = list ? K_LIST : K_LLIST;
+            c->kind = lk;
         }
         return 0;
     }
-    return stk__err(err, -EINVAL,
-                    "column '%s': Arrow type '%s' cannot be packed (numbers, booleans, dates, "
-                    "timestamps and lists of those can; nested and other types cannot)",
-                    c->name, f);
+    return stk__err(err, -EINVAL, "column '%s': Arrow type '%s' cannot be packed: %s", c->name, f,
+                    remedy(f));
+}
+
+static int describe(const struct ArrowSchema *s, col *c, stk_error *err) {
+    c->name = s->name ? s->name : "";
+    if (!s->dictionary) return describe_values(s, c, err);
+    /* Dictionary-encoded (a pandas Categorical, pyarrow's dictionary
+     * type): the column's own format is the index type; the values are
+     * described by the dictionary's schema. */
+    static const struct {
+        const char *f;
+        size_t sz;
+        bool u;
+    } ix[] = {{"c", 1, false}, {"C", 1, true}, {"s", 2, false}, {"S", 2, true},
+              {"i", 4, false}, {"I", 4, true}, {"l", 8, false}, {"L", 8, true}};
+    const char *f = s->format ? s->format : "";
+    for (size_t i = 0; i < sizeof ix / sizeof ix[0]; i++)
+        if (!strcmp(f, ix[i].f)) {
+            c->ixsz = ix[i].sz;
+            c->ixunsigned = ix[i].u;
+        }
+    if (!c->ixsz)
+        return stk__err(err, -EINVAL, "column '%s': dictionary indices of Arrow type '%s'",
+                        c->name, f);
+    int rc = describe_values(s->dictionary, c, err);
+    if (rc) return rc;
+    c->dict = true;
+    if (c->kind != K_PRIM && c->kind != K_BOOL && !is_str(c->kind))
+        return stk__err(err, -EINVAL,
+                        "column '%s': a dictionary of Arrow type '%s' cannot be packed (decode "
+                        "it first: pyarrow.compute.dictionary_decode or .cast to its value type)",
+                        c->name, c->format);
+    return 0;
 }
 
 static int find_col(const ctx *c, const char *name) {
@@ -191,10 +255,12 @@ static int plan(ctx *c, const stk_arrow_options *o, stk_error *err) {
     if (o->group_by) {
         if ((c->group_col = find_col(c, o->group_by)) < 0)
             return stk__err(err, -EINVAL, "group_by: no column '%s'", o->group_by);
-        int k = c->cols[c->group_col].kind;
-        if (!((k == K_PRIM && !c->cols[c->group_col].is_float) || k == K_STR || k == K_LSTR))
-            return stk__err(err, -EINVAL, "group_by: column '%s' must hold integers or strings",
-                            o->group_by);
+        const col *g = &c->cols[c->group_col];
+        if (!((g->kind == K_PRIM && !g->is_float) || is_str(g->kind)))
+            return stk__err(err, -EINVAL,
+                            "group_by: column '%s' (Arrow type '%s') must hold integers, strings "
+                            "or binaries (or a dictionary of those)",
+                            o->group_by, g->format);
     }
     if (o->order_by) {
         if (!grouped) return stk__err(err, -EINVAL, "order_by: needs group_by");
@@ -234,21 +300,32 @@ static int plan(ctx *c, const stk_arrow_options *o, stk_error *err) {
         const col *c0 = &c->cols[f->cols[0]];
         f->kind = c0->kind;
         f->dtype = c0->dtype;
-        if (f->kind == K_STR || f->kind == K_LSTR)
+        if (is_str(f->kind))
             return stk__err(err, -EINVAL,
-                            "column '%s': strings can only be a group key; map non-numeric "
-                            "columns to numbers first",
-                            c0->name);
-        for (size_t k = 1; k < ncols; k++) {
+                            "column '%s' holds %s (Arrow type '%s'%s): strings and binaries can "
+                            "only be the group key (group_by); turn the column into integer "
+                            "codes first (pandas: .cat.codes, polars: .to_physical() of a "
+                            "Categorical, pyarrow: pyarrow.compute.dictionary_encode(...).indices)"
+                            " or leave it out with fields=",
+                            c0->name, c0->format[strlen(c0->format) - 1] == 'z' ? "binaries"
+                                                                                : "strings",
+                            c0->format, c0->dict ? ", dictionary-encoded" : "");
+        for (size_t k = 0; k < ncols && ncols > 1; k++) {
             const col *ck = &c->cols[f->cols[k]];
-            if ((ck->kind != K_PRIM && ck->kind != K_BOOL) || ck->dtype != f->dtype ||
-                (c0->kind != K_PRIM && c0->kind != K_BOOL))
+            if (ck->kind != K_PRIM && ck->kind != K_BOOL)
                 return stk__err(err, -EINVAL,
-                                "field '%s': columns '%s' and '%s' differ in type (a field of "
-                                "several columns needs scalar columns of one type)",
-                                f->name, c0->name, ck->name);
+                                "field '%s': column '%s' is a list (Arrow type '%s'); a field "
+                                "of several columns stacks scalar columns, so give each list "
+                                "column a field of its own",
+                                f->name, ck->name, ck->format);
+            if (ck->dtype != f->dtype)
+                return stk__err(err, -EINVAL,
+                                "field '%s': columns '%s' (%s) and '%s' (%s) differ in type (the "
+                                "columns of one field must have one type: cast them first)",
+                                f->name, c0->name, stk_dtype_name(f->dtype), ck->name,
+                                stk_dtype_name(ck->dtype));
         }
-        if (grouped && (f->kind == K_LIST || f->kind == K_LLIST))
+        if (grouped && is_list(f->kind))
             return stk__err(err, -EINVAL,
                             "column '%s': a list column cannot be grouped (each group row "
                             "would be ragged)",
@@ -257,6 +334,16 @@ static int plan(ctx *c, const stk_arrow_options *o, stk_error *err) {
         for (size_t j = 0; j + 1 < c->nf; j++)
             if (strcmp(c->f[j].name, f->name) == 0)
                 return stk__err(err, -EINVAL, "field '%s' appears twice", f->name);
+    }
+    if (o->statics || o->nstatics) {
+        if (!grouped) return stk__err(err, -EINVAL, "statics: need group_by");
+        for (size_t k = 0; k < o->nstatics; k++) {
+            size_t i = 0;
+            while (i < c->nf && strcmp(c->f[i].name, o->statics[k]) != 0) i++;
+            if (i == c->nf)
+                return stk__err(err, -EINVAL, "statics: no field '%s'", o->statics[k]);
+            c->f[i].named_static = true;
+        }
     }
     return 0;
 }
@@ -275,11 +362,11 @@ static void schema_of(const ctx *c, const stk_arrow_options *o, stk_field *out, 
         s->codec_level = f->level;
         int64_t inner = f->ncols > 1 ? (int64_t)f->ncols
                         : f->kind == K_FIXED ? c->cols[f->cols[0]].width : 0;
-        if (grouped) {
+        if (grouped && !f->is_static) {
             s->ndim = inner ? 2 : 1;
             s->shape[0] = STK_RAGGED;
             s->shape[1] = inner;
-        } else if (f->kind == K_LIST || f->kind == K_LLIST) {
+        } else if (is_list(f->kind)) {
             s->ndim = 1;
             s->shape[0] = STK_RAGGED;
         } else {
@@ -293,7 +380,9 @@ static void schema_of(const ctx *c, const stk_arrow_options *o, stk_field *out, 
         memset(s, 0, sizeof *s);
         s->name = g->name;
         if (g->kind == K_PRIM) {
-            s->dtype = STK_I64;
+            /* Unsigned 64-bit keys keep their type: as i64, keys at or
+             * above 2^63 would turn negative and sort first. */
+            s->dtype = g->dtype == STK_U64 ? STK_U64 : STK_I64;
             s->ndim = 0;
         } else {
             s->dtype = STK_BYTES;
@@ -354,25 +443,82 @@ static int copy_elems(const struct ArrowArray *a, const col *c, int64_t first, i
     return 0;
 }
 
+/* Where row r of column c's array a has its value: the array itself, or
+ * for a dictionary-encoded column the dictionary and the row's index into
+ * it.  *a is NULL for a null index. */
+static int resolve(const struct ArrowArray **a, const col *c, int64_t *r, uint64_t row,
+                   stk_error *err) {
+    if (!c->dict) return 0;
+    const struct ArrowArray *ia = *a;
+    if (!valid_at(ia, *r)) {
+        *a = NULL;
+        return 0;
+    }
+    const uint8_t *p = (const uint8_t *)ia->buffers[1] + (uint64_t)(ia->offset + *r) * c->ixsz;
+    int64_t ix;
+    switch (c->ixsz) {
+    case 1: ix = c->ixunsigned ? (int64_t)*p : (int64_t)(int8_t)*p; break;
+    case 2: { uint16_t v; memcpy(&v, p, 2); ix = c->ixunsigned ? (int64_t)v : (int64_t)(int16_t)v; break; }
+    case 4: { uint32_t v; memcpy(&v, p, 4); ix = c->ixunsigned ? (int64_t)v : (int64_t)(int32_t)v; break; }
+    default: memcpy(&ix, p, 8); break;
+    }
+    const struct ArrowArray *d = ia->dictionary;
+    if (!d || ix < 0 || ix >= d->length)
+        return stk__err(err, -EINVAL,
+                        "column '%s': row %llu: dictionary index %lld is outside its dictionary "
+                        "(%lld values)",
+                        c->name, (unsigned long long)row, (long long)ix,
+                        (long long)(d ? d->length : 0));
+    *a = d;
+    *r = ix;
+    return 0;
+}
+
+/* One element of a scalar column (row r of a) into dst, dictionaries
+ * decoded. */
+static int copy_one(const struct ArrowArray *a, const col *c, int64_t r, uint8_t *dst,
+                    stk_error *err, uint64_t row) {
+    int rc = resolve(&a, c, &r, row, err);
+    if (rc) return rc;
+    if (!a) {
+        if (!c->is_float)
+            return stk__err(err, -EINVAL,
+                            "column '%s': row %llu is null; nulls are allowed only in float "
+                            "columns (they become NaN)",
+                            c->name, (unsigned long long)row);
+        store_nan(dst, c->dtype);
+        return 0;
+    }
+    return copy_elems(a, c, r, 1, dst, err, row);
+}
+
 /* The row's bytes of field f (one row of the stream) into dst; for lists
  * sets *rows.  dst must hold row_bytes (or the list's bytes). */
 static int field_row(ctx *c, afield *f, struct ArrowArray *batch, int64_t r, uint64_t grow,
                      uint8_t **dst, uint64_t *rows, stk_error *err) {
     const col *c0 = &c->cols[f->cols[0]];
     const struct ArrowArray *a0 = batch->children[f->cols[0]];
-    if (f->kind == K_LIST || f->kind == K_LLIST) {
+    if (is_list(f->kind)) {
         if (!valid_at(a0, r))
             return stk__err(err, -EINVAL, "column '%s': row %llu is a null list", c0->name,
                             (unsigned long long)grow);
-        int64_t b, e;
+        int64_t b, e, i = a0->offset + r;
         if (f->kind == K_LIST) {
             const int32_t *off = a0->buffers[1];
-            b = off[a0->offset + r];
-            e = off[a0->offset + r + 1];
-        } else {
+            b = off[i];
+            e = off[i + 1];
+        } else if (f->kind == K_LLIST) {
             const int64_t *off = a0->buffers[1];
-            b = off[a0->offset + r];
-            e = off[a0->offset + r + 1];
+            b = off[i];
+            e = off[i + 1];
+        } else if (f->kind == K_LVIEW) { /* offsets, then sizes */
+            const int32_t *off = a0->buffers[1], *size = a0->buffers[2];
+            b = off[i];
+            e = b + size[i];
+        } else {
+            const int64_t *off = a0->buffers[1], *size = a0->buffers[2];
+            b = off[i];
+            e = b + size[i];
         }
         *rows = (uint64_t)(e - b);
         /* Row mode only: the list lands in the field's own buffer. */
@@ -390,8 +536,8 @@ static int field_row(ctx *c, afield *f, struct ArrowArray *batch, int64_t r, uin
                           err, grow);
     }
     for (size_t k = 0; k < f->ncols; k++) {
-        int rc = copy_elems(batch->children[f->cols[k]], &c->cols[f->cols[k]], r, 1,
-                            *dst + k * c0->isz, err, grow);
+        int rc = copy_one(batch->children[f->cols[k]], &c->cols[f->cols[k]], r,
+                          *dst + k * c0->isz, err, grow);
         if (rc) return rc;
     }
     return 0;
@@ -448,10 +594,41 @@ static int intern(ctx *c, const char *p, uint64_t n, int64_t *id) {
     return 0;
 }
 
+/* The bytes of row r of a string or binary array (offsets or views). */
+static void str_at(const struct ArrowArray *a, int kind, int64_t r, const char **p, uint64_t *n) {
+    int64_t i = a->offset + r;
+    if (kind == K_STR) {
+        const int32_t *off = a->buffers[1];
+        *p = (const char *)a->buffers[2] + off[i];
+        *n = (uint64_t)(off[i + 1] - off[i]);
+    } else if (kind == K_LSTR) {
+        const int64_t *off = a->buffers[1];
+        *p = (const char *)a->buffers[2] + off[i];
+        *n = (uint64_t)(off[i + 1] - off[i]);
+    } else {
+        /* A view: 16 bytes, the length, then the bytes themselves when
+         * they fit in 12, else a 4-byte prefix, the data buffer's number
+         * and the offset in it. */
+        const uint8_t *v = (const uint8_t *)a->buffers[1] + (uint64_t)i * 16;
+        int32_t len, buf, off;
+        memcpy(&len, v, 4);
+        *n = (uint64_t)len;
+        if (len <= 12) {
+            *p = (const char *)v + 4;
+        } else {
+            memcpy(&buf, v + 8, 4);
+            memcpy(&off, v + 12, 4);
+            *p = (const char *)a->buffers[2 + buf] + off;
+        }
+    }
+}
+
 static int key_of(ctx *c, const struct ArrowArray *a, int64_t r, int64_t *out, uint64_t grow,
                   stk_error *err) {
     const col *g = &c->cols[c->group_col];
-    if (!valid_at(a, r))
+    int rc = resolve(&a, g, &r, grow, err);
+    if (rc) return rc;
+    if (!a || !valid_at(a, r))
         return stk__err(err, -EINVAL, "group_by: column '%s' row %llu is null", g->name,
                         (unsigned long long)grow);
     if (g->kind == K_PRIM) {
@@ -464,23 +641,15 @@ static int key_of(ctx *c, const struct ArrowArray *a, int64_t r, int64_t *out, u
         case STK_U16: { uint16_t x; memcpy(&x, p, 2); v = x; break; }
         case STK_I32: { int32_t x; memcpy(&x, p, 4); v = x; break; }
         case STK_U32: { uint32_t x; memcpy(&x, p, 4); v = x; break; }
-        default: memcpy(&v, p, 8); break;
+        default: memcpy(&v, p, 8); break; /* i64, or u64's bits (compared unsigned) */
         }
         *out = v;
         return 0;
     }
-    int64_t b, e;
-    if (g->kind == K_STR) {
-        const int32_t *off = a->buffers[1];
-        b = off[a->offset + r];
-        e = off[a->offset + r + 1];
-    } else {
-        const int64_t *off = a->buffers[1];
-        b = off[a->offset + r];
-        e = off[a->offset + r + 1];
-    }
-    if (intern(c, (const char *)a->buffers[2] + b, (uint64_t)(e - b), out))
-        return stk__err(err, -ENOMEM, "out of memory");
+    const char *p;
+    uint64_t n;
+    str_at(a, g->kind, r, &p, &n);
+    if (intern(c, p, n, out)) return stk__err(err, -ENOMEM, "out of memory");
     return 0;
 }
 
@@ -513,7 +682,8 @@ static int accumulate(ctx *c, struct ArrowArray *batch, uint64_t base, stk_error
                 return stk__err(err, -EINVAL, "order_by: column '%s' row %llu is null", oc->name,
                                 (unsigned long long)(base + r));
             uint8_t v[8] = {0};
-            copy_elems(oa, oc, (int64_t)r, 1, v, err, base + r);
+            int rc2 = copy_one(oa, oc, (int64_t)r, v, err, base + r);
+            if (rc2) return rc2;
             if (oc->is_float) {
                 double d = 0;
                 if (oc->dtype == STK_F64) memcpy(&d, v, 8);
@@ -555,7 +725,11 @@ static int cmp_rows(const void *pa, const void *pb) {
     const ctx *c = sort_ctx;
     int64_t ka = c->key[a], kb = c->key[b];
     if (ka != kb) {
-        if (c->cols[c->group_col].kind == K_PRIM) return ka < kb ? -1 : 1;
+        if (c->cols[c->group_col].kind == K_PRIM) {
+            if (c->cols[c->group_col].dtype == STK_U64)
+                return (uint64_t)ka < (uint64_t)kb ? -1 : 1;
+            return ka < kb ? -1 : 1;
+        }
         uint64_t la = c->str_len[ka], lb = c->str_len[kb];
         int r = memcmp(c->arena + c->str_off[ka], c->arena + c->str_off[kb], (size_t)STK__MIN(la, lb));
         if (r) return r;
@@ -569,15 +743,65 @@ static int cmp_rows(const void *pa, const void *pb) {
     return a < b ? -1 : a > b; /* stable */
 }
 
-static int write_groups(ctx *c, stk_writer *w, uint64_t *records, stk_error *err) {
+/* The rows in record order: by key, then by the order column. */
+static uint64_t *sort_rows(ctx *c) {
     uint64_t *idx = stk__malloc((size_t)STK__MAX(c->nrows, (uint64_t)1) * 8);
-    if (!idx) return stk__err(err, -ENOMEM, "out of memory");
+    if (!idx) return NULL;
     for (uint64_t i = 0; i < c->nrows; i++) idx[i] = i;
     static pthread_mutex_t sort_lock = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&sort_lock);
     sort_ctx = c;
     qsort(idx, (size_t)c->nrows, 8, cmp_rows);
     pthread_mutex_unlock(&sort_lock);
+    return idx;
+}
+
+/* Decides which fields are static: those whose rows are equal (bytewise)
+ * within every group.  A field named static that is not is an error that
+ * names the group. */
+static int find_statics(ctx *c, const stk_arrow_options *o, const uint64_t *idx,
+                        stk_error *err) {
+    bool listed = o->statics || o->nstatics;
+    for (size_t i = 0; i < c->nf; i++) {
+        afield *f = &c->f[i];
+        f->is_static = false;
+        if (o->no_statics || (listed && !f->named_static) || is_list(f->kind)) continue;
+        bool same = c->nrows > 0;
+        uint64_t a = 0, bad = 0;
+        for (uint64_t r = 1; r < c->nrows && same; r++) {
+            if (c->key[idx[r]] != c->key[idx[r - 1]]) {
+                a = r; /* a new group starts */
+                continue;
+            }
+            if (memcmp(f->data + idx[r] * f->row_bytes, f->data + idx[a] * f->row_bytes,
+                       (size_t)f->row_bytes) != 0) {
+                same = false;
+                bad = r;
+            }
+        }
+        if (!same && f->named_static) {
+            int64_t key = c->key[idx[bad]];
+            const col *g = &c->cols[c->group_col];
+            if (g->kind == K_PRIM && g->dtype == STK_U64)
+                return stk__err(err, -EINVAL,
+                                "statics: field '%s' is not constant within group %llu of '%s'",
+                                f->name, (unsigned long long)key, g->name);
+            if (g->kind == K_PRIM)
+                return stk__err(err, -EINVAL,
+                                "statics: field '%s' is not constant within group %lld of '%s'",
+                                f->name, (long long)key, g->name);
+            return stk__err(err, -EINVAL,
+                            "statics: field '%s' is not constant within group '%.*s' of '%s'",
+                            f->name, (int)STK__MIN(c->str_len[key], (uint64_t)200),
+                            c->arena + c->str_off[key], g->name);
+        }
+        f->is_static = same;
+    }
+    return 0;
+}
+
+static int write_groups(ctx *c, stk_writer *w, const uint64_t *idx, uint64_t *records,
+                        stk_error *err) {
     stk_value v[4097];
     uint8_t **bufs = stk__calloc(c->nf, sizeof *bufs);
     uint64_t *caps = stk__calloc(c->nf, sizeof *caps);
@@ -589,6 +813,14 @@ static int write_groups(ctx *c, stk_writer *w, uint64_t *records, stk_error *err
         uint64_t n = b - a;
         for (size_t i = 0; i < c->nf && rc == 0; i++) {
             afield *f = &c->f[i];
+            if (f->is_static) {
+                /* The group's one value: a vector of its columns, or a
+                 * scalar. */
+                uint64_t inner = f->ncols > 1 ? f->ncols
+                                 : f->kind == K_FIXED ? (uint64_t)c->cols[f->cols[0]].width : 1;
+                v[i] = (stk_value){f->data + idx[a] * f->row_bytes, inner};
+                continue;
+            }
             if (grow_bytes(&bufs[i], &caps[i], n * f->row_bytes + 1)) {
                 rc = stk__err(err, -ENOMEM, "out of memory");
                 break;
@@ -608,7 +840,6 @@ static int write_groups(ctx *c, stk_writer *w, uint64_t *records, stk_error *err
     for (size_t i = 0; bufs && i < c->nf; i++) stk__free(bufs[i]);
     stk__free(bufs);
     stk__free(caps);
-    stk__free(idx);
     return rc;
 }
 
@@ -639,8 +870,12 @@ int stk_write_arrow(const char *path, struct ArrowArrayStream *stream,
         rc = stk__err(err, -EINVAL, "too many fields");
         goto out;
     }
-    schema_of(&c, opts, schema, &nschema);
-    if ((rc = stk_writer_create(path, schema, nschema, &opts->writer, &w, err))) goto out;
+    /* Rows become records as they come; groups are gathered first, and
+     * the writer is made once the statics are known. */
+    if (!opts->group_by) {
+        schema_of(&c, opts, schema, &nschema);
+        if ((rc = stk_writer_create(path, schema, nschema, &opts->writer, &w, err))) goto out;
+    }
     stk_value v[4097];
     uint64_t base = 0;
     for (;;) {
@@ -678,7 +913,16 @@ int stk_write_arrow(const char *path, struct ArrowArrayStream *stream,
         batch.release(&batch);
         if (rc) break;
     }
-    if (rc == 0 && opts->group_by) rc = write_groups(&c, w, &count, err);
+    if (rc == 0 && opts->group_by) {
+        uint64_t *idx = sort_rows(&c);
+        rc = idx ? find_statics(&c, opts, idx, err) : stk__err(err, -ENOMEM, "out of memory");
+        if (rc == 0) {
+            schema_of(&c, opts, schema, &nschema);
+            rc = stk_writer_create(path, schema, nschema, &opts->writer, &w, err);
+        }
+        if (rc == 0) rc = write_groups(&c, w, idx, &count, err);
+        stk__free(idx);
+    }
     if (rc == 0) rc = stk_writer_finish(w, err);
 out:
     stk_writer_free(w);

@@ -13,6 +13,7 @@
 #include "sources.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,13 @@ void stk__h5info_free(stk__h5info *h) {
 }
 
 #ifndef STK_HAVE_HDF5
+
+/* H5Ewalk2 callback: keeps the description of the innermost error. */
+static herr_t h5_last_error(unsigned n, const H5E_error2_t *e, void *data) {
+    (void)n;
+    if (e && e->desc && e->desc[0]) snprintf((char *)data, 256, "%s", e->desc);
+    return 0;
+}
 
 int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_error *err) {
     STK__UNUSED(dset);
@@ -50,6 +58,11 @@ typedef H5O_info2_t obj_info;
 typedef H5O_info_t obj_info;
 #define VISIT(f, fd) H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit, fd, H5O_INFO_BASIC)
 #endif
+
+
+/* What to do with a dataset that cannot be read in place (the command
+ * line packs npy and Parquet, not HDF5; Python reads it with h5py). */
+#define PACK_HINT "stoker.write(OUT, {\"x\": h5py.File(PATH)[\"%s\"][:]}) in Python"
 
 static herr_t visit(hid_t obj, const char *name, const obj_info *info, void *arg) {
     STK__UNUSED(obj);
@@ -88,6 +101,13 @@ static int cmp_run(const void *a, const void *b) {
     return x->first < y->first ? -1 : x->first > y->first;
 }
 
+/* H5Ewalk2 callback: keeps the description of the innermost error. */
+static herr_t h5_last_error(unsigned n, const H5E_error2_t *e, void *data) {
+    (void)n;
+    if (e && e->desc && e->desc[0]) snprintf((char *)data, 256, "%s", e->desc);
+    return 0;
+}
+
 int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_error *err) {
     memset(out, 0, sizeof *out);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
@@ -117,9 +137,30 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
         rc = stk__err(err, -ENOMEM, "out of memory");
         goto out;
     }
+    H5Eclear2(H5E_DEFAULT);
     d = H5Dopen2(f, out->dataset, H5P_DEFAULT);
     if (d < 0) {
-        rc = stk__err(err, -ENOENT, "%s: no dataset '%s'", path, out->dataset);
+        htri_t there = H5Lexists(f, out->dataset, H5P_DEFAULT);
+        if (there <= 0) {
+            rc = stk__err(err, -ENOENT, "%s: no dataset '%s'", path, out->dataset);
+            goto out;
+        }
+        /* The name is there but this libhdf5 cannot open the object: most
+         * often a file written by a newer HDF5 with libver='latest' (h5py
+         * 3.16 bundles HDF5 2.0), whose messages older libraries do not
+         * know.  Say so, with the library's own innermost words. */
+        char why[256] = "";
+        H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, h5_last_error, why);
+        unsigned maj = 0, min = 0, rel = 0;
+        H5get_libversion(&maj, &min, &rel);
+        rc = stk__err(err, STK_EUNSUPPORTED,
+                      "%s: dataset '%s' is there, but stoker's HDF5 library (%u.%u.%u) cannot "
+                      "open it%s%s%s: the file was probably written by a newer HDF5 with "
+                      "libver='latest'; rewrite it for older readers (h5py: "
+                      "h5py.File(..., libver=('earliest', 'v110')), or h5repack) or pack its "
+                      "rows with " PACK_HINT,
+                      path, out->dataset, maj, min, rel, why[0] ? " (" : "", why,
+                      why[0] ? ")" : "", out->dataset);
         goto out;
     }
     sp = H5Dget_space(d);
@@ -170,15 +211,15 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
     if (lay != H5D_CHUNKED) {
         rc = stk__err(err, STK_EUNSUPPORTED,
                       "%s: dataset '%s' uses the compact layout (tiny data held in the "
-                      "header); pack it with `stoker pack` instead",
-                      path, out->dataset);
+                      "header): pack its rows into a dataset instead, with " PACK_HINT,
+                      path, out->dataset, out->dataset);
         goto out;
     }
     int nfilt = H5Pget_nfilters(pl);
     unsigned bit_of[32] = {0}; /* pipeline position -> STK__CHUNK_* bit */
     if (nfilt > 32) {
-        rc = stk__err(err, STK_EUNSUPPORTED, "%s: dataset '%s' has %d filters; pack it with "
-                      "`stoker pack`", path, out->dataset, nfilt);
+        rc = stk__err(err, STK_EUNSUPPORTED, "%s: dataset '%s' has %d filters: pack its rows into a dataset "
+                      "instead, with " PACK_HINT, path, out->dataset, nfilt, out->dataset);
         goto out;
     }
     for (int k = 0; k < nfilt && k < 32; k++) {
@@ -209,14 +250,14 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
             rc = stk__err(err, STK_EUNSUPPORTED,
                           "%s: dataset '%s' applies its filters in another order than shuffle, "
                           "gzip (deflate), Fletcher-32, the one stoker undoes: rewrite it "
-                          "(h5repack -f SHUF -f GZIP=4) or pack it with `stoker pack`",
-                          path, out->dataset);
+                          "(h5repack -f SHUF -f GZIP=4) or pack its rows with " PACK_HINT,
+                          path, out->dataset, out->dataset);
         else
             rc = stk__err(err, STK_EUNSUPPORTED,
                           "%s: dataset '%s' has the %s filter; stoker undoes shuffle, gzip "
                           "(deflate) and Fletcher-32: rewrite it with those or none (h5repack "
-                          "-f SHUF -f GZIP=4, or -f NONE) or pack it with `stoker pack`",
-                          path, out->dataset, fname[0] ? fname : "unknown");
+                          "-f SHUF -f GZIP=4, or -f NONE) or pack its rows with " PACK_HINT,
+                          path, out->dataset, fname[0] ? fname : "unknown", out->dataset);
         goto out;
     }
     H5Pget_chunk(pl, nd, cdims);

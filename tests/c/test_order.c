@@ -230,7 +230,46 @@ static void check_deal(uint64_t n, uint64_t start, uint64_t W, int pad) {
     for (uint64_t p = 0; p < start && p < n; p++) CHECK(!seen[p]);
 }
 
+/* A rank's batches split among `parts` dealings: taking one batch from
+ * each part in turn gives the unsplit rank's samples in order; the parts'
+ * counts add up; stk__deal_batch_upto names the right batch. */
+static void check_split(uint64_t n, uint64_t start, uint64_t W, uint64_t r, int pad, uint64_t B,
+                        uint64_t parts) {
+    stk__deal whole;
+    stk__deal_init(&whole, n, start, W, r, pad != 0);
+    stk__deal d[16];
+    uint64_t at[16] = {0}, total = 0, batches = 0;
+    for (uint64_t k = 0; k < parts; k++) {
+        stk__deal_init(&d[k], n, start, W, r, pad != 0);
+        stk__deal_split(&d[k], B, parts, k);
+        total += d[k].per_rank;
+        batches += (d[k].per_rank + B - 1) / B;
+        for (uint64_t i = 0; i < d[k].per_rank; i++) {
+            uint64_t ri = stk__deal_rank_index(&d[k], i);
+            CHECK(ri < whole.per_rank);
+            CHECK(ri / B % parts == k);
+            CHECK(stk__deal_batch_upto(&d[k], ri) == i / B);
+        }
+    }
+    CHECK(total == whole.per_rank);
+    CHECK(batches == (whole.per_rank + B - 1) / B);
+    for (uint64_t i = 0; i < whole.per_rank; i++) {
+        uint64_t k = (i / B) % parts;
+        CHECK(at[k] < d[k].per_rank);
+        CHECK(stk__deal_at(&d[k], at[k]) == stk__deal_at(&whole, i));
+        at[k]++;
+    }
+}
+
 static void test_deal(void) {
+    for (uint64_t n = 0; n <= 60; n += 3)
+        for (uint64_t W = 1; W <= 3; W++)
+            for (uint64_t B = 1; B <= 7; B += 2)
+                for (uint64_t parts = 1; parts <= 5; parts++)
+                    check_split(n, n % 4, W, W - 1, (int)(n & 1), B, parts);
+    for (int i = 0; i < 40; i++)
+        check_split(rnd() % 20000, rnd() % 50, 1 + rnd() % 8, 0, (int)(rnd() & 1),
+                    1 + rnd() % 300, 1 + rnd() % 16);
     for (uint64_t n = 0; n <= 40; n++)
         for (uint64_t W = 1; W <= 9; W++)
             for (uint64_t start = 0; start <= n + 1; start++)

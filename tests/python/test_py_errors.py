@@ -268,3 +268,34 @@ def test_state_and_epoch_errors(ds):
             ld.set_epoch("1")
         with pytest.raises(ValueError, match="epoch"):
             ld.set_epoch(-1)
+
+
+def test_one_hierarchy_of_errors(tmp_path):
+    """Every error stoker raises for a reason of its own is a StokerError;
+    its kinds are also the built-in exceptions callers already catch."""
+    import stoker
+    cases = []
+    with pytest.raises(stoker.StokerError) as e1:
+        stoker.Loader(tmp_path / "missing.stk", batch_size=4)
+    cases.append(e1.value)
+    assert isinstance(e1.value, FileNotFoundError) and isinstance(e1.value, stoker.NotFound)
+    stoker.write(tmp_path / "d", {"x": np.zeros((4, 2), np.float32)})
+    with pytest.raises(stoker.StokerError) as e2:
+        stoker.Loader(tmp_path / "d", batch_size=0)
+    assert isinstance(e2.value, ValueError) and isinstance(e2.value, stoker.InvalidArgument)
+    with pytest.raises(stoker.StokerError) as e3:
+        stoker.Loader(tmp_path / "d", batch_size=2, fields=["nope"])
+    assert isinstance(e3.value, ValueError)
+    cases += [e2.value, e3.value]
+    for e in cases:
+        assert str(e) == e.message and e.message and isinstance(e.code, int)
+        assert "(" not in str(e)[:1]  # the message itself, not a tuple
+    # A damaged shard is a plain StokerError naming the file.
+    shard = next(p for p in (tmp_path / "d").iterdir() if p.suffix == ".stk")
+    raw = bytearray(shard.read_bytes())
+    raw[-40] ^= 0xFF
+    shard.write_bytes(bytes(raw))
+    with pytest.raises(stoker.StokerError) as e4:
+        with stoker.Loader(tmp_path / "d", batch_size=4, shuffle="sequential") as ld:
+            list(ld)
+    assert str(shard.name) in str(e4.value) or "shard" in str(e4.value)

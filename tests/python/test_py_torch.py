@@ -143,3 +143,60 @@ def test_windows_through_the_dataloader(tmp_path):
     assert sorted(got) == sorted(want)
     for k in want:
         np.testing.assert_array_equal(got[k], want[k])
+
+
+# ---- workers: len() and epochs (real DataLoader configurations) ---------------------------
+
+def batches_of(dl):
+    return [tuple(b["uid"].tolist()) for b in dl]
+
+
+@pytest.mark.parametrize("batch, workers", [(48, 2), (30, 3), (16, 2), (7, 4), (200, 2), (64, 3)])
+def test_len_of_the_dataloader_is_what_it_yields(rec_ds, batch, workers):
+    path, _, uids = rec_ds
+    ds = stoker.torch.Dataset(path, batch_size=batch, shuffle="random", seed=3)
+    dl = DataLoader(ds, batch_size=None, num_workers=workers)
+    with warnings.catch_warnings():
+        # torch warns when len() was wrong
+        warnings.filterwarnings("error", message=".*[Ll]ength of IterableDataset.*")
+        got = batches_of(dl)
+    assert len(dl) == len(got) == -(-N // batch)
+    # Whole batches dealt to the workers in turn: the same batches, in the
+    # same order, as without workers.
+    assert got == batches_of(DataLoader(ds, batch_size=None, num_workers=0))
+    assert sorted(u for b in got for u in b) == sorted(uids.tolist())
+
+
+def test_len_with_drop_last_and_ranks(rec_ds):
+    path, _, _ = rec_ds
+    for rank in range(3):
+        ds = stoker.torch.Dataset(path, batch_size=9, shuffle="block", rank=rank, world_size=3,
+                                  drop_last=True)
+        dl = DataLoader(ds, batch_size=None, num_workers=2)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*[Ll]ength of IterableDataset.*")
+            got = batches_of(dl)
+        assert len(dl) == len(got) == (N // 3) // 9
+        assert all(len(b) == 9 for b in got)
+
+
+@pytest.mark.parametrize("persistent, workers", [(False, 0), (False, 2), (True, 2), (True, 1)])
+def test_epochs_follow_set_epoch_in_every_worker_setting(rec_ds, persistent, workers):
+    path, _, uids = rec_ds
+    ref = stoker.torch.Dataset(path, batch_size=16, shuffle="random", seed=5)
+    want = {}
+    for e in range(4):
+        ref.set_epoch(e)
+        want[e] = batches_of(DataLoader(ref, batch_size=None, num_workers=0))
+    assert want[0] != want[1]
+    ds = stoker.torch.Dataset(path, batch_size=16, shuffle="random", seed=5)
+    kw = dict(num_workers=workers, persistent_workers=persistent) if workers else {}
+    dl = DataLoader(ds, batch_size=None, **kw)
+    for e in (2, 0, 3, 3):
+        ds.set_epoch(e)
+        assert batches_of(dl) == want[e], f"set_epoch({e})"
+    # Without set_epoch, each pass runs the next epoch.
+    ds.set_epoch(0)
+    assert batches_of(dl) == want[0]
+    assert batches_of(dl) == want[1]
+    assert batches_of(dl) == want[2]

@@ -1,0 +1,55 @@
+"""stoker's exceptions: one hierarchy.
+
+Every error stoker raises for a reason of its own is a StokerError, whose
+args are (code, message): code is a negative errno or one of libstoker's
+STK_E* codes (stoker.h), message names the file, shard and record where
+there is one; str() is the message.  The kinds a caller may want to tell
+apart are also the built-in exceptions Python code already catches:
+
+    InvalidArgument   also a ValueError    a bad option or input
+    NotFound          also a FileNotFoundError
+    OutOfMemory       also a MemoryError
+
+Anything else (a damaged shard, a truncated file, an unsupported layout)
+is a plain StokerError.  A value of the wrong Python type is a TypeError,
+as anywhere in Python.
+"""
+
+__all__ = ["StokerError", "InvalidArgument", "NotFound", "OutOfMemory"]
+
+
+class StokerError(RuntimeError):
+    """An error from stoker: args are (code, message); str() is the message."""
+
+    @property
+    def code(self):
+        return self.args[0] if len(self.args) >= 2 and isinstance(self.args[0], int) else 0
+
+    @property
+    def message(self):
+        if len(self.args) >= 2 and isinstance(self.args[0], int):
+            return str(self.args[1])
+        return str(self.args[0]) if self.args else ""
+
+    def __str__(self):
+        return self.message
+
+
+class InvalidArgument(StokerError, ValueError):
+    """A bad option or input (also a ValueError)."""
+
+    def __init__(self, *args):
+        if len(args) == 1:
+            args = (-22, args[0])  # -EINVAL
+        super().__init__(*args)
+
+
+class NotFound(StokerError, FileNotFoundError):
+    """A file or dataset that is not there (also a FileNotFoundError)."""
+
+    def __str__(self):
+        return self.message
+
+
+class OutOfMemory(StokerError, MemoryError):
+    """Memory could not be had (also a MemoryError)."""
