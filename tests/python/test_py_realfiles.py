@@ -415,3 +415,22 @@ def test_bit_strings_that_are_not_say_which_row():
         stoker.bits(np.array([b"0101", b"01"], dtype="S4"))
     with pytest.raises(ValueError, match="stoker.bits"):
         stoker.write("/nonexistent/never", {"fp": np.array([b"0101"], dtype="S4")})
+
+
+def test_installed_cli_finds_its_python_outside_the_environment(tmp_path):
+    """The `stoker` pip installed beside this interpreter hands `pack --from
+    parquet` to it, even with a PATH that leads to another python3."""
+    exe = os.path.join(os.path.dirname(sys.executable), "stoker")
+    if not os.path.exists(exe):
+        pytest.skip("no stoker program beside this interpreter")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    r = subprocess.run([exe, "pack", "--from", "parquet", "--help"], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "--group-by" in r.stdout
+    pq.write_table(pa.table({"k": [1, 1, 2], "v": [1.0, 2.0, 3.0]}), tmp_path / "t.parquet")
+    r = subprocess.run([exe, "pack", "--from", "parquet", str(tmp_path / "t.parquet"),
+                        "--group-by", "k", "-o", str(tmp_path / "d")],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert len(records_of(tmp_path / "d")) == 2
