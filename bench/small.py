@@ -573,12 +573,17 @@ These notes are kept by hand; the tables above are the measurement they refer to
   include start-up (the index read, the first batch) and vary by 1.6x
   between repetitions on this shared disk.
 - **Block order over data that does not fit: 0.59 of sequential reads
-  (target 0.8).** One thread reads the groups with O_DIRECT, 4 MiB pieces
-  all in flight, and hashes them; the workers only cut batches. The reads
-  of one group wait for the previous group to be handed over, and hashing
-  a group (64 MiB at 13 GB/s, 5 ms) leaves the device idle meanwhile; the
-  rest of the gap is not yet explained. Random order over the same data
-  reaches 1.4 of random 4 KiB reads (neighbouring samples share pages).
+  (target 0.8).** The rate counts the whole first epoch from the loader's
+  creation: reading the 64 MB index cold and the first 64 MiB group before
+  the first batch take 0.2-0.36 s of a 2 s epoch. After that one thread
+  reads the groups with O_DIRECT in 4 MiB pieces, all in flight, and hashes
+  them (5 ms a group) while the workers cut batches: `stoker read --shuffle
+  block` in the same cgroup measured 0.56-0.73 GB/s against 0.72 for
+  O_DIRECT sequential reads, the device varying as much as that between
+  runs. Left to do: start reading the first group while the index is read,
+  and hand a group to the workers piece by piece as it lands. Random order
+  over the same data reaches 1.4 of random 4 KiB reads (neighbouring
+  samples share pages).
 - **Windows, cold: "x limit" above 1** because windows overlap: a 365-row
   window delivers 24 KiB from 1.5 KiB of new rows, so delivered bytes far
   exceed the bytes read.
