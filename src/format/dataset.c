@@ -417,7 +417,7 @@ int stk_dataset_get(const stk_dataset *ds, uint64_t record, size_t field,
     out->shard = (uint32_t)s;
     /* In place: the file's bytes are the stored form; NULL where the file is
      * not mapped or its bytes need converting. */
-    out->data = sh->map && !ds->info[field].conv && !ds->info[field].chunks
+    out->data = sh->map && !stk__shard_conv(&ds->info[field], sh) && !ds->info[field].chunks
                     ? sh->map + out->offset
                     : NULL;
     return 0;
@@ -431,7 +431,16 @@ static int read_in_place(const stk_dataset *ds, const stk__shard *sh, const stk_
     if (!x->raw_bytes) return 0;
     uint8_t *chunk = NULL, *plain = NULL;
     const uint64_t *c = fi->chunks ? sh->chunk + 3 * (record - sh->first) : NULL;
+    int conv = stk__shard_conv(fi, sh);
+    /* A widening conversion runs forward over bytes read into the end of
+     * buf; a narrowing one (more stored bytes than raw) reads them apart. */
+    bool apart = !(c && c[1]) && x->stored_bytes > x->raw_bytes;
     uint8_t *dst = c && c[1] ? NULL : (uint8_t *)buf + (x->raw_bytes - x->stored_bytes);
+    if (apart) {
+        chunk = stk__malloc((size_t)x->stored_bytes + 1);
+        if (!chunk) return stk__err(err, -ENOMEM, "out of memory");
+        dst = chunk;
+    }
     if (c && c[1]) {
         /* Read the whole filtered chunk, decode it, keep the record's slice. */
         chunk = stk__malloc((size_t)x->stored_bytes + 1);
@@ -478,7 +487,8 @@ static int read_in_place(const stk_dataset *ds, const stk__shard *sh, const stk_
                             stk__chunks_name((int)c[2]), why);
         return 0;
     }
-    if (fi->conv) stk__conv_run(fi->conv, buf, dst, x->raw_bytes / fi->itemsize);
+    if (conv) stk__conv_run(conv, buf, dst, x->raw_bytes / fi->itemsize);
+    stk__free(chunk);
     return 0;
 }
 

@@ -102,6 +102,10 @@ typedef struct stk__fieldinfo {
      * them, and how they become row_bytes (STK__CONV_NONE: they are equal). */
     uint64_t stored_row_bytes;
     int conv;
+    /* In place: the files of the field differ in their encodings (audio
+     * of several PCM widths delivered as float32); each shard then says
+     * its own (stk__shard_conv, stk__shard_srb). */
+    bool conv_varies;
     /* In place: the HDF5 filters (STK__CHUNK_* bits) the chunks of the
      * dataset went through when records are slices of filtered chunks; the
      * index entry then names the chunk.  0: plain bytes. */
@@ -140,7 +144,8 @@ enum {
     STK__CONV_I24_F32, /* 24-bit PCM -> float32 in [-1, 1) */
     STK__CONV_I24_I32, /* 24-bit PCM -> int32, scaled to the full range */
     STK__CONV_U8_F32,  /* 8-bit unsigned PCM -> float32 in [-1, 1) */
-    STK__CONV_I32_F32  /* 32-bit PCM -> float32 in [-1, 1) */
+    STK__CONV_I32_F32, /* 32-bit PCM -> float32 in [-1, 1) */
+    STK__CONV_F64_F32  /* 64-bit float -> float32 (narrows: never in place) */
 };
 /* Bytes per element a conversion reads; 0 for an unknown one. */
 size_t stk__conv_in_size(int conv);
@@ -214,10 +219,23 @@ typedef struct stk__shard {
     const uint8_t *map; /* the whole file, read-only; NULL for an in-place
                          * index of more files than are mapped */
     int64_t mtime_ns;   /* in-place sources: modification time when indexed */
+    /* In place, a field whose files differ in encoding: this file's
+     * conversion and stored bytes per row (conv_set), else the field's. */
+    bool conv_set;
+    int conv;
+    uint64_t stored_row_bytes;
     uint64_t *chunk;    /* in place, filtered chunks: per record {offset of
                          * its bytes in the decoded chunk, decoded size
                          * (0: a chunk stored plain), filters applied} */
 } stk__shard;
+
+/* The conversion and stored bytes per row of field `fi` in shard `sh`. */
+static inline int stk__shard_conv(const stk__fieldinfo *fi, const stk__shard *sh) {
+    return sh->conv_set ? sh->conv : fi->conv;
+}
+static inline uint64_t stk__shard_srb(const stk__fieldinfo *fi, const stk__shard *sh) {
+    return sh->conv_set ? sh->stored_row_bytes : fi->stored_row_bytes;
+}
 
 struct stk_dataset {
     char *dir;

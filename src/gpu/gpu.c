@@ -513,7 +513,7 @@ int stk_gpu_restore(stk_gpu *g, const stk_loader_state *st, stk_error *err) {
 static bool can_reside(const stk_dataset *ds, const bool *sel) {
     for (size_t f = 0; f < ds->nfields; f++)
         if (sel[f] && (ds->fields[f].codec != STK_CODEC_NONE || ds->info[f].conv ||
-                       ds->info[f].chunks))
+                       ds->info[f].conv_varies || ds->info[f].chunks))
             return false;
     return true;
 }

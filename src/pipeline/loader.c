@@ -125,6 +125,7 @@ typedef struct post {
     size_t field;
     const uint8_t **srcp; /* where src will be known after the read */
     uint64_t skip;    /* POST_CHUNK: bytes of the record before the sample's */
+    int conv;         /* POST_CONV: the conversion (the shard's) */
 } post;
 
 typedef struct worker {
@@ -347,7 +348,7 @@ static void sample_span(const stk_loader *ld, uint64_t rec, uint64_t t0, uint64_
         const lfield *lf = &ld->f[i];
         uint64_t off = e[1 + 3 * lf->dsf], len = e[2 + 3 * lf->dsf];
         if (lf->kind == F_TIME && !lf->fi->chunks) {
-            uint64_t rb = lf->fi->stored_row_bytes;
+            uint64_t rb = stk__shard_srb(lf->fi, sh);
             a = STK__MIN(a, off + t0 * rb);
             z = STK__MAX(z, off + STK__MIN(t1 * rb, len));
         } else {
@@ -830,7 +831,7 @@ static int do_posts(stk_loader *ld, worker *w, size_t np, stk_error *err) {
             if (rc) return rc;
         } else if (p->kind == POST_CONV) {
             const stk__fieldinfo *fi = &ld->ds->info[p->field];
-            stk__conv_run(fi->conv, p->dst, p->src, p->raw / fi->itemsize);
+            stk__conv_run(p->conv, p->dst, p->src, p->raw / fi->itemsize);
         } else if (p->kind == POST_ZSTD) {
             size_t r = ZSTD_decompressDCtx(w->dctx, p->dst, (size_t)p->raw, p->src, (size_t)p->len);
             if (ZSTD_isError(r) || r != p->raw) {
@@ -852,8 +853,8 @@ static int do_posts(stk_loader *ld, worker *w, size_t np, stk_error *err) {
  * decode to *raw bytes at the returned place in the slot.  A ragged field
  * appends after *rows_done rows and records the sample's offset. */
 static STK__ALWAYS_INLINE uint8_t *place(const stk_loader *ld, const lfield *lf, stk_batch *s, uint32_t j,
-                      const uint64_t *e, uint64_t t, uint64_t *rows_done, uint64_t *off,
-                      uint64_t *len, uint64_t *raw) {
+                      const stk__shard *sh, const uint64_t *e, uint64_t t, uint64_t *rows_done,
+                      uint64_t *off, uint64_t *len, uint64_t *raw) {
     *off = e[1 + 3 * lf->dsf];
     *len = e[2 + 3 * lf->dsf];
     uint64_t rows = e[3 + 3 * lf->dsf];
@@ -863,8 +864,9 @@ static STK__ALWAYS_INLINE uint8_t *place(const stk_loader *ld, const lfield *lf,
         return s->mem + lf->data_off + j * lf->sample_bytes;
     }
     if (lf->kind == F_TIME) {
-        *off += t * lf->fi->stored_row_bytes;
-        *len = ld->space.L * lf->fi->stored_row_bytes;
+        uint64_t srb = stk__shard_srb(lf->fi, sh);
+        *off += t * srb;
+        *len = ld->space.L * srb;
         *raw = ld->space.L * lf->fi->row_bytes;
         return s->mem + lf->data_off + j * lf->sample_bytes;
     }
@@ -956,7 +958,8 @@ static STK__ALWAYS_INLINE const uint8_t *gather_copy(stk_loader *ld, stk_batch *
     const uint8_t *whole = NULL;
     for (size_t fi = 0; fi < ld->nf; fi++) {
         uint64_t off, len, raw;
-        uint8_t *dst = place(ld, &ld->f[fi], s, j, g->ent[j], 0, &s->ragged_rows[fi], &off, &len, &raw);
+        uint8_t *dst = place(ld, &ld->f[fi], s, j, sh, g->ent[j], 0, &s->ragged_rows[fi], &off, &len,
+                             &raw);
         memcpy(dst, sh->map + off, (size_t)len);
         g->io_bytes += len;
         whole = dst;
@@ -1073,7 +1076,7 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
                 const stk__shard *sh = &ds->shards[si];
                 const uint64_t *e = stk__entry(ds, sh, recs[j] - sh->first);
                 uint64_t off, len, raw;
-                uint8_t *dst = place(ld, lf, s, j, e, ts[j], &rows_done, &off, &len, &raw);
+                uint8_t *dst = place(ld, lf, s, j, sh, e, ts[j], &rows_done, &off, &len, &raw);
                 s->plan[s->nplan++] =
                     (stk__plan){(uint32_t)si, (uint32_t)lf->dsf, recs[j], off, len, dst};
             }
@@ -1096,18 +1099,30 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
             const stk__shard *sh = &ds->shards[si];
             const uint64_t *e = stk__entry(ds, sh, rec - sh->first);
             uint64_t off, len, raw;
-            uint8_t *dst = place(ld, lf, s, j, e, ts[j], &rows_done, &off, &len, &raw);
-            if (lf->fi->conv) {
+            uint8_t *dst = place(ld, lf, s, j, sh, e, ts[j], &rows_done, &off, &len, &raw);
+            int cv = stk__shard_conv(lf->fi, sh);
+            bool narrow = cv && len > raw;
+            if (cv && !narrow) {
                 /* The stored bytes land at the end of the sample's place and
                  * are widened forward over themselves (sources/convert.c). */
                 uint8_t *tail = dst + (raw - len);
-                w->posts[np++] = (post){POST_CONV, tail, dst, len, raw, rec, lf->dsf, NULL, 0};
+                w->posts[np++] = (post){POST_CONV, tail, dst, len, raw, rec, lf->dsf, NULL, 0, cv};
                 dst = tail;
             }
-            if (lf->f->codec == STK_CODEC_ZSTD || lf->fi->chunks) {
+            if (narrow) {
+                /* More stored bytes than the place holds (f64 to f32): they
+                 * are converted from the mapping or from staging. */
+                post *p = &w->posts[np++];
+                *p = (post){POST_CONV, NULL, dst, len, raw, rec, lf->dsf, NULL, 0, cv};
+                if (mm) {
+                    p->src = sh->map + off;
+                    continue;
+                }
+                dst = NULL; /* read into staging below */
+            } else if (lf->f->codec == STK_CODEC_ZSTD || lf->fi->chunks) {
                 post *p = &w->posts[np++];
                 *p = (post){lf->fi->chunks ? POST_CHUNK : POST_ZSTD, NULL, dst, len, raw, rec,
-                            lf->dsf, NULL, 0};
+                            lf->dsf, NULL, 0, 0};
                 if (lf->kind == F_TIME) p->skip = ts[j] * lf->fi->row_bytes;
                 if (mm) {
                     p->src = sh->map + off;
@@ -1151,10 +1166,10 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
                 src = w->stage + stage_pos + (off - lo);
                 stage_pos = stk__align_up(stage_pos + (hi - lo), direct ? DIRECT_ALIGN : 64);
             }
-            if (lf->f->codec == STK_CODEC_ZSTD || lf->fi->chunks) {
+            if (lf->f->codec == STK_CODEC_ZSTD || lf->fi->chunks || narrow) {
                 w->posts[np - 1].src = src;
             } else {
-                w->posts[np++] = (post){POST_COPY, src, dst, len, len, rec, lf->dsf, NULL, 0};
+                w->posts[np++] = (post){POST_COPY, src, dst, len, len, rec, lf->dsf, NULL, 0, 0};
             }
         }
         if (offs) {
@@ -1359,14 +1374,15 @@ static int fill_groups(stk_loader *ld, worker *w, stk_batch *s, uint64_t *recs, 
             for (size_t fi = 0; fi < ld->nf; fi++) {
                 const lfield *lf = &ld->f[fi];
                 uint64_t off, len, raw;
-                uint8_t *dst = place(ld, lf, s, j, e, ts[j], &rows_done[fi], &off, &len, &raw);
+                uint8_t *dst = place(ld, lf, s, j, sh, e, ts[j], &rows_done[fi], &off, &len, &raw);
                 const uint8_t *src = mm ? sh->map + off : gr->buf + sp->buf_off + (off - sp->base);
+                int cv = stk__shard_conv(lf->fi, sh);
                 int kind = lf->f->codec == STK_CODEC_ZSTD ? POST_ZSTD
                            : lf->fi->chunks               ? POST_CHUNK
-                           : lf->fi->conv                 ? POST_CONV
+                           : cv                           ? POST_CONV
                                                           : POST_COPY;
                 uint64_t skip = lf->kind == F_TIME && lf->fi->chunks ? ts[j] * lf->fi->row_bytes : 0;
-                w->posts[np++] = (post){kind, src, dst, len, raw, rec, lf->dsf, NULL, skip};
+                w->posts[np++] = (post){kind, src, dst, len, raw, rec, lf->dsf, NULL, skip, cv};
             }
         }
         if (rc == 0) rc = do_posts(ld, w, np, err);
@@ -2105,12 +2121,14 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
     ld->rec_check = opts->verify && !ld->use_groups && !ld->space.windows &&
                     opts->on_error == STK_ON_ERROR_RAISE && ld->nf == ds->nfields;
     for (size_t i = 0; i < ld->nf && ld->rec_check; i++)
-        if (ld->f[i].f->codec != STK_CODEC_NONE || ld->f[i].fi->chunks || ld->f[i].fi->conv)
+        if (ld->f[i].f->codec != STK_CODEC_NONE || ld->f[i].fi->chunks || ld->f[i].fi->conv ||
+            ld->f[i].fi->conv_varies)
             ld->rec_check = false;
     ld->gather = ld->backend == STK_BACKEND_MMAP && !plan_only && !ld->use_groups &&
                  !ld->space.windows;
     for (size_t i = 0; i < ld->nf && ld->gather; i++)
-        if (ld->f[i].f->codec != STK_CODEC_NONE || ld->f[i].fi->chunks || ld->f[i].fi->conv)
+        if (ld->f[i].f->codec != STK_CODEC_NONE || ld->f[i].fi->chunks || ld->f[i].fi->conv ||
+            ld->f[i].fi->conv_varies)
             ld->gather = false;
     if (ld->rec_check) {
         ld->lf_of = stk__calloc(ds->nfields, sizeof *ld->lf_of);
@@ -2124,7 +2142,16 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
     /* Ring size from what the budget leaves. */
     uint64_t stage_cap = 0;
     for (size_t i = 0; i < ld->nf; i++)
-        if (ld->f[i].f->codec == STK_CODEC_ZSTD || ld->f[i].fi->chunks) stage_cap += B * stk__align_up(ld->f[i].max_stored + 2 * DIRECT_ALIGN, 64);
+        if (ld->f[i].f->codec == STK_CODEC_ZSTD || ld->f[i].fi->chunks) {
+            stage_cap += B * stk__align_up(ld->f[i].max_stored + 2 * DIRECT_ALIGN, 64);
+        } else if (ld->f[i].fi->conv_varies || stk__conv_in_size(ld->f[i].fi->conv) > ld->f[i].fi->itemsize) {
+            /* Narrowing conversions (f64 audio as f32) stage their stored
+             * bytes: a window's rows at 8 bytes a sample, or the record. */
+            uint64_t per = ld->f[i].kind == F_TIME
+                               ? ld->space.L * (ld->f[i].fi->row_bytes / 4 * 8)
+                               : ld->f[i].max_stored;
+            stage_cap += B * stk__align_up(per + 2 * DIRECT_ALIGN, 64);
+        }
     if (opts->direct && !ld->use_groups) stage_cap += ld->slot_bytes + B * ld->nf * 2 * DIRECT_ALIGN;
     stage_cap = stk__align_up(stage_cap, DIRECT_ALIGN);
     uint64_t fixed = groups_bytes + stage_cap * (uint64_t)ld->nw;

@@ -23,6 +23,7 @@ static const struct {
     [STK__CONV_I24_I32] = {"pcm24-i32", 3},
     [STK__CONV_U8_F32] = {"pcm8-f32", 1},
     [STK__CONV_I32_F32] = {"pcm32-f32", 4},
+    [STK__CONV_F64_F32] = {"f64-f32", 8},
 };
 #define NCONV (sizeof convs / sizeof convs[0])
 
@@ -85,8 +86,16 @@ void stk__conv_run(int conv, uint8_t *dst, const uint8_t *src, uint64_t n) {
             memcpy(dst + 4 * i, &f, 4);
         }
         break;
+    case STK__CONV_F64_F32:
+        /* Narrows: dst never overlaps src (the bytes are staged). */
+        for (uint64_t i = 0; i < n; i++) {
+            double v;
+            memcpy(&v, src + 8 * i, 8);
+            float f = (float)v;
+            memcpy(dst + 4 * i, &f, 4);
+        }
+        break;
     default:
-        if (dst != src) memmove(dst, src, (size_t)n);
         break;
     }
 }

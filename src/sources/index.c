@@ -13,6 +13,11 @@
  *    "files": [{"path": p, "size": bytes, "mtime_ns": t,
  *               "runs": [[offset, count, stride, rows], ...]}, ...]}
  *
+ * Audio delivered as float32 from files of several encodings (PCM 8 to 32
+ * bits, float 32 and 64) is one field: a file whose encoding differs from
+ * the field's "stored" names its own ("stored": conv in its entry), and its
+ * stored row size follows from it.
+ *
  * A run is `count` records of `rows` rows each, the k-th at byte
  * offset + k * stride; a record's stored bytes are rows times the field's
  * stored row size.  A filtered HDF5 chunk is a run of seven:
@@ -43,6 +48,9 @@
 
 #define INDEX_FORMAT "stoker-index"
 #define INDEX_VERSION 1
+/* Version 2: some file names its own encoding ("stored" in its entry),
+ * which a reader of version 1 would misread; written only then. */
+#define INDEX_VERSION_OWN_CONV 2
 #define HEAD_BYTES 65536
 
 typedef struct irun {
@@ -55,6 +63,8 @@ typedef struct ifile {
     char *path; /* as the user named it (for messages and reading) */
     uint64_t size;
     int64_t mtime_ns;
+    int conv;   /* audio as float32: this file's own conversion */
+    bool own_conv;
     irun *runs;
     size_t nruns, cap;
 } ifile;
@@ -237,14 +247,9 @@ static int add_wav(builder *b, ifile *f, const uint8_t *head, size_t n, stk_erro
         [STK_WAV_PCM24] = {STK_BYTES, STK_I32, STK_F32, STK__CONV_I24_I32, STK__CONV_I24_F32},
         [STK_WAV_PCM32] = {STK_I32, STK_I32, STK_F32, STK__CONV_NONE, STK__CONV_I32_F32},
         [STK_WAV_FLOAT32] = {STK_F32, STK_F32, STK_F32, STK__CONV_NONE, STK__CONV_NONE},
-        [STK_WAV_FLOAT64] = {STK_F64, STK_F64, 0, STK__CONV_NONE, -1},
+        [STK_WAV_FLOAT64] = {STK_F64, STK_F64, STK_F32, STK__CONV_NONE, STK__CONV_F64_F32},
     };
     bool f32 = b->o->wav_float32 != 0;
-    if (f32 && enc[h.encoding].conv_f32 < 0)
-        return stk__err(err, STK_EUNSUPPORTED,
-                        "%s: 64-bit float audio is delivered as f64; leave out the float32 "
-                        "conversion",
-                        f->path);
     int conv = f32 ? enc[h.encoding].conv_f32 : enc[h.encoding].conv_plain;
     stk_dtype out = f32 ? enc[h.encoding].f32 : enc[h.encoding].plain;
     /* The stored form, for comparing files: 24-bit samples as 3 bytes. */
@@ -256,7 +261,25 @@ static int add_wav(builder *b, ifile *f, const uint8_t *head, size_t n, stk_erro
                         "one sample rate",
                         f->path, h.sample_rate, b->first, b->rate);
     if (!b->have) b->rate = h.sample_rate;
-    if ((rc = settle(b, f->path, &s, out, conv, true, err))) return rc;
+    if (f32 && b->have && b->conv != conv) {
+        /* float32 whatever the encoding: a file of another encoding keeps
+         * its own conversion; the delivered field (f32, channels) must
+         * still agree. */
+        if (b->f.shape[1] != (int64_t)h.channels)
+            return stk__err(err, STK_ESCHEMA,
+                            "%s: %u channels; %s, indexed first, has %lld: an index holds one "
+                            "channel count",
+                            f->path, h.channels, b->first, (long long)b->f.shape[1]);
+        f->conv = conv;
+        f->own_conv = true;
+    } else if ((rc = settle(b, f->path, &s, out, conv, true, err))) {
+        if (!f32 && rc == STK_ESCHEMA && err)
+            snprintf(err->message + strlen(err->message),
+                     sizeof err->message - strlen(err->message),
+                     " (audio of several encodings can be one index with float32=True, "
+                     "--float32 on the command line)");
+        return rc;
+    }
     b->f.shape[1] = h.channels;
     if ((rc = add_run(f, h.data_offset, 1, 0, h.frames, err))) return rc;
     b->records++;
@@ -445,7 +468,10 @@ int stk_index_build(const char *const *paths, size_t npaths, const char *index_p
     }
     root = json_object();
     json_object_set_new(root, "format", json_string(INDEX_FORMAT));
-    json_object_set_new(root, "version", json_integer(INDEX_VERSION));
+    bool own_conv = false;
+    for (size_t i = 0; i < b.n; i++) own_conv |= b.files[i].own_conv;
+    json_object_set_new(root, "version",
+                        json_integer(own_conv ? INDEX_VERSION_OWN_CONV : INDEX_VERSION));
     json_object_set_new(root, "source", json_string(source_name(b.src)));
     json_object_set_new(root, "records", json_integer((json_int_t)b.records));
     json_t *field = stk__field_json(&b.f);
@@ -469,6 +495,7 @@ int stk_index_build(const char *const *paths, size_t npaths, const char *index_p
         stk__free(p);
         json_object_set_new(o, "size", json_integer((json_int_t)f->size));
         json_object_set_new(o, "mtime_ns", json_integer((json_int_t)f->mtime_ns));
+        if (f->own_conv) json_object_set_new(o, "stored", json_string(stk__conv_name(f->conv)));
         for (size_t k = 0; k < f->nruns; k++) {
             const irun *r = &f->runs[k];
             json_t *run = json_pack("[IIII]", (json_int_t)r->off, (json_int_t)r->count,
@@ -708,12 +735,15 @@ int stk__index_open(const char *path, stk_dataset **out, stk_error *err) {
         rc = stk__err(err, STK_EBADMAGIC, "%s: not a stoker index", path);
         goto fail;
     }
-    if (!json_is_integer(ver) || json_integer_value(ver) != INDEX_VERSION) {
-        rc = stk__err(err, STK_EVERSION, "%s: index version %lld; this stoker reads version %d",
-                      path, json_is_integer(ver) ? (long long)json_integer_value(ver) : -1LL,
-                      INDEX_VERSION);
+    if (!json_is_integer(ver) || json_integer_value(ver) < INDEX_VERSION ||
+        json_integer_value(ver) > INDEX_VERSION_OWN_CONV) {
+        rc = stk__err(err, STK_EVERSION,
+                      "%s: index version %lld; this stoker reads versions %d and %d", path,
+                      json_is_integer(ver) ? (long long)json_integer_value(ver) : -1LL,
+                      INDEX_VERSION, INDEX_VERSION_OWN_CONV);
         goto fail;
     }
+    bool v1 = json_integer_value(ver) == INDEX_VERSION;
     if (!src || !json_is_object(field) || !json_is_array(files) ||
         json_u64(json_object_get(root, "records"), &records) ||
         (attrs && !json_is_object(attrs))) {
@@ -764,7 +794,7 @@ int stk__index_open(const char *path, stk_dataset **out, stk_error *err) {
     }
     if (cv) {
         size_t out_sz = fi->itemsize, in_sz = stk__conv_in_size(cv);
-        if (out_sz < in_sz || out_sz != 4) {
+        if ((out_sz < in_sz && cv != STK__CONV_F64_F32) || out_sz != 4) {
             rc = BAD("%s: encoding \"%s\" cannot deliver %s", path, conv,
                      stk_dtype_name(ds->fields[0].dtype));
             goto fail;
@@ -783,7 +813,29 @@ int stk__index_open(const char *path, stk_dataset **out, stk_error *err) {
         stk__shard *sh = &ds->shards[i];
         ds->nshards = i + 1;
         sh->first = first;
-        if ((rc = open_file(ds, sh, json_array_get(files, i), i, path, fi->stored_row_bytes, err)) ||
+        json_t *fo = json_array_get(files, i);
+        uint64_t srb = fi->stored_row_bytes;
+        const char *own = json_string_value(json_object_get(fo, "stored"));
+        if (own && v1) {
+            rc = BAD("%s: file %zu names its own encoding in a version 1 index", path, i);
+            goto fail;
+        }
+        if (own) {
+            /* This file's own encoding (audio as float32 from files of
+             * several encodings). */
+            int ocv = stk__conv_parse(own);
+            if (ocv < 0 || fi->chunks || ds->fields[0].dtype != STK_F32) {
+                rc = BAD("%s: file %zu: encoding \"%s\" cannot deliver %s", path, i, own,
+                         stk_dtype_name(ds->fields[0].dtype));
+                goto fail;
+            }
+            sh->conv_set = true;
+            sh->conv = ocv;
+            srb = ocv ? fi->row_bytes / 4 * stk__conv_in_size(ocv) : fi->row_bytes;
+            sh->stored_row_bytes = srb;
+            fi->conv_varies = true;
+        }
+        if ((rc = open_file(ds, sh, fo, i, path, srb, err)) ||
             (rc = check_file(sh, ds->mapped, err)))
             goto fail;
         first += sh->nrec;

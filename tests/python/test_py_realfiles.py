@@ -434,3 +434,59 @@ def test_installed_cli_finds_its_python_outside_the_environment(tmp_path):
                        capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert len(records_of(tmp_path / "d")) == 2
+
+
+# ---- 5. a folder of audio in several encodings, as float32 ------------------------------
+
+SUBTYPES = ["PCM_16", "PCM_24", "PCM_U8", "FLOAT", "PCM_32", "DOUBLE"]
+
+
+@pytest.fixture
+def mixed_audio(tmp_path):
+    sf = pytest.importorskip("soundfile")
+    rng = np.random.default_rng(12)
+    d = tmp_path / "clips"
+    d.mkdir()
+    want = {}
+    for i, sub in enumerate(SUBTYPES * 2):
+        n = int(rng.integers(3000, 9000))
+        x = np.clip(rng.standard_normal((n, 2)) * 0.3, -1, 0.999).astype(np.float64)
+        p = d / f"clip{i:02d}_{sub.lower()}.wav"
+        sf.write(p, x, 16000, subtype=sub)
+        want[p.name] = sf.read(p, dtype="float32")[0]   # what soundfile delivers
+    return d, want
+
+
+@pytest.mark.parametrize("backend", ["auto", "mmap", "pool"])
+def test_mixed_encodings_index_as_float32_equal_to_soundfile(tmp_path, mixed_audio, backend):
+    d, want = mixed_audio
+    stoker.index(d, tmp_path / "a.idx", float32=True)
+    names = sorted(want)
+    with stoker.Loader(tmp_path / "a.idx", batch_size=1, shuffle="sequential",
+                       backend=backend) as ld:
+        recs = [np.array(b[next(k for k in b if not k.endswith("_offsets"))]) for b in ld]
+    assert len(recs) == len(names)
+    for name, r in zip(names, recs):
+        assert r.dtype == np.float32
+        np.testing.assert_array_equal(r, want[name], err_msg=name)
+    # Windows in random order, each equal to its clip's rows.
+    seen = 0
+    with stoker.Loader(tmp_path / "a.idx", batch_size=16, window=1000, stride=500,
+                       shuffle="random", backend=backend) as ld:
+        for b in ld:
+            (key,) = [k for k in b if b[k].ndim == 3]
+            x = b[key]
+            assert x.shape[1:] == (1000, 2) and x.dtype == np.float32
+            for w in x:
+                hits = [n for n in names if any(
+                    np.array_equal(w, want[n][t:t + 1000]) for t in range(0, len(want[n]) - 999, 500))]
+                assert hits, "a window equal to no clip's rows"
+                seen += 1
+    assert seen == sum((len(v) - 1000) // 500 + 1 for v in want.values())
+
+
+def test_mixed_encodings_without_float32_say_how(tmp_path, mixed_audio):
+    d, _ = mixed_audio
+    with pytest.raises(stoker.StokerError) as ei:
+        stoker.index(d, tmp_path / "a.idx")
+    assert "float32=True" in str(ei.value)
