@@ -139,9 +139,11 @@ typedef enum stk_codec {
  * element size times the product of shape[1..ndim).  A field's bytes in a
  * record are its rows, row-major, without padding.
  *
- * `codec` compresses the field's bytes per record.  A compressed field can be
- * read whole only; windows over it are decompressed first.  `codec_level` is
- * passed to the codec (zstd: 1..19, 0 means its default, 3).
+ * `codec` compresses the field's bytes per record.  A compressed field is
+ * read whole only: a loader delivers it as a per-record field, and refuses
+ * it as the time field of windows (a window reads a range of rows; repack
+ * the field uncompressed).  `codec_level` is passed to the codec (zstd:
+ * 1..19, 0 means its default, 3).
  *
  * `name` is 1..STK_NAME_MAX-1 bytes of [A-Za-z0-9_.-].
  */
@@ -326,8 +328,14 @@ STK_API uint64_t stk_dataset_num_records(const stk_dataset *ds);
 STK_API size_t stk_dataset_num_fields(const stk_dataset *ds);
 STK_API size_t stk_dataset_num_shards(const stk_dataset *ds);
 
-/* The directory of the dataset.  Valid until stk_dataset_close. */
+/* The directory of the dataset (of the index file, for an in-place
+ * index).  Valid until stk_dataset_close. */
 STK_API const char *stk_dataset_path(const stk_dataset *ds);
+/* NULL for a dataset of stoker shards; for an in-place index (stk_index_build)
+ * the kind of the files it reads where they lie: "npy", "wav", "hdf5" or
+ * "raw".  An index has no checksums: stk_dataset_verify checks that its
+ * files are unchanged and readable. */
+STK_API const char *stk_dataset_source(const stk_dataset *ds);
 
 /* Field `i` of the schema, or NULL if i is out of range.  The struct and its
  * name are valid until stk_dataset_close. */

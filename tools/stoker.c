@@ -166,30 +166,32 @@ static bool has_suffix(const char *s, const char *suf) {
     return n >= m && strcmp(s + n - m, suf) == 0;
 }
 
-/* Adds the files ending in `ext` under `dir`, recursively, in sorted order. */
-static int collect_dir(const char *dir, const char *ext, strvec *out) {
+/* Adds the files ending in `ext` under `dir`, recursively, unordered. */
+static int collect_tree(const char *dir, const char *ext, strvec *out) {
     DIR *d = opendir(dir);
     if (!d) return -errno;
-    strvec here = {0};
+    int rc = 0;
     struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
+    while (rc == 0 && (e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.') continue;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        sv_push(&here, path);
+        struct stat st;
+        if (stat(path, &st) != 0) continue;
+        if (S_ISDIR(st.st_mode)) rc = collect_tree(path, ext, out);
+        else if (S_ISREG(st.st_mode) && has_suffix(path, ext)) sv_push(out, path);
     }
     closedir(d);
-    qsort(here.v, here.n, sizeof *here.v, cmp_str);
-    int rc = 0;
-    for (size_t i = 0; i < here.n; i++) {
-        struct stat st;
-        if (rc == 0 && stat(here.v[i], &st) == 0) {
-            if (S_ISDIR(st.st_mode)) rc = collect_dir(here.v[i], ext, out);
-            else if (has_suffix(here.v[i], ext)) sv_push(out, here.v[i]);
-        }
-        free(here.v[i]);
-    }
-    free(here.v);
+    return rc;
+}
+
+/* Adds the files ending in `ext` under `dir`, recursively, in the byte
+ * order of their full paths (as Python's sorted() or `LC_ALL=C sort`:
+ * "site0.npy" before "site0/a.npy"), the order `stoker index` takes. */
+static int collect_dir(const char *dir, const char *ext, strvec *out) {
+    size_t first = out->n;
+    int rc = collect_tree(dir, ext, out);
+    if (rc == 0) qsort(out->v + first, out->n - first, sizeof *out->v, cmp_str);
     return rc;
 }
 
@@ -201,7 +203,8 @@ static const char pack_help[] =
     "       (Parquet goes through the Python package; see stoker pack --from parquet --help)\n"
     "\n"
     "Packs files into a stoker dataset: indexed shard files and a manifest.\n"
-    "A PATH that is a directory contributes every .npy file below it, sorted.\n"
+    "A PATH that is a directory contributes every .npy file below it, in the\n"
+    "byte order of their full paths (as `LC_ALL=C sort`: a.npy before a/b.npy).\n"
     "\n"
     "  --from FORMAT      input format: npy or parquet\n"
     "  -o, --output DIR   the dataset directory to create\n"
@@ -702,7 +705,8 @@ static const char index_help[] =
     "command and in the loader (same orders, windows, ranks, resume).  Each\n"
     "file's size and modification time are recorded; a file that changes\n"
     "afterwards is refused until it is indexed again.  PATHs are files or\n"
-    "directories (walked in name order).\n"
+    "directories; a directory's files, at any depth, come in the byte order\n"
+    "of their full paths (as `LC_ALL=C sort`: site0.npy before site0/a.npy).\n"
     "\n"
     "  -o, --output INDEX   the index file to write (replaced atomically)\n"
     "  --from SOURCE        npy, wav, hdf5 or raw (default: from the first\n"
@@ -841,10 +845,17 @@ static int cmd_inspect(int argc, char **argv) {
     char hb[32], hd[32];
     human_bytes((double)bytes, hb, sizeof hb);
     human_bytes((double)data, hd, sizeof hd);
-    printf("dataset  %s\n", stk_dataset_path(ds));
-    printf("format   stoker version %d\n", STK_FORMAT_VERSION);
+    const char *src = stk_dataset_source(ds);
+    if (src) {
+        printf("index    %s (an in-place index of %s files, read where they lie; no "
+               "checksums)\n", path, src);
+    } else {
+        printf("dataset  %s\n", stk_dataset_path(ds));
+        printf("format   stoker version %d\n", STK_FORMAT_VERSION);
+    }
     printf("records  %" PRIu64 "\n", stk_dataset_num_records(ds));
-    printf("shards   %zu, %s on disk (%s of record data)\n", ns, hb, hd);
+    printf(src ? "files    %zu, %s on disk (%s of record data)\n"
+               : "shards   %zu, %s on disk (%s of record data)\n", ns, hb, hd);
     printf("fields   %zu\n", stk_dataset_num_fields(ds));
     printf("  %-20s %-6s %-20s %s\n", "name", "dtype", "shape", "codec");
     for (size_t i = 0; i < stk_dataset_num_fields(ds); i++) {
@@ -856,7 +867,7 @@ static int cmd_inspect(int argc, char **argv) {
     }
     printf("attrs    %s\n", stk_dataset_attrs(ds));
     if (ns) {
-        printf("  %-36s %12s %10s %12s\n", "shard", "first", "records", "bytes");
+        printf("  %-36s %12s %10s %12s\n", src ? "file" : "shard", "first", "records", "bytes");
         size_t show = all ? ns : (ns < 10 ? ns : 10);
         for (size_t i = 0; i < show; i++) {
             stk_shard_info si;
@@ -929,6 +940,7 @@ static int cmd_verify(int argc, char **argv) {
                    ? EXIT_ERROR
                    : EXIT_DAMAGED;
     }
+    bool in_place = stk_dataset_source(ds) != NULL;
     progress pb;
     progress_init(&pb, "verify", quiet);
     vo.on_problem = on_problem;
@@ -949,8 +961,14 @@ static int cmd_verify(int argc, char **argv) {
         char hb[32], hr[32];
         human_bytes((double)rep.bytes_checked, hb, sizeof hb);
         human_bytes(el > 0 ? (double)rep.bytes_checked / el : 0, hr, sizeof hr);
-        printf("%s is intact: %" PRIu64 " records, %s checked in %.2f s (%s/s)\n", path,
-               rep.records_checked, hb, el, hr);
+        if (in_place)
+            printf("%s: every indexed file is unchanged and readable: %" PRIu64 " records, %s "
+                   "read in %.2f s (%s/s); an in-place index has no checksums (`stoker pack` "
+                   "the data to have them)\n",
+                   path, rep.records_checked, hb, el, hr);
+        else
+            printf("%s is intact: %" PRIu64 " records, %s checked in %.2f s (%s/s)\n", path,
+                   rep.records_checked, hb, el, hr);
     }
     return 0;
 }

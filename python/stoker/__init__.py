@@ -530,8 +530,9 @@ def index(paths, output, *, source=None, split_axis0=False, dataset=None, float3
           field=None, extension=None):
     """Indexes files where they lie so that a Loader reads them in place.
 
-    paths        a file or directory, or a list of them (directories are walked
-                 in name order)
+    paths        a file or directory, or a list of them; a directory's files,
+                 at any depth, come in the byte order of their full paths (as
+                 sorted() gives: "site0.npy" before "site0/a.npy")
     output       the index file to write (replaced atomically)
     source       "npy", "wav", "hdf5" or "raw" (default: from the first file's
                  extension)

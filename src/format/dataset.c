@@ -350,6 +350,9 @@ uint64_t stk_dataset_num_records(const stk_dataset *ds) { return ds ? ds->nrec :
 size_t stk_dataset_num_fields(const stk_dataset *ds) { return ds ? ds->nfields : 0; }
 size_t stk_dataset_num_shards(const stk_dataset *ds) { return ds ? ds->nshards : 0; }
 const char *stk_dataset_path(const stk_dataset *ds) { return ds ? ds->dir : NULL; }
+const char *stk_dataset_source(const stk_dataset *ds) {
+    return ds && ds->in_place ? ds->source : NULL;
+}
 const char *stk_dataset_attrs(const stk_dataset *ds) { return ds ? ds->attrs : NULL; }
 
 const stk_field *stk_dataset_field(const stk_dataset *ds, size_t i) {

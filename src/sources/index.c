@@ -361,6 +361,63 @@ static int cmp_name(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* A list of paths, grown by doubling. */
+typedef struct pathlist {
+    char **v;
+    size_t n, cap;
+} pathlist;
+
+static int pl_push(pathlist *l, char *p) {
+    if (!p) return -ENOMEM;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        char **nv = stk__realloc(l->v, cap * sizeof *nv);
+        if (!nv) {
+            stk__free(p);
+            return -ENOMEM;
+        }
+        l->v = nv;
+        l->cap = cap;
+    }
+    l->v[l->n++] = p;
+    return 0;
+}
+
+/* The regular files under directory `path`, recursively (hidden entries
+ * left out), in no order. */
+static int list_dir(const char *path, pathlist *out, stk_error *err) {
+    DIR *d = opendir(path);
+    if (!d) {
+        int rc = -errno;
+        return stk__err(err, rc, "%s: %s", path, stk_strerror(rc));
+    }
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue; /* hidden files, . and .. */
+        char *p = stk__path_join(path, e->d_name);
+        struct stat st;
+        if (!p) {
+            rc = stk__err(err, -ENOMEM, "out of memory");
+        } else if (stat(p, &st) != 0) {
+            stk__free(p); /* vanished, or a dangling link: not a file of ours */
+        } else if (S_ISDIR(st.st_mode)) {
+            rc = list_dir(p, out, err);
+            stk__free(p);
+        } else if (S_ISREG(st.st_mode)) {
+            if (pl_push(out, p)) rc = stk__err(err, -ENOMEM, "out of memory");
+        } else {
+            stk__free(p);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+/* A file named by the user is indexed whatever its name; a directory's
+ * files are taken in the byte order of their full paths (what Python's
+ * sorted() or `LC_ALL=C sort` gives: "site0.npy" before "site0/a.npy"),
+ * whatever the depth. */
 static int walk(builder *b, const char *path, bool named, stk_error *err) {
     struct stat st;
     if (stat(path, &st) != 0) {
@@ -373,31 +430,12 @@ static int walk(builder *b, const char *path, bool named, stk_error *err) {
         return add_file(b, path, &st, err);
     }
     if (!S_ISDIR(st.st_mode)) return named ? stk__err(err, -EINVAL, "%s: not a file or directory", path) : 0;
-    DIR *d = opendir(path);
-    if (!d) {
-        int rc = -errno;
-        return stk__err(err, rc, "%s: %s", path, stk_strerror(rc));
-    }
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    int rc = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') continue; /* hidden files, . and .. */
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            char **nn = stk__realloc(names, cap * sizeof *nn);
-            if (!nn) { rc = stk__err(err, -ENOMEM, "out of memory"); break; }
-            names = nn;
-        }
-        if (!(names[n] = stk__path_join(path, e->d_name))) { rc = stk__err(err, -ENOMEM, "out of memory"); break; }
-        n++;
-    }
-    closedir(d);
-    if (rc == 0) qsort(names, n, sizeof *names, cmp_name);
-    for (size_t i = 0; i < n && rc == 0; i++) rc = walk(b, names[i], false, err);
-    for (size_t i = 0; i < n; i++) stk__free(names[i]);
-    stk__free(names);
+    pathlist files = {0};
+    int rc = list_dir(path, &files, err);
+    if (rc == 0) qsort(files.v, files.n, sizeof *files.v, cmp_name);
+    for (size_t i = 0; i < files.n && rc == 0; i++) rc = walk(b, files.v[i], false, err);
+    for (size_t i = 0; i < files.n; i++) stk__free(files.v[i]);
+    stk__free(files.v);
     return rc;
 }
 

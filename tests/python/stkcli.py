@@ -85,7 +85,8 @@ def parse_inspect(text):
     m = re.search(r"^records\s+(\d+)$", text, re.M)
     assert m, f"no records line in:\n{text}"
     records = int(m.group(1))
-    m = re.search(r"^shards\s+(\d+),", text, re.M)
+    # An in-place index lists its files where a dataset lists its shards.
+    m = re.search(r"^(?:shards|files)\s+(\d+),", text, re.M)
     assert m, f"no shards line in:\n{text}"
     shards = int(m.group(1))
     lines = text.splitlines()

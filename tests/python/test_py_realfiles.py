@@ -490,3 +490,40 @@ def test_mixed_encodings_without_float32_say_how(tmp_path, mixed_audio):
     with pytest.raises(stoker.StokerError) as ei:
         stoker.index(d, tmp_path / "a.idx")
     assert "float32=True" in str(ei.value)
+
+
+# ---- smaller things ---------------------------------------------------------------------
+
+def test_folder_order_is_the_byte_order_of_full_paths(tmp_path):
+    """site0.npy before site0/a.npy, as sorted() of the paths gives, in the
+    index and in `stoker pack --from npy` alike."""
+    root = tmp_path / "data"
+    (root / "site0").mkdir(parents=True)
+    (root / "site0" / "b").mkdir()
+    files = {"site0.npy": 1, "site0/a.npy": 2, "site0/b/c.npy": 3, "site0-x.npy": 4,
+             "a.npy": 5, "site1.npy": 6}
+    for name, v in files.items():
+        np.save(root / name, np.full(3, v, np.int32))
+    want = [files[os.path.relpath(p, root)] for p in sorted(str(p) for p in root.rglob("*.npy"))]
+    stoker.index(root, tmp_path / "i.idx")
+    with stoker.Loader(tmp_path / "i.idx", batch_size=1, shuffle="sequential") as ld:
+        assert [int(np.array(b["data"]).ravel()[0]) for b in ld] == want
+    r = subprocess.run([cli(), "pack", "--from", "npy", str(root), "-o", str(tmp_path / "p")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    got = [int(np.array(next(v for k, v in rec.items() if not k.endswith("_offsets"))).ravel()[0])
+           for rec in records_of(tmp_path / "p")]
+    assert got == want
+
+
+def test_index_is_named_as_such_by_inspect_and_verify(tmp_path):
+    np.save(tmp_path / "a.npy", np.arange(10, dtype=np.float32))
+    stoker.index(tmp_path / "a.npy", tmp_path / "a.idx")
+    ins = subprocess.run([cli(), "inspect", str(tmp_path / "a.idx")], capture_output=True,
+                         text=True)
+    assert ins.returncode == 0, ins.stderr
+    assert "in-place index of npy files" in ins.stdout and "dataset  ." not in ins.stdout
+    ver = subprocess.run([cli(), "verify", str(tmp_path / "a.idx")], capture_output=True,
+                         text=True)
+    assert ver.returncode == 0, ver.stderr
+    assert "is intact" not in ver.stdout and "no checksums" in ver.stdout
