@@ -1050,8 +1050,10 @@ struct ArrowArrayStream {
 #endif
 
 /* One field of the dataset made from one or more columns of the stream.
- * With several columns (all of one numeric type) each row becomes a vector:
- * the field's rows have `ncolumns` elements. */
+ * With several scalar columns (all of one numeric type) each row becomes a
+ * vector: the field's rows have `ncolumns` elements.  Several list columns
+ * (of one type, lists of one length within a row) stack into a ragged
+ * [*, ncolumns] field, row mode only. */
 typedef struct stk_arrow_field {
     const char *name;
     const char *const *columns;

@@ -312,12 +312,15 @@ static int plan(ctx *c, const stk_arrow_options *o, stk_error *err) {
                             c0->format, c0->dict ? ", dictionary-encoded" : "");
         for (size_t k = 0; k < ncols && ncols > 1; k++) {
             const col *ck = &c->cols[f->cols[k]];
-            if (ck->kind != K_PRIM && ck->kind != K_BOOL)
+            bool scalar0 = c0->kind == K_PRIM || c0->kind == K_BOOL;
+            bool scalar = ck->kind == K_PRIM || ck->kind == K_BOOL;
+            if (scalar != scalar0 || (!scalar && !is_list(ck->kind)))
                 return stk__err(err, -EINVAL,
-                                "field '%s': column '%s' is a list (Arrow type '%s'); a field "
-                                "of several columns stacks scalar columns, so give each list "
-                                "column a field of its own",
-                                f->name, ck->name, ck->format);
+                                "field '%s': columns '%s' (Arrow type '%s') and '%s' ('%s') "
+                                "cannot be stacked: a field of several columns stacks scalar "
+                                "columns, or list columns (lists of one length per row), not "
+                                "a mix; give each a field of its own",
+                                f->name, c0->name, c0->format, ck->name, ck->format);
             if (ck->dtype != f->dtype)
                 return stk__err(err, -EINVAL,
                                 "field '%s': columns '%s' (%s) and '%s' (%s) differ in type (the "
@@ -367,8 +370,10 @@ static void schema_of(const ctx *c, const stk_arrow_options *o, stk_field *out, 
             s->shape[0] = STK_RAGGED;
             s->shape[1] = inner;
         } else if (is_list(f->kind)) {
-            s->ndim = 1;
+            /* A list per row, or stacked lists: [*] or [*, columns]. */
+            s->ndim = f->ncols > 1 ? 2 : 1;
             s->shape[0] = STK_RAGGED;
+            s->shape[1] = f->ncols > 1 ? (int64_t)f->ncols : 0;
         } else {
             s->ndim = inner ? 1 : 0;
             s->shape[0] = inner;
@@ -492,6 +497,33 @@ static int copy_one(const struct ArrowArray *a, const col *c, int64_t r, uint8_t
     return copy_elems(a, c, r, 1, dst, err, row);
 }
 
+/* Where row r's list lies in the child array of list column c: [*b, *e). */
+static int list_at(const struct ArrowArray *a, const col *c, int64_t r, uint64_t grow,
+                   int64_t *b, int64_t *e, stk_error *err) {
+    if (!valid_at(a, r))
+        return stk__err(err, -EINVAL, "column '%s': row %llu is a null list", c->name,
+                        (unsigned long long)grow);
+    int64_t i = a->offset + r;
+    if (c->kind == K_LIST) {
+        const int32_t *off = a->buffers[1];
+        *b = off[i];
+        *e = off[i + 1];
+    } else if (c->kind == K_LLIST) {
+        const int64_t *off = a->buffers[1];
+        *b = off[i];
+        *e = off[i + 1];
+    } else if (c->kind == K_LVIEW) { /* offsets, then sizes */
+        const int32_t *off = a->buffers[1], *size = a->buffers[2];
+        *b = off[i];
+        *e = *b + size[i];
+    } else {
+        const int64_t *off = a->buffers[1], *size = a->buffers[2];
+        *b = off[i];
+        *e = *b + size[i];
+    }
+    return 0;
+}
+
 /* The row's bytes of field f (one row of the stream) into dst; for lists
  * sets *rows.  dst must hold row_bytes (or the list's bytes). */
 static int field_row(ctx *c, afield *f, struct ArrowArray *batch, int64_t r, uint64_t grow,
@@ -499,35 +531,38 @@ static int field_row(ctx *c, afield *f, struct ArrowArray *batch, int64_t r, uin
     const col *c0 = &c->cols[f->cols[0]];
     const struct ArrowArray *a0 = batch->children[f->cols[0]];
     if (is_list(f->kind)) {
-        if (!valid_at(a0, r))
-            return stk__err(err, -EINVAL, "column '%s': row %llu is a null list", c0->name,
-                            (unsigned long long)grow);
-        int64_t b, e, i = a0->offset + r;
-        if (f->kind == K_LIST) {
-            const int32_t *off = a0->buffers[1];
-            b = off[i];
-            e = off[i + 1];
-        } else if (f->kind == K_LLIST) {
-            const int64_t *off = a0->buffers[1];
-            b = off[i];
-            e = off[i + 1];
-        } else if (f->kind == K_LVIEW) { /* offsets, then sizes */
-            const int32_t *off = a0->buffers[1], *size = a0->buffers[2];
-            b = off[i];
-            e = b + size[i];
-        } else {
-            const int64_t *off = a0->buffers[1], *size = a0->buffers[2];
-            b = off[i];
-            e = b + size[i];
-        }
+        int64_t b, e;
+        int rc = list_at(a0, c0, r, grow, &b, &e, err);
+        if (rc) return rc;
         *rows = (uint64_t)(e - b);
         /* Row mode only: the list lands in the field's own buffer. */
-        if (grow_bytes(&f->data, &f->cap, (uint64_t)(e - b) * c0->isz + 1))
+        if (grow_bytes(&f->data, &f->cap, (uint64_t)(e - b) * c0->isz * f->ncols + 1))
             return stk__err(err, -ENOMEM, "out of memory");
         *dst = f->data;
-        return copy_elems(a0->children[0], c0, b, e - b, f->data, err, grow);
+        if (f->ncols == 1) return copy_elems(a0->children[0], c0, b, e - b, f->data, err, grow);
+        /* Several list columns stacked: row k of the record holds element
+         * k of each column's list; the lists must have one length. */
+        for (size_t k = 0; k < f->ncols; k++) {
+            const col *ck = &c->cols[f->cols[k]];
+            const struct ArrowArray *ak = batch->children[f->cols[k]];
+            int64_t bk, ek;
+            if ((rc = list_at(ak, ck, r, grow, &bk, &ek, err))) return rc;
+            if (ek - bk != e - b)
+                return stk__err(err, -EINVAL,
+                                "field '%s': row %llu: column '%s' holds %lld elements but '%s' "
+                                "holds %lld; stacked list columns need lists of one length",
+                                f->name, (unsigned long long)grow, ck->name, (long long)(ek - bk),
+                                c0->name, (long long)(e - b));
+            for (int64_t t = 0; t < ek - bk; t++) {
+                rc = copy_elems(ak->children[0], ck, bk + t, 1,
+                                f->data + ((uint64_t)t * f->ncols + k) * c0->isz, err, grow);
+                if (rc) return rc;
+            }
+        }
+        return 0;
     }
-    *rows = f->kind == K_FIXED ? (uint64_t)c0->width : 1;
+    /* Scalars stacked from several columns are a vector of ncols. */
+    *rows = f->kind == K_FIXED ? (uint64_t)c0->width : f->ncols > 1 ? f->ncols : 1;
     if (f->kind == K_FIXED) {
         if (!valid_at(a0, r))
             return stk__err(err, -EINVAL, "column '%s': row %llu is null", c0->name,

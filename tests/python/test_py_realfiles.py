@@ -264,12 +264,34 @@ def test_string_and_binary_keys_of_every_layout(tmp_path, key_type):
         np.testing.assert_array_equal(r["v"], [i, i + 4])
 
 
-def test_two_list_columns_in_one_field_say_what_to_do(tmp_path):
-    t = pa.table({"a": pa.array(LISTS, pa.list_(pa.float32())),
-                  "b": pa.array(LISTS, pa.list_(pa.float32()))})
+def test_stacked_columns_scalars_and_lists(tmp_path):
+    """fields={"x": [...]} stacks scalar columns into a vector per record,
+    and list columns (polars and pyarrow lists of every layout) into
+    [rows, columns] per record."""
+    t = pa.table({"a": [1.0, 2.0, 3.0], "b": [4.0, 5.0, 6.0]})
+    stoker.write(tmp_path / "s", t, fields={"x": ["a", "b"]})
+    recs = records_of(tmp_path / "s")
+    np.testing.assert_array_equal(np.stack([r["x"][0] for r in recs]), [[1, 4], [2, 5], [3, 6]])
+    b_lists = [[10.0 * v for v in row] for row in LISTS]
+    for mk in (lambda v: pa.array(v, pa.list_(pa.float32())),
+               lambda v: pa.array(v, pa.large_list(pa.float32())),
+               lambda v: pa.array(v, pa.list_view(pa.float32()))):
+        t = pa.table({"a": mk(LISTS), "b": mk(b_lists)})
+        for src in (t, pl.from_arrow(t) if not pa.types.is_list_view(t["a"].type) else t):
+            stoker.write(tmp_path / "l", src, fields={"x": ["a", "b"]}, overwrite=True)
+            recs = records_of(tmp_path / "l")
+            for r, row, brow in zip(recs, LISTS, b_lists):
+                np.testing.assert_array_equal(r["x"], np.array([row, brow], np.float32).T
+                                              .reshape(-1, 2))
+    t = pa.table({"a": pa.array([[1.0, 2.0]], pa.list_(pa.float32())),
+                  "b": pa.array([[1.0]], pa.list_(pa.float32()))})
     with pytest.raises(ValueError) as ei:
-        stoker.write(tmp_path / "d", t, fields={"x": ["a", "b"]})
-    assert "field of its own" in str(ei.value)
+        stoker.write(tmp_path / "bad", t, fields={"x": ["a", "b"]})
+    assert "one length" in str(ei.value) and "row 0" in str(ei.value)
+    t = pa.table({"a": pa.array([[1.0]], pa.list_(pa.float32())), "b": [1.0]})
+    with pytest.raises(ValueError) as ei:
+        stoker.write(tmp_path / "bad2", t, fields={"x": ["a", "b"]})
+    assert "cannot be stacked" in str(ei.value)
 
 
 # ---- 4. per-record statics ---------------------------------------------------------------
