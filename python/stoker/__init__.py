@@ -634,14 +634,15 @@ def write(path, source, *, overwrite=False, shard_bytes=256 << 20, align=64, syn
     ragged = set(ragged)
     specs = [_field_spec(k, v, k in ragged, compress) for k, v in first.items()]
     names = [s[0] for s in specs]
+    schema = {k: (v.dtype, v.shape, k in ragged and v.ndim > 0) for k, v in first.items()}
     w = _stoker.Writer(path, specs, shard_bytes, align, bool(overwrite), bool(sync), attrs_json)
     try:
         count = 0
         for rec in ([first] + ([second] if second is not None else [])):
-            w.append(_values(rec, names, count))
+            w.append(_values(rec, names, count, schema))
             count += 1
         for rec in it:
-            w.append(_values({k: _contig(v) for k, v in rec.items()}, names, count))
+            w.append(_values({k: _contig(v) for k, v in rec.items()}, names, count, schema))
             count += 1
         return w.finish()
     except BaseException:
@@ -685,12 +686,29 @@ def _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes
                                bool(overwrite), bool(sync), attrs_json, static)
 
 
-def _values(rec, names, i):
+def _values(rec, names, i, specs=None):
+    """A record's values for Writer.append, checked against the schema the
+    first record set (specs: name -> (dtype, shape, ragged))."""
     if set(rec) != set(names):
         raise InvalidArgument(f"record {i}: fields {sorted(rec)} differ from the first record's "
-                         f"{sorted(names)}")
+                              f"{sorted(names)}")
     out = []
     for k in names:
         v = _contig(rec[k])
+        if specs is not None:
+            dt, shape, ragged = specs[k]
+            if v.dtype != dt:
+                raise InvalidArgument(f"record {i}: field '{k}' is {v.dtype}, but the first "
+                                      f"record's is {dt}: every record must have the same "
+                                      "dtypes (cast it first)")
+            if v.ndim != len(shape) or tuple(v.shape[1:]) != tuple(shape[1:]) or (
+                    not ragged and tuple(v.shape) != tuple(shape)):
+                want = ("(*" + "".join(f", {d}" for d in shape[1:]) + ")") if ragged \
+                    else str(tuple(shape))
+                raise InvalidArgument(f"record {i}: field '{k}' has shape {tuple(v.shape)}; the "
+                                      f"schema the first record set is {want}"
+                                      + ("" if ragged or not shape else
+                                         " (name the field in ragged= if its first "
+                                         "dimension varies)"))
         out.append((v, 1 if v.ndim == 0 else v.shape[0]))
     return out

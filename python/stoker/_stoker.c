@@ -978,6 +978,9 @@ typedef struct {
     PyObject_HEAD
     stk_writer *w;
     size_t nfields;
+    uint64_t records;           /* appended so far, for messages */
+    uint64_t row_bytes[256];    /* bytes of one row of each field */
+    char names[256][STK_NAME_MAX];
 } WriterObject;
 
 static int writer_init(WriterObject *self, PyObject *args, PyObject *kw) {
@@ -1050,6 +1053,12 @@ static int writer_init(WriterObject *self, PyObject *args, PyObject *kw) {
         return -1;
     }
     self->nfields = (size_t)n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t rb = stk_dtype_size(f[i].dtype);
+        for (int k = 1; k < f[i].ndim; k++) rb *= (uint64_t)f[i].shape[k];
+        self->row_bytes[i] = rb;
+        snprintf(self->names[i], sizeof self->names[i], "%s", f[i].name);
+    }
     return 0;
 }
 
@@ -1078,14 +1087,32 @@ static PyObject *writer_append(WriterObject *self, PyObject *values) {
         if (PyObject_GetBuffer(buf, &views[got], PyBUF_C_CONTIGUOUS) != 0) goto out;
         v[got].data = views[got].buf;
         v[got].rows = rows;
+        /* The writer reads rows * row_bytes bytes: the value must hold
+         * exactly that many, or the record would read past it or drop some. */
+        uint64_t need = 0;
+        if (__builtin_mul_overflow((uint64_t)rows, self->row_bytes[got], &need) ||
+            (uint64_t)views[got].len != need) {
+            PyErr_Format(InvalidArgument,
+                         "record %llu: field '%s': %llu rows of %llu bytes are %llu bytes, but "
+                         "the value holds %lld",
+                         (unsigned long long)self->records, self->names[got], rows,
+                         (unsigned long long)self->row_bytes[got], (unsigned long long)need,
+                         (long long)views[got].len);
+            got++;
+            goto out;
+        }
     }
     stk_error err = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = stk_writer_append(self->w, v, &err);
     Py_END_ALLOW_THREADS
-    if (rc) raise_stk(rc, &err);
-    else ret = Py_NewRef(Py_None);
+    if (rc) {
+        raise_stk(rc, &err);
+    } else {
+        ret = Py_NewRef(Py_None);
+        self->records++;
+    }
 out:
     for (size_t i = 0; i < got; i++) PyBuffer_Release(&views[i]);
     Py_DECREF(seq);
