@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -118,18 +119,37 @@ char *stk__path_join(const char *dir, const char *name) {
 
 int stk__write_file_atomic(const char *dir, const char *name, const void *data,
                            size_t len, bool sync) {
-    char tmpname[STK_NAME_MAX * 2 + 32];
-    snprintf(tmpname, sizeof tmpname, ".%s.tmp.%ld", name, (long)getpid());
-    char *tmp = stk__path_join(dir, tmpname);
+    /* The temporary file must be a new file of ours: created exclusively,
+     * never through a link someone planted at its name (O_EXCL refuses
+     * any existing name, a symbolic link included), under a name no one
+     * can guess ahead; the rename then replaces whatever `name` is (a
+     * link itself, not what it points to). */
     char *dst = stk__path_join(dir, name);
-    int rc = 0;
-    if (!tmp || !dst) {
+    char *tmp = NULL;
+    int rc = 0, fd = -EEXIST;
+    if (!dst) {
         rc = -ENOMEM;
         goto out;
     }
-    int fd = stk__open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    for (int tries = 0; fd == -EEXIST && tries < 16; tries++) {
+        uint64_t r = 0;
+        if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+            r = stk__now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)tries;
+        char tmpname[STK_NAME_MAX * 2 + 48];
+        snprintf(tmpname, sizeof tmpname, ".%s.tmp.%ld.%016llx", name, (long)getpid(),
+                 (unsigned long long)r);
+        stk__free(tmp);
+        tmp = stk__path_join(dir, tmpname);
+        if (!tmp) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        fd = stk__open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+    }
     if (fd < 0) {
         rc = fd;
+        stk__free(tmp);
+        tmp = NULL;
         goto out;
     }
     rc = stk__pwrite_full(fd, data, len, 0);

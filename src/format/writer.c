@@ -19,6 +19,8 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
@@ -44,8 +46,14 @@ struct stk_writer {
     stk_writer_options opt;
     char *attrs;
     uint64_t schema_hash;
-    char prefix[32];  /* "" or "part-00003-" */
+    char prefix[32];  /* "", "part-00003-", or "r<tag>-" when replacing */
     char marker[48];  /* ".packing" or ".packing-part-00003" */
+    /* Locks held while writing (flock: they die with the process): the
+     * dataset's (exclusive, shared by the writers of parts) and a part's. */
+    int lock_fd, part_lock_fd;
+    /* Replacing a complete dataset: it stays readable until the new
+     * manifest is in place; its files go after. */
+    bool replacing;
 
     /* The shard being written. */
     int fd;
@@ -134,6 +142,119 @@ static bool exists_in(const char *dir, const char *name) {
     return e;
 }
 
+/* ---- what in a directory is ours ---- */
+
+#define LOCK_NAME ".stoker.lock"
+
+static bool starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+
+/* Whether entry `name` of directory fd `dfd` is a file stoker wrote: a
+ * regular file (never a link, a directory or a pipe) whose contents say so
+ * (a shard's magic, a manifest that parses, our journal), or one of our
+ * lock files and temporary files.  A user's own manifest.json, notes.stk
+ * or part-7.json is not. */
+static int is_ours(int dfd, const char *name) {
+    struct stat st;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) return 0;
+    if (!strcmp(name, LOCK_NAME) || (starts_with(name, ".stoker-part-") && strstr(name, ".lock")))
+        return 1;
+    if (name[0] == '.' && strstr(name, ".tmp.")) return 1; /* our atomic writes' */
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return 0;
+    int ours = 0;
+    size_t n = strlen(name);
+    char head[32] = {0};
+    ssize_t got = pread(fd, head, sizeof head - 1, 0);
+    if (n > 4 && !strcmp(name + n - 4, STK__SHARD_EXT)) {
+        /* A shard cut short right after its creation may hold only part
+         * of the magic, or nothing: nothing of anyone's is lost with it. */
+        ours = got >= 0 && memcmp(head, STK__MAGIC, (size_t)(got < 8 ? got : 8)) == 0;
+    } else if (starts_with(name, ".packing")) {
+        ours = got > 0 && starts_with(head, "stoker pack in progress");
+    } else if (!strcmp(name, STK__MANIFEST) || (starts_with(name, "part-") && n > 5 &&
+                                                !strcmp(name + n - 5, ".json"))) {
+        if (st.st_size > 0 && st.st_size < (64 << 20)) {
+            char *text = stk__malloc((size_t)st.st_size + 1);
+            stk__manifest m;
+            memset(&m, 0, sizeof m);
+            int prc = -ENOMEM;
+            if (text && pread(fd, text, (size_t)st.st_size, 0) == st.st_size)
+                prc = stk__manifest_parse(text, (size_t)st.st_size, name, &m, NULL);
+            if (prc == 0) {
+                ours = 1;
+                stk__manifest_clear(&m);
+            } else if (prc == -ENOMEM) {
+                ours = -ENOMEM; /* cannot tell */
+            }
+            stk__free(text);
+        }
+    }
+    close(fd);
+    return ours;
+}
+
+/* Refuses to replace anything in `dir` that stoker did not write: with
+ * `prefix` "" every entry of the directory must be ours (replacing a
+ * dataset takes the whole directory); with a part's prefix, only the
+ * files that part would remove. */
+static int check_replaceable(const char *dir, const char *prefix, const char *part_manifest,
+                             stk_error *err) {
+    DIR *d = opendir(dir);
+    if (!d) return stk__err(err, -errno, "%s: %s", dir, stk_strerror(-errno));
+    char list[512] = "";
+    size_t used = 0, nforeign = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (*prefix && !starts_with(e->d_name, prefix) &&
+            !(part_manifest && !strcmp(e->d_name, part_manifest)))
+            continue;
+        int ours = is_ours(dirfd(d), e->d_name);
+        if (ours < 0) {
+            closedir(d);
+            return stk__err(err, ours, "%s: %s", dir, stk_strerror(ours));
+        }
+        if (ours) continue;
+        if (nforeign++ < 6 && used < sizeof list - 80)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", used ? ", " : "",
+                                     e->d_name);
+    }
+    closedir(d);
+    if (!nforeign) return 0;
+    return stk__err(err, -EEXIST,
+                    "%s: holds %zu file%s stoker did not write (%s%s); replacing a dataset "
+                    "removes only a dataset's own files, so move them away or write the "
+                    "dataset elsewhere",
+                    dir, nforeign, nforeign == 1 ? "" : "s", list, nforeign > 6 ? ", ..." : "");
+}
+
+/* Takes `name` in dir for this writer: exclusive (LOCK_EX) or shared; a
+ * writer already holding it makes this fail at once.  The lock file stays
+ * (empty): removing it would let two writers lock two different files. */
+static int take_lock(const char *dir, const char *name, bool exclusive, int *out,
+                     stk_error *err) {
+    char *p = stk__path_join(dir, name);
+    if (!p) return stk__err(err, -ENOMEM, "out of memory");
+    int fd = stk__open(p, O_RDWR | O_CREAT | O_NOFOLLOW, 0644);
+    stk__free(p);
+    if (fd < 0)
+        return stk__err(err, fd, "%s: cannot open its lock %s: %s", dir, name, stk_strerror(fd));
+    if (flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0) {
+        int e = errno;
+        ssize_t n = 0;
+        close(fd);
+        (void)n;
+        if (e != EWOULDBLOCK)
+            return stk__err(err, -e, "%s: cannot lock %s: %s", dir, name, stk_strerror(-e));
+        return stk__err(err, -EBUSY,
+                        "%s: another writer is writing this dataset (it holds %s); wait for "
+                        "it to finish (two writers at once would leave a damaged dataset)",
+                        dir, name);
+    }
+    *out = fd;
+    return 0;
+}
+
 /* Removes the stoker files of `dir` whose names start with `prefix` (all of
  * them when prefix is ""), except `keep`.  Returns how many remain that
  * would have matched, or a negated errno. */
@@ -150,6 +271,7 @@ static int remove_files(const char *dir, const char *prefix, bool only_count) {
             count++;
             continue;
         }
+        if (is_ours(dirfd(d), e->d_name) != 1) continue; /* refused before, by check_replaceable */
         if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT) {
             rc = -errno;
             break;
@@ -307,6 +429,7 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
     if (!w) return stk__err(err, -ENOMEM, "out of memory");
     memset(w, 0, sizeof *w);
     w->fd = -1;
+    w->lock_fd = w->part_lock_fd = -1;
     w->opt = *opts;
     w->opt.attrs_json = NULL;
     w->nfields = nfields;
@@ -339,6 +462,20 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
         return stk__err(err, rc, "%s: cannot create the dataset directory: %s", path,
                         stk_strerror(rc));
     }
+    /* One writer at a time: a dataset's writer holds its lock exclusively;
+     * the writers of its parts share it and hold their part's. */
+    if ((rc = take_lock(path, LOCK_NAME, !part, &w->lock_fd, err))) {
+        stk_writer_free(w);
+        return rc;
+    }
+    if (part) {
+        char ln[48];
+        snprintf(ln, sizeof ln, ".stoker-part-%05u.lock", opts->part_index);
+        if ((rc = take_lock(path, ln, true, &w->part_lock_fd, err))) {
+            stk_writer_free(w);
+            return rc;
+        }
+    }
     char partman[32];
     snprintf(partman, sizeof partman, "part-%05u.json", opts->part_index);
     const char *own_manifest = part ? partman : STK__MANIFEST;
@@ -366,6 +503,21 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
             return stk__err(err, -EEXIST, "%s: %s (pass overwrite / --force to replace it)",
                             path, why);
         }
+    } else if ((rc = check_replaceable(path, part && !merged ? w->prefix : "",
+                                       part && !merged ? partman : NULL, err))) {
+        stk_writer_free(w);
+        return rc;
+    } else if (merged && !part) {
+        /* Replacing a complete dataset: it stays readable (and whole)
+         * until the new one is: the new shards take names of their own,
+         * the new manifest replaces the old in one rename, and only then
+         * do the old files go (stk_writer_finish).  A full disk or a crash
+         * on the way leaves the old dataset as it was. */
+        uint32_t tag = 0;
+        if (getrandom(&tag, sizeof tag, GRND_NONBLOCK) != (ssize_t)sizeof tag)
+            tag = (uint32_t)(stk__now_ns() ^ (uint64_t)getpid());
+        snprintf(w->prefix, sizeof w->prefix, "r%08x-", tag);
+        w->replacing = true;
     } else {
         /* Unpublish first, so that a crash from here on leaves a dataset that
          * reads as incomplete rather than a manifest over missing shards. */
@@ -472,10 +624,22 @@ static int open_shard(stk_writer *w, stk_error *err) {
     stk__free(w->shard_path);
     w->shard_path = stk__path_join(w->dir, name);
     if (!w->shard_path) return werr(w, err, -ENOMEM, "out of memory");
-    int fd = stk__open(w->shard_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    /* A new file of ours, never through a link planted at its name: a
+     * leftover of an earlier pack is removed (the link itself), then the
+     * name is taken exclusively. */
+    int fd = stk__open(w->shard_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+    if (fd == -EEXIST && unlink(w->shard_path) == 0)
+        fd = stk__open(w->shard_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
     if (fd < 0)
         return werr(w, err, fd, "%s: cannot create shard: %s", w->shard_path,
                     stk_strerror(fd));
+    /* The magic goes first, so that even a shard cut short by a crash is
+     * known as ours (the header is completed when the shard is). */
+    int mrc = stk__pwrite_full(fd, STK__MAGIC, 8, 0);
+    if (mrc) {
+        close(fd);
+        return werr(w, err, mrc, "%s: cannot write: %s", w->shard_path, stk_strerror(mrc));
+    }
     w->fd = fd;
     w->pos = STK__HEADER_SIZE;
     w->buf_off = STK__HEADER_SIZE;
@@ -498,7 +662,7 @@ static int journal_shard(stk_writer *w, size_t idx) {
                      (unsigned long long)e->header_hash);
     char *p = stk__path_join(w->dir, w->marker);
     if (!p) return -ENOMEM;
-    int fd = stk__open(p, O_WRONLY | O_APPEND, 0);
+    int fd = stk__open(p, O_WRONLY | O_APPEND | O_NOFOLLOW, 0);
     stk__free(p);
     if (fd < 0) return fd;
     ssize_t r = write(fd, line, (size_t)n);
@@ -705,6 +869,25 @@ uint64_t stk_writer_bytes_written(const stk_writer *w) {
     return w ? w->bytes_written + w->buf_len : 0;
 }
 
+/* After a replacement is published: removes the replaced dataset's files
+ * (ours, not named by the new manifest).  Failing to remove one leaves a
+ * file no manifest names, which readers ignore. */
+static void drop_replaced(stk_writer *w) {
+    DIR *d = opendir(w->dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        bool shard = n > 4 && !strcmp(e->d_name + n - 4, STK__SHARD_EXT);
+        bool part = starts_with(e->d_name, "part-") && n > 5 && !strcmp(e->d_name + n - 5, ".json");
+        if (!shard && !part) continue;
+        bool named = false;
+        for (size_t i = 0; i < w->nshards && !named; i++) named = !strcmp(w->shards[i].file, e->d_name);
+        if (!named && is_ours(dirfd(d), e->d_name) == 1) unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+}
+
 static int publish(const char *dir, const char *name, const stk__manifest *m,
                    bool sync, stk_error *err) {
     char *text = NULL;
@@ -752,6 +935,7 @@ int stk_writer_finish(stk_writer *w, stk_error *err) {
         w->failed = true;
         return rc;
     }
+    if (w->replacing) drop_replaced(w);
     char *marker = stk__path_join(w->dir, w->marker);
     if (marker) unlink(marker);
     stk__free(marker);
@@ -763,6 +947,8 @@ int stk_writer_finish(stk_writer *w, stk_error *err) {
 void stk_writer_free(stk_writer *w) {
     if (!w) return;
     if (w->fd >= 0) close(w->fd);
+    if (w->part_lock_fd >= 0) close(w->part_lock_fd);
+    if (w->lock_fd >= 0) close(w->lock_fd);
     for (size_t i = 0; i < w->npending; i++) close(w->pending[i]);
     for (size_t i = 0; i < w->nshards; i++) stk__free(w->shards[i].file);
     stk__free(w->shards);
@@ -783,8 +969,20 @@ void stk_writer_free(stk_writer *w) {
 
 /* ---- merging parts ---- */
 
+static int merge_locked(const char *path, stk_error *err);
+
 int stk_merge(const char *path, stk_error *err) {
     if (!path) return stk__err(err, -EINVAL, "stk_merge: NULL path");
+    /* No part may be written while the parts are merged. */
+    int lock = -1;
+    int rc = take_lock(path, LOCK_NAME, true, &lock, err);
+    if (rc) return rc;
+    rc = merge_locked(path, err);
+    close(lock);
+    return rc;
+}
+
+static int merge_locked(const char *path, stk_error *err) {
     if (exists_in(path, STK__MANIFEST))
         return stk__err(err, -EEXIST, "%s: already holds a merged dataset", path);
     DIR *d = opendir(path);

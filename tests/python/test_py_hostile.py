@@ -51,3 +51,125 @@ def test_the_writer_never_reads_past_a_value(tmp_path):
         w.append([(np.zeros(3, np.float32), 1 << 20)])
     assert "record 1" in str(ei.value) and "'x'" in str(ei.value)
     w.abort()
+
+
+# ---- paths: nothing written outside the dataset, no user file lost ----------------------
+
+def cli():
+    build = os.environ.get("STOKER_BUILD", "build")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.join(build if os.path.isabs(build) else os.path.join(root, build), "stoker")
+
+
+def small(n=5):
+    return {"x": np.arange(n * 3, dtype=np.float32).reshape(n, 3)}
+
+
+def test_links_planted_at_the_writers_names_are_not_followed(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    pid = os.getpid()
+    # Every name a writer used to write through: its temporaries (the old,
+    # guessable ones) and its journal.
+    names = (f".manifest.json.tmp.{pid}", f"..packing.tmp.{pid}")
+    for name in names:
+        os.symlink(victim, ds / name)
+    stoker.write(ds, small(7))
+    assert victim.read_text() == "precious"
+    assert not (ds / "manifest.json").is_symlink()
+    with stoker.Loader(ds, batch_size=7, shuffle="sequential") as ld:
+        assert len(next(iter(ld))["x"]) == 7
+    # Links planted beside a dataset are not its files: replacing it is
+    # refused, naming them, rather than done through or over them.
+    for name in names + (".packing",):
+        if not (ds / name).is_symlink():
+            os.symlink(victim, ds / name)
+    with pytest.raises(stoker.StokerError) as ei:
+        stoker.write(ds, small(2), overwrite=True)
+    assert "did not write" in str(ei.value) and ".manifest.json.tmp" in str(ei.value)
+    assert victim.read_text() == "precious"
+    # A fresh dataset whose shard name is a planted link.
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    os.symlink(victim, fresh / "shard-000000.stk")
+    with pytest.raises(stoker.StokerError):
+        stoker.write(fresh, small())   # a link named like a shard is not ours to replace
+    stoker.write(tmp_path / "fresh2", small())
+    assert victim.read_text() == "precious"
+    # The index's temporary.
+    np.save(tmp_path / "a.npy", np.zeros(4, np.float32))
+    os.symlink(victim, tmp_path / f".a.idx.tmp.{pid}")
+    stoker.index(tmp_path / "a.npy", tmp_path / "a.idx")
+    assert victim.read_text() == "precious"
+
+
+@pytest.mark.parametrize("foreign", ["manifest.json", "notes.stk", "part-7.json", "README.md"])
+def test_replacing_refuses_a_directory_with_files_stoker_did_not_write(tmp_path, foreign):
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    (ds / foreign).write_text("the user's own words\n")
+    np.save(tmp_path / "a.npy", np.zeros((2, 3), np.float32))
+    for run in (lambda: stoker.write(ds, small(), overwrite=True),
+                lambda: subprocess.run([cli(), "pack", "--from", "npy", str(tmp_path / "a.npy"),
+                                        "-o", str(ds), "--force"], capture_output=True,
+                                       text=True)):
+        try:
+            r = run()
+        except stoker.StokerError as e:
+            msg = str(e)
+        else:
+            assert r.returncode != 0
+            msg = r.stderr
+        assert foreign in msg and "did not write" in msg, msg
+        assert (ds / foreign).read_text() == "the user's own words\n"
+
+
+def test_a_second_writer_is_refused_while_the_first_writes(tmp_path):
+    ds = tmp_path / "ds"
+    w = _stoker.Writer(str(ds), [("x", "f32", (3,), "none", 0)], 1 << 20, 64, False, False, None)
+    w.append([(np.zeros(3, np.float32), 3)])
+    with pytest.raises(stoker.StokerError) as ei:
+        stoker.write(ds, small(), overwrite=True)
+    assert "another writer" in str(ei.value)
+    np.save(tmp_path / "a.npy", np.zeros((2, 3), np.float32))
+    r = subprocess.run([cli(), "pack", "--from", "npy", str(tmp_path / "a.npy"), "-o", str(ds),
+                        "--force"], capture_output=True, text=True)
+    assert r.returncode != 0 and "another writer" in r.stderr
+    w.finish()
+    del w
+    import gc
+    gc.collect()
+    stoker.write(ds, small(), overwrite=True)   # free again
+
+
+def test_a_replacement_that_fails_leaves_the_old_dataset_whole(tmp_path):
+    ds = tmp_path / "ds"
+    stoker.write(ds, small(4))
+    before = {p.name: p.read_bytes() for p in ds.iterdir() if p.suffix in (".stk", ".json")}
+
+    def bad_records():
+        yield {"x": np.zeros(3, np.float32)}
+        yield {"x": np.zeros(3, np.float32)}
+        raise OSError("the source failed half way (as a full disk would)")
+    with pytest.raises(OSError):
+        stoker.write(ds, bad_records(), overwrite=True)
+    with stoker.Loader(ds, batch_size=4, shuffle="sequential") as ld:
+        np.testing.assert_array_equal(next(iter(ld))["x"], small(4)["x"])
+    after = {p.name: p.read_bytes() for p in ds.iterdir() if p.name in before}
+    assert after == before
+    # A killed replacement, too.
+    code = ("import stoker, numpy as np, os, signal\n"
+            "def recs():\n"
+            "    for i in range(10**9):\n"
+            "        if i == 2000: os.kill(os.getpid(), signal.SIGKILL)\n"
+            "        yield {'x': np.full(3, i, np.float32)}\n"
+            f"stoker.write({str(ds)!r}, recs(), overwrite=True, shard_bytes=1 << 16)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode != 0
+    with stoker.Loader(ds, batch_size=4, shuffle="sequential") as ld:
+        np.testing.assert_array_equal(next(iter(ld))["x"], small(4)["x"])
+    # And the next replacement clears what the failed ones left.
+    stoker.write(ds, small(2), overwrite=True)
+    assert len([p for p in ds.iterdir() if p.suffix == ".stk"]) == 1
