@@ -53,7 +53,7 @@ py-asan: deps
 	@scripts/py-asan.sh
 
 # libFuzzer over every fuzz target (FUZZ_SECONDS each, default 60).
-fuzz: deps
+fuzz: py-install
 	@scripts/fuzz.sh
 
 demo: build py-install

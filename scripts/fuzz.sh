@@ -20,3 +20,10 @@ for t in ${FUZZ_TARGETS:-manifest npy shard wav index}; do
     $B/fuzz_$t $B/corpus-$t -max_total_time="$SECS" -artifact_prefix=tests/fuzz/crashers/$t/ \
         -print_final_stats=1 2>&1 | grep -E "stat::number_of_executed_units|ERROR|crash-" || true
 done
+
+# The Loader's options and the writer's record checks: a property test with
+# many more random cases than `make test` runs (each in a child process, so
+# that a crash or a hang is caught and the case named).
+echo "== options and records: ${FUZZ_CASES:-2000} cases"
+STOKER_FUZZ_CASES="${FUZZ_CASES:-2000}" STOKER_FUZZ_SEED="${FUZZ_SEED:-$RANDOM}" \
+    STOKER_BUILD="${BUILD:-build}" .venv/bin/python -m pytest -q tests/python/test_py_fuzz_options.py

@@ -1836,6 +1836,9 @@ static int open_files(stk_loader *ld, stk_error *err) {
 static int check_options(const stk_dataset *ds, const stk_loader_options *o, stk_error *err) {
     if (o->batch_size == 0) return stk__err(err, -EINVAL, "batch_size: must be at least 1");
     if (o->world_size == 0) return stk__err(err, -EINVAL, "world_size: must be at least 1");
+    if (o->queue_depth > 32768)
+        return stk__err(err, -EINVAL, "queue_depth: %u is more than io_uring takes (32768)",
+                        o->queue_depth);
     if (o->split_count == 0) return stk__err(err, -EINVAL, "split_count: must be at least 1");
     if (o->split_index >= o->split_count)
         return stk__err(err, -EINVAL, "split_index: %u is not below split_count %u",
@@ -2081,6 +2084,14 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
             ld->block_samples = STK__MAX(opts->block_bytes / STK__MAX(avg, (uint64_t)1), (uint64_t)1);
         }
         if (opts->block_samples) ld->block_samples = opts->block_samples;
+        /* A block larger than the epoch is the epoch, and a group of more
+         * blocks than there are is all of them: clamped, so that the
+         * order's arithmetic (group * K * B) cannot overflow and a group's
+         * tables are sized by what exists, whatever the options say. */
+        uint64_t n_all = STK__MAX(ld->space.n, (uint64_t)1);
+        ld->block_samples = STK__MIN(ld->block_samples, n_all);
+        uint64_t nb_all = (n_all + ld->block_samples - 1) / ld->block_samples;
+        if ((uint64_t)ld->opt.block_group > nb_all) ld->opt.block_group = (uint32_t)nb_all;
         ld->ngroups = STK__MIN(MAX_GROUP_SLOTS, ld->nw + 2);
         /* The largest group: K blocks, each as large as the largest block. */
         set_epoch_locked(ld, opts->seed, opts->epoch, 0);
