@@ -166,8 +166,20 @@ static bool has_suffix(const char *s, const char *suf) {
     return n >= m && strcmp(s + n - m, suf) == 0;
 }
 
-/* Adds the files ending in `ext` under `dir`, recursively, unordered. */
-static int collect_tree(const char *dir, const char *ext, strvec *out) {
+/* Adds the regular files ending in `ext` under `dir`, recursively,
+ * unordered; pipes and devices are skipped.  `up` holds the directories on
+ * the way down: a link back to one of them is a loop, -ELOOP. */
+static int collect_tree(const char *dir, const char *ext, strvec *out, struct stat *up, int nup) {
+    struct stat self;
+    if (stat(dir, &self) != 0) return -errno;
+    for (int i = 0; i < nup; i++)
+        if (up[i].st_dev == self.st_dev && up[i].st_ino == self.st_ino) {
+            fprintf(stderr, "%s: error: %s: leads back to a directory above it (a link loop)\n",
+                    prog, dir);
+            return -ELOOP;
+        }
+    if (nup == 64) return -ELOOP;
+    up[nup] = self;
     DIR *d = opendir(dir);
     if (!d) return -errno;
     int rc = 0;
@@ -178,7 +190,7 @@ static int collect_tree(const char *dir, const char *ext, strvec *out) {
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         struct stat st;
         if (stat(path, &st) != 0) continue;
-        if (S_ISDIR(st.st_mode)) rc = collect_tree(path, ext, out);
+        if (S_ISDIR(st.st_mode)) rc = collect_tree(path, ext, out, up, nup + 1);
         else if (S_ISREG(st.st_mode) && has_suffix(path, ext)) sv_push(out, path);
     }
     closedir(d);
@@ -190,7 +202,8 @@ static int collect_tree(const char *dir, const char *ext, strvec *out) {
  * "site0.npy" before "site0/a.npy"), the order `stoker index` takes. */
 static int collect_dir(const char *dir, const char *ext, strvec *out) {
     size_t first = out->n;
-    int rc = collect_tree(dir, ext, out);
+    struct stat up[64];
+    int rc = collect_tree(dir, ext, out, up, 0);
     if (rc == 0) qsort(out->v + first, out->n - first, sizeof *out->v, cmp_str);
     return rc;
 }
@@ -470,6 +483,11 @@ static int cmd_pack(int argc, char **argv) {
                 fprintf(stderr, "%s: error: %s: %s\n", prog, inputs.v[i], strerror(-rc));
                 return EXIT_ERROR;
             }
+        } else if (!S_ISREG(st.st_mode)) {
+            /* A pipe or a device would block the read of its header. */
+            fprintf(stderr, "%s: error: %s: not a regular file (a pipe, socket or device)\n",
+                    prog, inputs.v[i]);
+            return EXIT_ERROR;
         } else {
             sv_push(&files, inputs.v[i]);
         }
@@ -889,8 +907,10 @@ static const char verify_help[] =
     "\n"
     "Reads every shard in full and checks every checksum: shard headers, record\n"
     "indexes, blocks of record data and every record.  Exits 0 when the dataset\n"
-    "is intact, 1 when damage was found (each damaged record is named), and 2\n"
-    "when the dataset cannot be opened at all.\n"
+    "is intact; 1 when damage was found, in a record, a shard or the manifest\n"
+    "(a manifest that does not parse is damage too; each is named); and 2 when\n"
+    "there is nothing to check: no dataset at the path, a pack not finished or\n"
+    "not merged, a shard missing, a file that cannot be read.\n"
     "\n"
     "  --threads N  shards checked at once (default: one per CPU)\n"
     "  -q, --quiet  print problems only\n"

@@ -273,6 +273,13 @@ int stk__manifest_parse(const char *text, size_t len, const char *what,
             rc = BAD("%s: %s: \"header_xxh3\" must be 16 hex digits", what, ctx);
             goto out;
         }
+        /* A shard listed twice would deliver its records twice, and every
+         * checksum would still match. */
+        for (size_t j = 0; j < i; j++)
+            if (m->shards[j].file && strcmp(m->shards[j].file, file) == 0) {
+                rc = BAD("%s: %s: \"%s\" is listed twice (as shard %zu too)", what, ctx, file, j);
+                goto out;
+            }
         s->file = stk__strdup(file);
         if (!s->file) {
             rc = stk__err(err, -ENOMEM, "out of memory");

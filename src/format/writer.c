@@ -424,6 +424,18 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
     int rc = check_options(opts, err);
     if (rc) return rc;
     if ((rc = stk__schema_check(fields, nfields, NULL, err))) return rc;
+    /* The loader delivers a ragged field's offsets as "<name>_offsets":
+     * that name is taken wherever <name> is a field. */
+    for (size_t i = 0; i < nfields; i++) {
+        size_t n = strlen(fields[i].name);
+        if (n <= 8 || strcmp(fields[i].name + n - 8, "_offsets") != 0) continue;
+        for (size_t j = 0; j < nfields; j++)
+            if (strlen(fields[j].name) == n - 8 && !strncmp(fields[j].name, fields[i].name, n - 8))
+                return stk__err(err, -EINVAL,
+                                "field '%s': the loader delivers the offsets of field '%s' "
+                                "under that name; rename one of them",
+                                fields[i].name, fields[j].name);
+    }
 
     stk_writer *w = stk__aligned_alloc(64, sizeof *w);
     if (!w) return stk__err(err, -ENOMEM, "out of memory");

@@ -1664,6 +1664,20 @@ static int pick_fields(stk_loader *ld, const stk_loader_options *o, stk_error *e
         for (size_t j = 0; j < i; j++)
             if (ld->f[j].dsf == (size_t)k)
                 return stk__err(err, -EINVAL, "fields: '%s' is listed twice", o->fields[i]);
+        /* A ragged field's offsets come out as "<name>_offsets": a field
+         * of that name beside it would be shadowed (datasets written before
+         * the writer refused such names). */
+        for (size_t j = 0; j < i; j++) {
+            const char *a = ds->fields[k].name, *b = ld->f[j].f->name;
+            size_t la = strlen(a), lb = strlen(b);
+            if ((la == lb + 8 && !strncmp(a, b, lb) && !strcmp(a + lb, "_offsets")) ||
+                (lb == la + 8 && !strncmp(b, a, la) && !strcmp(b + la, "_offsets")))
+                return stk__err(err, -EINVAL,
+                                "fields: '%s' and '%s' cannot be loaded together: a ragged "
+                                "field's offsets are delivered as '<name>_offsets'; select one "
+                                "of them (fields=)",
+                                a, b);
+        }
         lfield *lf = &ld->f[i];
         lf->dsf = (size_t)k;
         lf->f = &ds->fields[k];

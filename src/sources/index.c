@@ -383,9 +383,42 @@ static int pl_push(pathlist *l, char *p) {
     return 0;
 }
 
+/* The directories on the way down (device, inode), to stop at a link
+ * back to one of them. */
+typedef struct dirstack {
+    dev_t dev[64];
+    ino_t ino[64];
+    int n;
+} dirstack;
+
 /* The regular files under directory `path`, recursively (hidden entries
- * left out), in no order. */
+ * left out), in no order.  A link back to a directory on the way down (a
+ * loop) is refused, naming it; pipes, sockets and devices are skipped: a
+ * walk never blocks on a read that cannot end. */
+static int list_dir_in(const char *path, pathlist *out, dirstack *up, stk_error *err);
+
 static int list_dir(const char *path, pathlist *out, stk_error *err) {
+    dirstack up = {.n = 0};
+    return list_dir_in(path, out, &up, err);
+}
+
+static int list_dir_in(const char *path, pathlist *out, dirstack *up, stk_error *err) {
+    struct stat self;
+    if (stat(path, &self) != 0) {
+        int rc = -errno;
+        return stk__err(err, rc, "%s: %s", path, stk_strerror(rc));
+    }
+    for (int i = 0; i < up->n; i++)
+        if (up->dev[i] == self.st_dev && up->ino[i] == self.st_ino)
+            return stk__err(err, -ELOOP,
+                            "%s: leads back to a directory above it (a link loop); remove "
+                            "the link or name the files to index",
+                            path);
+    if (up->n == 64)
+        return stk__err(err, -ELOOP, "%s: directories nested more than 64 deep", path);
+    up->dev[up->n] = self.st_dev;
+    up->ino[up->n] = self.st_ino;
+    up->n++;
     DIR *d = opendir(path);
     if (!d) {
         int rc = -errno;
@@ -402,7 +435,7 @@ static int list_dir(const char *path, pathlist *out, stk_error *err) {
         } else if (stat(p, &st) != 0) {
             stk__free(p); /* vanished, or a dangling link: not a file of ours */
         } else if (S_ISDIR(st.st_mode)) {
-            rc = list_dir(p, out, err);
+            rc = list_dir_in(p, out, up, err);
             stk__free(p);
         } else if (S_ISREG(st.st_mode)) {
             if (pl_push(out, p)) rc = stk__err(err, -ENOMEM, "out of memory");
@@ -411,6 +444,7 @@ static int list_dir(const char *path, pathlist *out, stk_error *err) {
         }
     }
     closedir(d);
+    up->n--;
     return rc;
 }
 
@@ -714,7 +748,9 @@ static int open_file(stk_dataset *ds, stk__shard *sh, json_t *o, size_t i, const
 
 /* Checks that file `sh` is still what was indexed; maps it when asked. */
 static int check_file(stk__shard *sh, bool map, stk_error *err) {
-    int fd = stk__open(sh->path, O_RDONLY, 0);
+    /* O_NONBLOCK: a path that has become a pipe must not block the open
+     * (it is refused below: only regular files are read). */
+    int fd = stk__open(sh->path, O_RDONLY | O_NONBLOCK, 0);
     if (fd < 0)
         return stk__err(err, fd == -ENOENT ? STK_ESTALE : fd,
                         "%s: cannot open a file of the index: %s%s", sh->path,
@@ -724,6 +760,11 @@ static int check_file(stk__shard *sh, bool map, stk_error *err) {
     if (fstat(fd, &st) != 0) {
         rc = -errno;
         stk__err(err, rc, "%s: %s", sh->path, stk_strerror(rc));
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = stk__err(err, STK_ESTALE,
+                      "%s: is no longer a regular file (a pipe, a device or a directory now): "
+                      "re-run `stoker index`",
+                      sh->path);
     } else {
         int64_t mt = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
         if ((uint64_t)st.st_size != sh->size || mt != sh->mtime_ns)

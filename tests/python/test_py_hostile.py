@@ -173,3 +173,72 @@ def test_a_replacement_that_fails_leaves_the_old_dataset_whole(tmp_path):
     # And the next replacement clears what the failed ones left.
     stoker.write(ds, small(2), overwrite=True)
     assert len([p for p in ds.iterdir() if p.suffix == ".stk"]) == 1
+
+
+# ---- walks: loops and pipes never hang ---------------------------------------------------
+
+def test_walks_stop_at_link_loops_and_skip_pipes(tmp_path):
+    root = tmp_path / "data"
+    (root / "sub").mkdir(parents=True)
+    np.save(root / "a.npy", np.zeros(3, np.float32))
+    np.save(root / "sub" / "b.npy", np.ones(3, np.float32))
+    os.mkfifo(root / "pipe.npy")
+    # A pipe among the files is skipped; the walk does not block on it.
+    for argv in ([cli(), "index", str(root), "-o", str(tmp_path / "i.idx")],
+                 [cli(), "pack", "--from", "npy", str(root), "-o", str(tmp_path / "p")]):
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+    with stoker.Loader(tmp_path / "i.idx", batch_size=8, shuffle="sequential") as ld:
+        assert sum(len(b["data"]) for b in ld) == 2   # a.npy and sub/b.npy, not the pipe
+    # A pipe named on the command line is refused.
+    r = subprocess.run([cli(), "pack", "--from", "npy", str(root / "pipe.npy"), "-o",
+                        str(tmp_path / "q")], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "regular file" in r.stderr
+    # A link back to a parent: refused, naming it, within the timeout.
+    os.symlink(root, root / "sub" / "up")
+    for argv in ([cli(), "index", str(root), "-o", str(tmp_path / "j.idx")],
+                 [cli(), "pack", "--from", "npy", str(root), "-o", str(tmp_path / "p2")]):
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "loop" in r.stderr, r.stderr
+    with pytest.raises(stoker.StokerError) as ei:
+        stoker.index(root, tmp_path / "k.idx")
+    assert "loop" in str(ei.value)
+
+
+def test_an_indexed_file_that_became_a_pipe_is_refused_not_waited_on(tmp_path):
+    np.save(tmp_path / "a.npy", np.zeros(3, np.float32))
+    stoker.index(tmp_path / "a.npy", tmp_path / "a.idx")
+    os.unlink(tmp_path / "a.npy")
+    os.mkfifo(tmp_path / "a.npy")
+    r = subprocess.run([cli(), "inspect", str(tmp_path / "a.idx")], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0 and "regular file" in r.stderr
+
+
+def test_a_field_cannot_shadow_the_offsets_of_another(tmp_path):
+    recs = [{"x": np.zeros(n, np.float32), "x_offsets": np.int64(7)} for n in (2, 5)]
+    with pytest.raises(ValueError) as ei:
+        stoker.write(tmp_path / "d", recs, ragged=["x"])
+    assert "x_offsets" in str(ei.value) and "rename" in str(ei.value)
+
+
+def test_verify_names_a_manifest_that_does_not_parse_as_damage(tmp_path):
+    ds = tmp_path / "ds"
+    stoker.write(ds, small())
+    (ds / "manifest.json").write_text("{garbage")
+    r = subprocess.run([cli(), "verify", str(ds)], capture_output=True, text=True)
+    assert r.returncode == 1 and "manifest.json" in r.stderr
+    help_text = subprocess.run([cli(), "verify", "--help"], capture_output=True, text=True).stdout
+    assert "manifest that does not parse is damage" in help_text
+
+
+def test_a_manifest_listing_a_shard_twice_is_damage(tmp_path):
+    import json
+    ds = tmp_path / "ds"
+    stoker.write(ds, {"x": np.arange(40, dtype=np.float32).reshape(10, 4)}, shard_bytes=4096 * 2)
+    m = json.loads((ds / "manifest.json").read_text())
+    m["shards"].append(dict(m["shards"][0]))
+    m["records"] += m["shards"][0]["records"]
+    (ds / "manifest.json").write_text(json.dumps(m))
+    r = subprocess.run([cli(), "verify", str(ds)], capture_output=True, text=True)
+    assert r.returncode == 1 and "listed twice" in r.stderr
