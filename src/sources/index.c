@@ -649,6 +649,20 @@ static int open_file(stk_dataset *ds, stk__shard *sh, json_t *o, size_t i, const
                        want == 6 ? ", stored, raw" : want == 7 ? ", stored, raw, applied" : "");
         if (__builtin_add_overflow(nrec, c, &nrec) || nrec > (UINT64_C(1) << 40))
             return BAD("%s: %s: record counts overflow", what, p);
+        /* Before anything is allocated for them: the run's records must lie
+         * in the file the index says it has (several records of a run at
+         * distinct offsets), so that a crafted count cannot make the
+         * reader allocate what no file holds. */
+        uint64_t off = 0, stride = 0;
+        if (json_u64(json_array_get(r, 0), &off) || json_u64(json_array_get(r, 2), &stride))
+            return BAD("%s: %s: run %zu must be [offset, count, stride, rows]", what, p, k);
+        uint64_t last = 0;
+        if (c > 1 && (stride == 0 || __builtin_mul_overflow(c - 1, stride, &last) ||
+                      off > size || last > size - off))
+            return BAD("%s: %s: run %zu: %llu records %llu bytes apart from byte %llu do not "
+                       "fit in the file's %llu bytes",
+                       what, p, k, (unsigned long long)c, (unsigned long long)stride,
+                       (unsigned long long)off, (unsigned long long)size);
     }
     sh->nrec = nrec;
     sh->index = stk__alloc_table((size_t)(nrec ? nrec : 1) * 4 * sizeof(uint64_t));

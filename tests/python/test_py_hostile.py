@@ -242,3 +242,23 @@ def test_a_manifest_listing_a_shard_twice_is_damage(tmp_path):
     (ds / "manifest.json").write_text(json.dumps(m))
     r = subprocess.run([cli(), "verify", str(ds)], capture_output=True, text=True)
     assert r.returncode == 1 and "listed twice" in r.stderr
+
+
+def test_an_index_with_counts_no_file_holds_is_refused_before_allocating(tmp_path):
+    import json
+    import resource
+    np.save(tmp_path / "a.npy", np.zeros((100, 4), np.float32))
+    stoker.index(tmp_path / "a.npy", tmp_path / "a.idx", split_axis0=True)
+    doc = json.loads((tmp_path / "a.idx").read_text())
+    run = doc["files"][0]["runs"][0]
+    for bad in ([run[0], 2**32, run[2], run[3]], [run[0], 2**32, 0, 0]):
+        doc["files"][0]["runs"] = [bad]
+        doc["records"] = bad[1]
+        (tmp_path / "b.idx").write_text(json.dumps(doc))
+        code = ("import resource, stoker\n"
+                "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+                f"stoker.Loader({str(tmp_path / 'b.idx')!r}, batch_size=1)\n")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode != 0
+        assert "do not fit" in r.stderr and "out of memory" not in r.stderr, r.stderr[-500:]
