@@ -653,12 +653,29 @@ static int open_file(stk_dataset *ds, stk__shard *sh, json_t *o, size_t i, const
          * in the file the index says it has (several records of a run at
          * distinct offsets), so that a crafted count cannot make the
          * reader allocate what no file holds. */
-        uint64_t off = 0, stride = 0;
+        uint64_t off = 0, stride = 0, stored = 0, raw = 0;
         if (json_u64(json_array_get(r, 0), &off) || json_u64(json_array_get(r, 2), &stride))
             return BAD("%s: %s: run %zu must be [offset, count, stride, rows]", what, p, k);
+        if (chunks) {
+            json_u64(json_array_get(r, 4), &stored);
+            json_u64(json_array_get(r, 5), &raw);
+        }
+        /* A filtered chunk's records lie in its decoded bytes, which its
+         * stored bytes (in the file) bound: zlib inflates at most about
+         * 1,032 to 1. */
+        uint64_t room = size > off ? size - off : 0;
+        if (stored) {
+            if (off > size || stored > size - off || raw / 1100 > stored + 64)
+                return BAD("%s: %s: run %zu: a chunk of %llu bytes (%llu decoded) at byte %llu "
+                           "does not fit in the file's %llu bytes",
+                           what, p, k, (unsigned long long)stored, (unsigned long long)raw,
+                           (unsigned long long)off, (unsigned long long)size);
+            room = raw;
+            off = 0;
+        }
         uint64_t last = 0;
         if (c > 1 && (stride == 0 || __builtin_mul_overflow(c - 1, stride, &last) ||
-                      off > size || last > size - off))
+                      (!stored && off > size) || last > room))
             return BAD("%s: %s: run %zu: %llu records %llu bytes apart from byte %llu do not "
                        "fit in the file's %llu bytes",
                        what, p, k, (unsigned long long)c, (unsigned long long)stride,

@@ -218,8 +218,11 @@ static void check_run(tds *d, stk_order order, stk_backend backend, const char *
     CHECK(count(&t, -1, "verify") > 0);
     if (order == STK_ORDER_BLOCK && backend != STK_BACKEND_MMAP) {
         CHECK(count(&t, -1, "group load") > 0 && count(&t, -1, "read") > 0);
-        /* A thread of its own reads groups ahead, and does nothing else. */
-        CHECK(t.reader >= 0 && count(&t, t.reader, "group load") > 0);
+        /* A thread of its own reads groups ahead, and does nothing else.
+         * (A worker that needs a group before the reader got to it loads it
+         * itself: on a loaded machine the reader may load none of the few
+         * groups of this small epoch.) */
+        CHECK(t.reader >= 0);
         CHECK(count(&t, t.reader, "batch") == 0 && count(&t, t.reader, "next") == 0);
     } else {
         CHECK(t.reader < 0);
