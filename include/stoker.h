@@ -894,6 +894,14 @@ STK_API int stk_advise_order(const stk_dataset *ds, const stk_loader *ld,
  * buffer and descriptor.  Safe at any moment.  Accepts NULL. */
 STK_API void stk_loader_close(stk_loader *ld);
 
+/* For a caller that must close while it still holds batches: stops the
+ * threads and gives the memory of every batch buffer it does not hold back
+ * to the system; the batches held stay valid (release them, then call
+ * stk_loader_close).  No batch can be taken after it.  Not for a loader
+ * under a GPU stage (its buffers may be registered with the driver).
+ * Accepts NULL; a second call does nothing. */
+STK_API void stk_loader_stop(stk_loader *ld);
+
 /* ------------------------------------------------------------------------ */
 /* The GPU stage                                                             */
 /* ------------------------------------------------------------------------ */

@@ -810,8 +810,18 @@ static PyObject *loader_close(LoaderObject *self, PyObject *unused) {
         self->ds = NULL;
         Py_RETURN_NONE;
     }
-    if (self->live) self->closing = 1;
-    else loader_teardown(self);
+    if (self->live) {
+        /* Batches still alive: the threads stop and every buffer not held
+         * goes back now; the rest when the last batch goes. */
+        self->closing = 1;
+        if (self->ld && !self->gpu) {
+            Py_BEGIN_ALLOW_THREADS
+            stk_loader_stop(self->ld);
+            Py_END_ALLOW_THREADS
+        }
+    } else {
+        loader_teardown(self);
+    }
     Py_RETURN_NONE;
 }
 

@@ -2640,19 +2640,47 @@ void stk_loader_stats_reset(stk_loader *ld) {
     ld->st_t0 = now_ns();
 }
 
-void stk_loader_close(stk_loader *ld) {
-    if (!ld) return;
+/* Joins the threads once (stk_loader_stop, then stk_loader_close). */
+static void join_threads(stk_loader *ld) {
     pthread_mutex_lock(&ld->mu);
     ld->stop = true;
     ld->gen++;
     pthread_cond_broadcast(&ld->cv);
     pthread_mutex_unlock(&ld->mu);
-    /* Workers waiting for the warm-up are let go when it stops; it is freed
-     * once they are gone, and before what its callback uses is. */
     stk__warm_cancel(ld->warm);
     for (int i = 0; i < ld->nw; i++)
-        if (ld->w[i].started) pthread_join(ld->w[i].tid, NULL);
-    if (ld->reader.started) pthread_join(ld->reader.tid, NULL);
+        if (ld->w[i].started) {
+            pthread_join(ld->w[i].tid, NULL);
+            ld->w[i].started = false;
+        }
+    if (ld->reader.started) {
+        pthread_join(ld->reader.tid, NULL);
+        ld->reader.started = false;
+    }
+}
+
+void stk_loader_stop(stk_loader *ld) {
+    if (!ld) return;
+    join_threads(ld);
+    /* Every buffer the caller does not hold: its pages go back (the
+     * mapping itself stays until close, which frees it). */
+    size_t stride = (size_t)stk__align_up(ld->slot_bytes, 4096);
+    for (uint32_t i = 0; ld->slots && ld->slot_mem && i < ld->R; i++) {
+        stk_batch *b = &ld->slots[i];
+        if (b->state == S_HELD || b->mem != ld->slot_mem + (size_t)i * stride) continue;
+        madvise(b->mem, stride, MADV_DONTNEED);
+        b->state = S_FREE;
+    }
+    /* And what the threads worked with. */
+    stk__free(ld->group_mem);
+    ld->group_mem = NULL;
+}
+
+void stk_loader_close(stk_loader *ld) {
+    if (!ld) return;
+    /* Workers waiting for the warm-up are let go when it stops; it is freed
+     * once they are gone, and before what its callback uses is. */
+    join_threads(ld);
     stk__io_close(ld->reader.io);
     stk__free(ld->reader.reqs);
     stk__warm_stop(ld->warm);

@@ -265,3 +265,36 @@ def test_an_index_with_counts_no_file_holds_is_refused_before_allocating(tmp_pat
                            timeout=60)
         assert r.returncode != 0
         assert "do not fit" in r.stderr and "out of memory" not in r.stderr, r.stderr[-500:]
+
+
+# ---- resource limits ------------------------------------------------------------------------
+
+def test_close_with_a_live_batch_stops_the_threads_and_gives_the_ring_back(tmp_path):
+    """close() while a batch is still referenced: the threads stop and the
+    buffers not held return to the system at once; the held batch stays
+    valid until it goes."""
+    def rss():
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmRSS")) << 10
+
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    n = 160   # 10 batches of 16 MiB: more than the ring of 8 holds
+    x = np.arange(n * 256 * 1024, dtype=np.float32).reshape(n, 256 * 1024)  # 1 MiB records
+    stoker.write(tmp_path / "d", {"x": x})
+    base_threads = threads()
+    ld = stoker.Loader(tmp_path / "d", batch_size=16, shuffle="sequential", prefetch=8,
+                       warm_up=False)
+    it = iter(ld)
+    held = next(it)["x"]                       # 16 MiB, kept
+    import time
+    time.sleep(0.5)                            # the ring fills: 8 buffers of 16 MiB
+    before, busy = rss(), threads()
+    assert busy > base_threads
+    ld.close()
+    after = rss()
+    assert threads() == base_threads
+    assert before - after > 64 << 20, (before, after)   # most of the 128 MiB ring
+    np.testing.assert_array_equal(held, x[:16])          # the held batch is intact
+    del held, it
