@@ -659,6 +659,12 @@ STK_API int stk_loader_add_buffer(stk_loader *ld, stk_error *err);
  * pointer into it are invalid afterwards. */
 STK_API void stk_loader_release(stk_loader *ld, stk_batch *b);
 
+/* Puts back the batch the last stk_loader_next gave, undelivered: the next
+ * call gives it again and the saved state counts it as not taken (a caller
+ * interrupted before it could use the batch loses nothing).  -EINVAL when
+ * `b` is not that batch (another was taken since, or the epoch moved). */
+STK_API int stk_loader_unget(stk_loader *ld, stk_batch *b);
+
 /* Samples in the batch (batch_size, or fewer for a last partial batch). */
 STK_API uint32_t stk_batch_size(const stk_batch *b);
 /* The batch's number within this rank's stream since the epoch began or the

@@ -307,16 +307,28 @@ class Loader:
 
     def next(self):
         """The next batch, or None at the end of the epoch."""
-        item = self._c.next_batch()
-        if item is None:
-            self._exhausted = True
-            return None
+        item = None
+        try:
+            item = self._c.next_batch()
+            if item is None:
+                self._exhausted = True
+                return None
+            # A copy: a view would keep the whole batch buffer held after
+            # the caller dropped the batch, so that holding one batch while
+            # asking for the next could exhaust the ring (-EBUSY) at
+            # prefetch=2.
+            ids = np.array(item[1], dtype=np.uint64)
+            out = self._convert(item[0])
+        except BaseException:
+            # Interrupted (Ctrl-C) after the batch was taken but before the
+            # caller had it: put it back, so that the next call gives it and
+            # a state saved now does not count it as delivered.
+            if item is not None:
+                self._c.unget_last()
+            raise
         self._started = True
-        # A copy: a view would keep the whole batch buffer held after the
-        # caller dropped the batch, so that holding one batch while asking
-        # for the next could exhaust the ring (-EBUSY) at prefetch=2.
-        self._last_ids = np.array(item[1], dtype=np.uint64)
-        return self._convert(item[0])
+        self._last_ids = ids
+        return out
 
     def sample_ids(self):
         """The global sample ids of the last batch returned (a NumPy array)."""

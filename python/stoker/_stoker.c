@@ -97,10 +97,12 @@ typedef struct {
     pid_t pid;
     Py_ssize_t live;   /* Batch objects alive */
     int closing;       /* close() called while batches were alive */
+    struct BatchObject_ *last; /* the last host batch given (borrowed; cleared
+                                * when it goes), for unget_last() */
     PyObject *names;   /* tuple of field names */
 } LoaderObject;
 
-typedef struct {
+typedef struct BatchObject_ {
     PyObject_HEAD
     LoaderObject *loader;
     stk_batch *b;          /* a host batch, or */
@@ -145,6 +147,7 @@ static void loader_teardown(LoaderObject *self) {
 static void batch_dealloc(BatchObject *self) {
     LoaderObject *l = self->loader;
     if (l) {
+        if (l->last == self) l->last = NULL;
         if (l->gpu && self->gb && l->pid == getpid())
             /* Refilled only after the work queued on the consumer's stream
              * so far is done (or at once when no stream was given). */
@@ -678,6 +681,7 @@ static PyObject *loader_next_batch(LoaderObject *self, PyObject *unused) {
         return NULL;
     }
     bo->b = b;
+    self->last = bo;
     size_t nf = stk_loader_num_fields(self->ld);
     stk_batch_field *f = PyMem_Calloc(nf ? nf : 1, sizeof *f);
     if (!f) {
@@ -799,6 +803,20 @@ static PyObject *loader_stats_reset(LoaderObject *self, PyObject *unused) {
     if (check_process(self)) return NULL;
     stk_loader_stats_reset(self->ld);
     Py_RETURN_NONE;
+}
+
+/* unget_last(): puts back the last batch given (an interrupt came before
+ * the caller could have it); its old arrays are detached from the buffer's
+ * ownership, which the batch's next delivery takes.  True when put back. */
+static PyObject *loader_unget_last(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (check_process(self)) return NULL;
+    BatchObject *bo = self->last;
+    if (!bo || !bo->b || self->gpu) Py_RETURN_FALSE;
+    if (stk_loader_unget(self->ld, bo->b) != 0) Py_RETURN_FALSE;
+    bo->b = NULL;
+    self->last = NULL;
+    Py_RETURN_TRUE;
 }
 
 static PyObject *loader_close(LoaderObject *self, PyObject *unused) {
@@ -961,6 +979,8 @@ static PyMethodDef loader_methods[] = {
     {"last_skip", (PyCFunction)loader_last_skip, METH_NOARGS,
      "(samples replaced so far, reason for the last one) under on_error='skip'."},
     {"counts", (PyCFunction)loader_counts, METH_NOARGS, "Sample and batch counts."},
+    {"unget_last", (PyCFunction)loader_unget_last, METH_NOARGS,
+     "unget_last(): puts back the last batch given, undelivered"},
     {"close", (PyCFunction)loader_close, METH_NOARGS,
      "Stops the threads; memory still referenced by batches is freed with them."},
     {NULL, NULL, 0, NULL}};

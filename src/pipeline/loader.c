@@ -2422,6 +2422,20 @@ int stk_loader_add_buffer(stk_loader *ld, stk_error *err) {
     return rc;
 }
 
+int stk_loader_unget(stk_loader *ld, stk_batch *b) {
+    if (!ld || !b) return -EINVAL;
+    pthread_mutex_lock(&ld->mu);
+    int rc = -EINVAL;
+    if (b->state == S_HELD && b->gen == ld->gen && b->b + 1 == ld->next_take) {
+        b->state = S_READY;
+        ld->next_take--;
+        rc = 0;
+    }
+    pthread_cond_broadcast(&ld->cv);
+    pthread_mutex_unlock(&ld->mu);
+    return rc;
+}
+
 void stk_loader_release(stk_loader *ld, stk_batch *b) {
     if (!ld || !b) return;
     pthread_mutex_lock(&ld->mu);

@@ -298,3 +298,34 @@ def test_close_with_a_live_batch_stops_the_threads_and_gives_the_ring_back(tmp_p
     assert before - after > 64 << 20, (before, after)   # most of the 128 MiB ring
     np.testing.assert_array_equal(held, x[:16])          # the held batch is intact
     del held, it
+
+
+def test_an_interrupt_inside_next_loses_no_batch(tmp_path):
+    """Ctrl-C after the C loader handed a batch over but before the caller
+    had it: the batch is put back; the next call gives it, and a state saved
+    in between resumes at it."""
+    stoker.write(tmp_path / "d", {"x": np.arange(200, dtype=np.int64)})
+    kw = dict(batch_size=16, shuffle="random", seed=3)
+    with stoker.Loader(tmp_path / "d", **kw) as ref:
+        want = [b["x"].tolist() for b in ref]
+    with stoker.Loader(tmp_path / "d", **kw) as ld:
+        got = [ld.next()["x"].tolist(), ld.next()["x"].tolist()]
+        real = ld._convert
+        calls = {"n": 0}
+
+        def interrupted(arrays):
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise KeyboardInterrupt
+            return real(arrays)
+        ld._convert = interrupted
+        with pytest.raises(KeyboardInterrupt):
+            ld.next()
+        state = ld.state_dict()
+        got.append(ld.next()["x"].tolist())       # the batch put back
+        ld._convert = real
+        with stoker.Loader(tmp_path / "d", **kw) as again:
+            again.load_state_dict(state)
+            resumed = [b["x"].tolist() for b in again]
+    assert got == want[:3]
+    assert resumed == want[2:]
