@@ -293,6 +293,23 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
                           path, out->dataset, (unsigned long long)i);
             goto out;
         }
+        /* Chunks hold whole rows: every chunk starts at column 0 of each
+         * other dimension, on a chunk boundary, within the rows.  A key
+         * that says otherwise (a damaged or crafted B-tree) names bytes
+         * libhdf5 would not deliver for these rows: refused. */
+        bool placed = coord[0] < dims[0] && coord[0] % cdims[0] == 0;
+        for (int k = 1; k < nd; k++) placed = placed && coord[k] == 0;
+        if (!placed) {
+            rc = stk__err(err, STK_ECORRUPT,
+                          "%s: dataset '%s': chunk %llu says it starts at (%llu, %llu%s): not "
+                          "a chunk of whole rows within the dataset's %llu rows (a damaged "
+                          "chunk index)",
+                          path, out->dataset, (unsigned long long)i,
+                          (unsigned long long)coord[0],
+                          (unsigned long long)(nd > 1 ? coord[1] : 0), nd > 2 ? ", ..." : "",
+                          (unsigned long long)dims[0]);
+            goto out;
+        }
         uint64_t n = STK__MIN((uint64_t)cdims[0], (uint64_t)(dims[0] - coord[0]));
         uint64_t craw = (uint64_t)cdims[0] * row;
         /* Bit k of the mask: pipeline filter k was skipped for this chunk

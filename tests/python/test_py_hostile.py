@@ -329,3 +329,26 @@ def test_an_interrupt_inside_next_loses_no_batch(tmp_path):
             resumed = [b["x"].tolist() for b in again]
     assert got == want[:3]
     assert resumed == want[2:]
+
+
+def test_an_hdf5_chunk_key_beyond_dimension_0_is_refused(tmp_path):
+    """A B-tree key that puts a chunk at column 4 of a 4-column dataset:
+    libhdf5 reads fill values for those rows; stoker must not deliver the
+    chunk's bytes there."""
+    h5py = pytest.importorskip("h5py")
+    import struct
+    p = tmp_path / "a.h5"
+    with h5py.File(p, "w", libver="earliest") as f:
+        f.create_dataset("d", data=np.arange(400, dtype=np.float32).reshape(100, 4),
+                         chunks=(10, 4))
+    b = bytearray(p.read_bytes())
+    key = struct.pack("<IIQQQ", 160, 0, 10, 0, 0)   # chunk bytes, mask, (10, 0, elem)
+    assert b.count(key) == 1
+    i = b.find(key)
+    b[i + 16:i + 24] = struct.pack("<Q", 4)
+    p.write_bytes(bytes(b))
+    with h5py.File(p) as f:
+        assert (f["d"][10:20] == 0).all()   # what libhdf5 reads there
+    with pytest.raises(stoker.StokerError) as ei:
+        stoker.index(p, tmp_path / "a.idx", dataset="d")
+    assert "chunk" in str(ei.value) and "whole rows" in str(ei.value)
