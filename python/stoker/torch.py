@@ -116,15 +116,13 @@ class Dataset(torch.utils.data.IterableDataset):
         if self._loader is not None:
             self._loader.set_epoch(self._epoch)
 
-    def _worker_epoch(self, info):
-        """The epoch of this pass in a worker process: the one every worker
-        of the pass agrees on."""
-        # The workers of one pass share the DataLoader's base seed (new for
-        # each pass of non-persistent workers) and their count of passes
-        # (which persistent workers keep).
+    def _pass_key(self, info):
+        """This worker's key for its next pass: the workers of one pass share
+        the DataLoader's base seed (new for each pass of non-persistent
+        workers) and their count of passes (which persistent workers keep)."""
         key = f"{info.seed - info.id}:{self._passes}"
         self._passes += 1
-        return self._epochs.for_pass(key)
+        return key
 
     def __iter__(self):
         loader = self._open()
@@ -134,11 +132,10 @@ class Dataset(torch.utils.data.IterableDataset):
             self._epoch = loader.epoch
             self._pending_state = None
             if info is not None:
-                self._epochs.resumed(f"{info.seed - info.id}:{self._passes}", self._epoch)
-                self._passes += 1
+                self._epochs.resumed(self._pass_key(info), self._epoch)
         else:
             if info is not None:
-                self._epoch = self._worker_epoch(info)
+                self._epoch = self._epochs.for_pass(self._pass_key(info))
             elif self._exhausted and loader.epoch == self._epoch:
                 # A new iteration without set_epoch() runs the next epoch.
                 self._epoch += 1
@@ -176,7 +173,7 @@ class _Epochs:
     whatever the DataLoader's start method).
 
     It holds the epoch last given to set_epoch() with a count of calls, and
-    the last pass: its key (see Dataset._worker_epoch), its epoch, and the
+    the last pass: its key (see Dataset._pass_key), its epoch, and the
     count of set_epoch() calls it had seen.  The first worker of a pass
     decides: the epoch set since the last pass if set_epoch() was called,
     else the last pass's epoch + 1; the others read the decision.

@@ -241,9 +241,7 @@ static int take_lock(const char *dir, const char *name, bool exclusive, int *out
         return stk__err(err, fd, "%s: cannot open its lock %s: %s", dir, name, stk_strerror(fd));
     if (flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0) {
         int e = errno;
-        ssize_t n = 0;
         close(fd);
-        (void)n;
         if (e != EWOULDBLOCK)
             return stk__err(err, -e, "%s: cannot lock %s: %s", dir, name, stk_strerror(-e));
         return stk__err(err, -EBUSY,
