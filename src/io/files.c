@@ -172,6 +172,12 @@ void stk__files_unpin(const stk__files *f, const stk__ioreq *r, size_t n) {
     pthread_mutex_unlock(&c->mu);
 }
 
+void stk__files_share(stk__files *f, unsigned users) {
+    if (!f->cache) return;
+    size_t share = f->cache->budget / (2 * (size_t)(users ? users : 1));
+    f->max_pins = share ? share : 1;
+}
+
 size_t stk__files_open_count(const stk__files *f) {
     stk__fdcache *c = f->cache;
     if (!c) {

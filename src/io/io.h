@@ -32,6 +32,7 @@ typedef struct stk__files {
     bool direct;
     bool random; /* reads come in random order: no read-ahead */
     stk__fdcache *cache; /* NULL: every file is open for the loader's life */
+    size_t max_pins;     /* distinct files one stk__io_exec pins at a time */
 } stk__files;
 
 /* Opens the dataset's files for reading: all of them when at most `budget`
@@ -45,6 +46,11 @@ void stk__files_close(stk__files *f);
  * until unpinned. */
 int stk__files_pin(const stk__files *f, stk__ioreq *r, size_t n, stk_error *err);
 void stk__files_unpin(const stk__files *f, const stk__ioreq *r, size_t n);
+/* Divides the cache among `users` threads that read at once: each
+ * stk__io_exec then pins at most its share of the budget at a time, so
+ * that reads spanning many files (a block-order group over small shards)
+ * stay within the process's descriptor limit. */
+void stk__files_share(stk__files *f, unsigned users);
 /* Descriptors open now (for tests and stats). */
 size_t stk__files_open_count(const stk__files *f);
 
@@ -69,12 +75,30 @@ int stk__io_mmap_open(const stk__files *f, stk__io **out, stk_error *err);
 /* Whether io_uring works here (kernel support, not forbidden by policy). */
 bool stk__io_uring_available(void);
 
-static inline int stk__io_exec(stk__io *io, stk__ioreq *r, size_t n, stk_error *err) {
+static inline int stk__io_exec_pinned(stk__io *io, stk__ioreq *r, size_t n, stk_error *err) {
     int rc = stk__files_pin(io->files, r, n, err);
     if (rc) return rc;
     rc = io->ops->exec(io, r, n, err);
     stk__files_unpin(io->files, r, n);
     return rc;
+}
+/* Executes n reads, in slices of at most files->max_pins distinct files
+ * (counted as changes of file along the list) when files are cached. */
+static inline int stk__io_exec(stk__io *io, stk__ioreq *r, size_t n, stk_error *err) {
+    size_t cap = io->files->max_pins;
+    if (!io->files->cache || !cap) return stk__io_exec_pinned(io, r, n, err);
+    size_t start = 0, files = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i > start && r[i].shard == r[i - 1].shard) continue;
+        if (files == cap) {
+            int rc = stk__io_exec_pinned(io, r + start, i - start, err);
+            if (rc) return rc;
+            start = i;
+            files = 0;
+        }
+        files++;
+    }
+    return n > start ? stk__io_exec_pinned(io, r + start, n - start, err) : 0;
 }
 static inline void stk__io_close(stk__io *io) {
     if (io) io->ops->close(io);

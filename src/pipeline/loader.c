@@ -2066,6 +2066,7 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
     ld->nw = opts->threads ? opts->threads : (int)STK__MIN(STK__MAX(ncpu, 1L), (long)MAX_WORKERS);
     /* Block order with real reads gets a thread that reads groups ahead. */
     bool reader = opts->order == STK_ORDER_BLOCK && !plan_only && ld->backend != STK_BACKEND_MMAP;
+    stk__files_share(&ld->files, (unsigned)ld->nw + reader);
     stk__trace_init(&ld->trace, ld->nw + 1 + reader, reader ? ld->nw : -1);
 
     /* Block order: block size in samples, and group buffers. */

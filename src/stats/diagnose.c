@@ -16,6 +16,7 @@
 #include <liburing.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define STALL_INPUT 0.10
@@ -42,18 +43,21 @@ double stk_measure_memcpy(void) {
     return best;
 }
 
-/* Opens every shard for O_DIRECT reads into fds (closed by the caller). */
-static int open_direct(const stk_dataset *ds, int *fds, stk_error *err) {
-    for (size_t s = 0; s < ds->nshards; s++) fds[s] = -1;
-    for (size_t s = 0; s < ds->nshards; s++) {
-        fds[s] = stk__open(ds->shards[s].path, O_RDONLY | O_DIRECT, 0);
-        if (fds[s] < 0) {
-            int rc = fds[s];
-            return stk__err(err, rc, "%s: cannot open for O_DIRECT reads: %s",
-                            ds->shards[s].path, stk_strerror(rc));
-        }
-    }
-    return 0;
+/* Opens shard s for O_DIRECT reads. */
+static int open_direct(const stk_dataset *ds, size_t s, stk_error *err) {
+    int fd = stk__open(ds->shards[s].path, O_RDONLY | O_DIRECT, 0);
+    if (fd < 0)
+        return stk__err(err, fd, "%s: cannot open for O_DIRECT reads: %s", ds->shards[s].path,
+                        stk_strerror(fd));
+    return fd;
+}
+
+/* How many files a measurement may hold open at once: a quarter of the
+ * process's descriptor limit (the loader being measured holds others). */
+static size_t files_cap(void) {
+    struct rlimit rl;
+    uint64_t lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? (uint64_t)rl.rlim_cur : 1024;
+    return (size_t)STK__MAX((uint64_t)4, STK__MIN(lim / 4, (uint64_t)4096));
 }
 
 static void close_all(int *fds, size_t n) {
@@ -85,14 +89,9 @@ int stk_measure_read(const stk_dataset *ds, double max_seconds, double *bytes_pe
                      stk_error *err) {
     if (!ds || !bytes_per_s) return stk__err(err, -EINVAL, "stk_measure_read: NULL argument");
     *bytes_per_s = 0;
-    int *fds = stk__malloc((ds->nshards ? ds->nshards : 1) * sizeof *fds);
     uint8_t *buf = stk__aligned_alloc(4096, (size_t)SEQ_CHUNK * SEQ_DEPTH);
-    if (!fds || !buf) {
-        stk__free(fds);
-        stk__free(buf);
-        return stk__err(err, -ENOMEM, "out of memory");
-    }
-    int rc = open_direct(ds, fds, err);
+    if (!buf) return stk__err(err, -ENOMEM, "out of memory");
+    int rc = 0, fd = -1;
     struct io_uring ring;
     bool uring = rc == 0 && io_uring_queue_init(SEQ_DEPTH, &ring, 0) == 0;
     uint64_t total = 0, t0 = stk__now_ns(), limit = (uint64_t)(max_seconds * 1e9);
@@ -100,9 +99,14 @@ int stk_measure_read(const stk_dataset *ds, double max_seconds, double *bytes_pe
      * reads come from the device whatever the page cache holds. */
     for (size_t s = 0; rc == 0 && s < ds->nshards && stk__now_ns() - t0 < limit; s++) {
         uint64_t size = ds->shards[s].size, off = 0;
+        if (fd >= 0) close(fd);
+        if ((fd = open_direct(ds, s, err)) < 0) {
+            rc = fd;
+            break;
+        }
         if (!uring) {
             for (; off < size && stk__now_ns() - t0 < limit; off += SEQ_CHUNK) {
-                ssize_t r = pread(fds[s], buf, SEQ_CHUNK, (off_t)off);
+                ssize_t r = pread(fd, buf, SEQ_CHUNK, (off_t)off);
                 if (r <= 0) break;
                 total += (uint64_t)r;
             }
@@ -112,7 +116,7 @@ int stk_measure_read(const stk_dataset *ds, double max_seconds, double *bytes_pe
         while ((off < size && stk__now_ns() - t0 < limit) || inflight) {
             while (inflight < SEQ_DEPTH && off < size && stk__now_ns() - t0 < limit) {
                 struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-                io_uring_prep_read(sqe, fds[s], buf + (size_t)(slot++ % SEQ_DEPTH) * SEQ_CHUNK,
+                io_uring_prep_read(sqe, fd, buf + (size_t)(slot++ % SEQ_DEPTH) * SEQ_CHUNK,
                                    SEQ_CHUNK, off);
                 off += SEQ_CHUNK;
                 inflight++;
@@ -128,8 +132,7 @@ int stk_measure_read(const stk_dataset *ds, double max_seconds, double *bytes_pe
     }
     uint64_t el = stk__now_ns() - t0;
     if (uring) io_uring_queue_exit(&ring);
-    close_all(fds, ds->nshards);
-    stk__free(fds);
+    if (fd >= 0) close(fd);
     stk__free(buf);
     if (rc == 0 && el > 0) *bytes_per_s = (double)total / ((double)el / 1e9);
     return rc;
@@ -143,16 +146,24 @@ int stk_measure_random_read(const stk_dataset *ds, uint64_t size, double max_sec
         return stk__err(err, -EINVAL, "stk_measure_random_read: bad argument");
     *reads_per_s = *bytes_per_s = 0;
     uint64_t span = stk__align_up(size, 4096) + 4096; /* an unaligned sample spans one more */
+    /* The reads go to a uniform place in the data of `n` shards: all of
+     * them, or as many as may be open at once, evenly spaced. */
+    size_t n = STK__MIN(ds->nshards, files_cap());
     uint64_t total_data = 0;
-    for (size_t s = 0; s < ds->nshards; s++)
-        total_data += ds->shards[s].data_end - ds->shards[s].data_off;
+    for (size_t k = 0; k < n; k++) {
+        const stk__shard *sh = &ds->shards[k * ds->nshards / n];
+        total_data += sh->data_end - sh->data_off;
+    }
     if (total_data == 0) return 0;
     struct io_uring ring;
     if (io_uring_queue_init(RAND_DEPTH, &ring, 0) != 0)
         return stk__err(err, -ENOSYS, "io_uring is not available for the measurement");
-    int *fds = stk__malloc((ds->nshards ? ds->nshards : 1) * sizeof *fds);
+    int *fds = stk__malloc(n * sizeof *fds);
     uint8_t *buf = stk__aligned_alloc(4096, (size_t)(span * RAND_DEPTH));
-    int rc = !fds || !buf ? stk__err(err, -ENOMEM, "out of memory") : open_direct(ds, fds, err);
+    int rc = !fds || !buf ? stk__err(err, -ENOMEM, "out of memory") : 0;
+    for (size_t k = 0; fds && k < n; k++) fds[k] = -1;
+    for (size_t k = 0; rc == 0 && k < n; k++)
+        if ((fds[k] = open_direct(ds, k * ds->nshards / n, err)) < 0) rc = fds[k];
     uint64_t x = 0x9e3779b97f4a7c15ull, done = 0, got_bytes = 0;
     uint64_t t0 = stk__now_ns(), limit = (uint64_t)(max_seconds * 1e9);
     unsigned inflight = 0, slot = 0;
@@ -161,15 +172,17 @@ int stk_measure_random_read(const stk_dataset *ds, uint64_t size, double max_sec
             /* A uniform place in the concatenated shard data. */
             x ^= x << 13, x ^= x >> 7, x ^= x << 17;
             uint64_t at = x % total_data;
-            size_t s = 0;
-            while (at >= ds->shards[s].data_end - ds->shards[s].data_off) {
-                at -= ds->shards[s].data_end - ds->shards[s].data_off;
-                s++;
+            size_t k = 0;
+            const stk__shard *sh = &ds->shards[0];
+            for (;; k++) {
+                sh = &ds->shards[k * ds->nshards / n];
+                if (at < sh->data_end - sh->data_off) break;
+                at -= sh->data_end - sh->data_off;
             }
-            uint64_t off = (ds->shards[s].data_off + at) & ~(uint64_t)4095;
-            uint64_t len = STK__MIN(span, stk__align_up(ds->shards[s].size, 4096) - off);
+            uint64_t off = (sh->data_off + at) & ~(uint64_t)4095;
+            uint64_t len = STK__MIN(span, stk__align_up(sh->size, 4096) - off);
             struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-            io_uring_prep_read(sqe, fds[s], buf + (size_t)(slot++ % RAND_DEPTH) * span,
+            io_uring_prep_read(sqe, fds[k], buf + (size_t)(slot++ % RAND_DEPTH) * span,
                                (unsigned)len, off);
             inflight++;
         }
@@ -184,7 +197,7 @@ int stk_measure_random_read(const stk_dataset *ds, uint64_t size, double max_sec
     }
     uint64_t el = stk__now_ns() - t0;
     io_uring_queue_exit(&ring);
-    if (fds) close_all(fds, ds->nshards);
+    if (fds) close_all(fds, n);
     stk__free(fds);
     stk__free(buf);
     if (rc == 0 && el > 0) {

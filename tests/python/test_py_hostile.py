@@ -1,5 +1,6 @@
 """Hostile inputs and careless neighbours (the writer's side): records that
 do not match the schema, planted symlinks, foreign files, two writers."""
+import json
 import os
 import subprocess
 import sys
@@ -352,3 +353,57 @@ def test_an_hdf5_chunk_key_beyond_dimension_0_is_refused(tmp_path):
     with pytest.raises(stoker.StokerError) as ei:
         stoker.index(p, tmp_path / "a.idx", dataset="d")
     assert "chunk" in str(ei.value) and "whole rows" in str(ei.value)
+
+
+# ---- resource limits ---------------------------------------------------------------------
+
+def test_a_low_descriptor_limit_is_kept_with_many_shards_and_files(tmp_path):
+    """Under `ulimit -n 64`, 227 shards and an index of 300 files read with
+    every backend and order, verify and doctor: the loader's descriptor
+    cache holds the reads of a block-order group in slices within its
+    budget (they once pinned every shard of the group at once), and the
+    device measurement opens its files one at a time."""
+    import resource
+    ds = tmp_path / "ds"
+    stoker.write(ds, {"x": np.arange(227 * 1024, dtype=np.float32).reshape(-1, 1024)},
+                 shard_bytes=4096, sync=False)
+    assert len(list(ds.glob("shard-*.stk"))) >= 200
+    files = tmp_path / "files"
+    files.mkdir()
+    for i in range(300):
+        np.save(files / f"f{i:03d}.npy", np.full(4, i, np.float32))
+    subprocess.run([cli(), "index", str(files), "-o", str(files / "files.idx")], check=True,
+                   capture_output=True)
+
+    def low():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    def run(*args):
+        p = subprocess.run([cli(), *args], capture_output=True, text=True, preexec_fn=low,
+                           timeout=120)
+        assert p.returncode == 0, (args, p.stdout, p.stderr)
+        return p.stdout
+
+    for path, n in ((ds, 227), (files / "files.idx", 300)):
+        for backend in ("pool", "uring", "mmap"):
+            for order in ("sequential", "random", "block"):
+                out = run("read", str(path), "--backend", backend, "--shuffle", order,
+                          "--batch", "4", "--json", "--block-bytes", "64K", "--block-group", "64")
+                assert json.loads(out)["samples"] == n, (backend, order, out)
+        run("verify", str(path))
+    # The device measurement (as doctor and stoker.profile take it), in a
+    # child under the same limit.
+    code = ("import os, resource, stoker; resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))\n"
+            "ld = stoker.Loader(%r, batch_size=4, shuffle='block', backend='pool')\n"
+            "print(sum(len(b['x']) for b in ld))\n"
+            "for f in os.listdir(%r):\n"
+            "    fd = os.open(os.path.join(%r, f), os.O_RDONLY)\n"
+            "    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)\n"
+            "print(*ld._c.measure_limit())\n" % (str(ds), str(ds), str(ds)))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0] == "227", p.stdout
+    # The device was measured (its figure replaced memcpy's), or the data
+    # could not be evicted here (resident is then the reason).
+    assert "device" in lines[1] or float(lines[1].split()[-1]) >= 0.9, lines[1]
