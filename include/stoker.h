@@ -74,7 +74,9 @@ enum {
     STK_EUNSUPPORTED = -1011, /* valid input that this build cannot handle   */
     STK_ESTALE = -1012,       /* a source file changed since it was indexed  */
     STK_ENOGPU = -1013,       /* no usable GPU (no CUDA build, driver, device) */
-    STK_ECUDA = -1014         /* a CUDA call failed (the message says which)  */
+    STK_ECUDA = -1014,        /* a CUDA call failed (the message says which)  */
+    STK_EOUTSIDE = -1015      /* an index names a file outside the directory
+                               * its files may be read from                 */
 };
 
 #define STK_ERROR_MAX 512
@@ -320,6 +322,28 @@ typedef struct stk_dataset stk_dataset;
  */
 STK_API int stk_dataset_open(const char *path, stk_dataset **out,
                              stk_error *err);
+
+/* How a path is opened. */
+typedef struct stk_open_options {
+    /* The directory an in-place index's files may lie under.  NULL: the
+     * index file's own directory.  An index is a file anyone may hand over
+     * and it names files by path: without this rule a crafted index would
+     * deliver any file the process can read (../../home/..., /etc/...) into
+     * batches.  An index written beside its data needs nothing; one
+     * written elsewhere (`stoker index /data -o ~/data.idx`) is opened
+     * with root "/data", which the caller names because it trusts that
+     * index.  "/" allows every file.  Each file's path is resolved
+     * (symbolic links, "..") before it is compared.  A file outside is
+     * STK_EOUTSIDE, naming the file and the root.  Not used by datasets of
+     * shards, whose manifest can only name files in its own directory. */
+    const char *root;
+} stk_open_options;
+
+STK_API void stk_open_options_init(stk_open_options *o);
+
+/* stk_dataset_open with options (NULL: the defaults). */
+STK_API int stk_dataset_open_with(const char *path, const stk_open_options *opts,
+                                  stk_dataset **out, stk_error *err);
 
 /* Releases the dataset and every pointer obtained from it.  Accepts NULL. */
 STK_API void stk_dataset_close(stk_dataset *ds);
@@ -1209,7 +1233,10 @@ STK_API void stk_index_options_init(stk_index_options *o);
 /*
  * Indexes `paths` (files, or directories walked in name order) into the
  * index file `index_path`, written atomically; a relative path in the index
- * is relative to the index file's directory.  Sets *records when not NULL.
+ * is relative to the index file's directory.  Files outside that directory
+ * are stored by absolute path, and the index records their common
+ * directory as "root": opening such an index needs stk_open_options.root
+ * (see there).  Sets *records when not NULL.
  * Returns 0, or an error naming the file and what is wrong with it:
  * STK_EBADMAGIC / STK_ECORRUPT / STK_ETRUNCATED / STK_EUNSUPPORTED from a
  * header, STK_ESCHEMA when files disagree (dtype, trailing shape, channels,

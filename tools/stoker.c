@@ -208,6 +208,19 @@ static int collect_dir(const char *dir, const char *ext, strvec *out) {
     return rc;
 }
 
+/* Opens a dataset or an in-place index, whose files may lie under `root`
+ * (NULL: the index's own directory; see stk_open_options). */
+static int open_path(const char *path, const char *root, stk_dataset **ds, stk_error *err) {
+    stk_open_options oo;
+    stk_open_options_init(&oo);
+    oo.root = root;
+    return stk_dataset_open_with(path, &oo, ds, err);
+}
+
+#define ROOT_HELP \
+    "  --root DIR   an in-place index's files may lie under DIR (default: the\n" \
+    "               index's own directory; only for an index you trust)\n"
+
 /* ---- pack ---- */
 
 static const char pack_help[] =
@@ -806,9 +819,20 @@ static int cmd_index(int argc, char **argv) {
     free(paths);
     if (rc) return fail(&err);
     stk_dataset *ds = NULL;
-    if (stk_dataset_open(out, &ds, &err)) return fail(&err);
+    if (open_path(out, "/", &ds, &err)) return fail(&err);
     printf("indexed %" PRIu64 " records in %zu files into %s (%.2f s)\n", records,
            stk_dataset_num_shards(ds), out, now_s() - t0);
+    stk_dataset_close(ds);
+    ds = NULL;
+    if (open_path(out, NULL, &ds, &err) == STK_EOUTSIDE) {
+        const char *at = strstr(err.message, "allows root "), *end = NULL;
+        if (at) at += strlen("allows root ");
+        if (at) end = strstr(at, " (--root");
+        printf("note: the files lie outside the index's directory, so reading it needs "
+               "--root %.*s (root=\"%.*s\" in Python)\n",
+               end ? (int)(end - at) : 3, end ? at : "DIR", end ? (int)(end - at) : 3,
+               end ? at : "DIR");
+    }
     stk_dataset_close(ds);
     return 0;
 }
@@ -822,7 +846,8 @@ static const char inspect_help[] =
     "Opening validates every shard header and index (not the record bytes;\n"
     "see `stoker verify`).\n"
     "\n"
-    "  --all   list every shard (default: the first 10)\n"
+    "  --all        list every shard (default: the first 10)\n"
+    ROOT_HELP
     "\n"
     "Example:\n"
     "  stoker inspect basins.stk\n";
@@ -837,21 +862,23 @@ static void field_shape(const stk_field *f, char *out, size_t cap) {
 }
 
 static int cmd_inspect(int argc, char **argv) {
-    const char *path = NULL;
+    const char *path = NULL, *root = NULL;
     bool all = false;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(inspect_help, stdout);
             return 0;
         }
+        if (!strcmp(argv[i], "--root") && i + 1 == argc) die_usage("inspect", "--root needs a value");
         if (!strcmp(argv[i], "--all")) all = true;
+        else if (!strcmp(argv[i], "--root")) root = argv[++i];
         else if (argv[i][0] == '-') die_usage("inspect", "unknown option '%s'", argv[i]);
         else path = argv[i];
     }
     if (!path) die_usage("inspect", "DATASET is required");
     stk_error err = {0};
     stk_dataset *ds = NULL;
-    if (stk_dataset_open(path, &ds, &err)) return fail(&err);
+    if (open_path(path, root, &ds, &err)) return fail(&err);
     size_t ns = stk_dataset_num_shards(ds);
     uint64_t bytes = 0, data = 0;
     for (size_t i = 0; i < ns; i++) {
@@ -914,6 +941,7 @@ static const char verify_help[] =
     "\n"
     "  --threads N  shards checked at once (default: one per CPU)\n"
     "  -q, --quiet  print problems only\n"
+    ROOT_HELP
     "\n"
     "Example:\n"
     "  stoker verify basins.stk\n";
@@ -928,7 +956,7 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total) {
 }
 
 static int cmd_verify(int argc, char **argv) {
-    const char *path = NULL;
+    const char *path = NULL, *root = NULL;
     bool quiet = false;
     stk_verify_options vo;
     stk_verify_options_init(&vo);
@@ -937,8 +965,12 @@ static int cmd_verify(int argc, char **argv) {
             fputs(verify_help, stdout);
             return 0;
         }
-        if (!strcmp(argv[i], "--threads") && i + 1 == argc)
-            die_usage("verify", "--threads needs a value");
+        if ((!strcmp(argv[i], "--threads") || !strcmp(argv[i], "--root")) && i + 1 == argc)
+            die_usage("verify", "%s needs a value", argv[i]);
+        if (!strcmp(argv[i], "--root")) {
+            root = argv[++i];
+            continue;
+        }
         if (!strcmp(argv[i], "--threads")) {
             uint64_t v;
             if (!parse_u64(argv[++i], &v) || v > 256) die_usage("verify", "bad --threads");
@@ -951,7 +983,7 @@ static int cmd_verify(int argc, char **argv) {
     stk_error err = {0};
     stk_dataset *ds = NULL;
     double t0 = now_s();
-    int rc = stk_dataset_open(path, &ds, &err);
+    int rc = open_path(path, root, &ds, &err);
     if (rc) {
         fprintf(stderr, "%s: error: %s\n", prog, err.message);
         /* Damage found while opening is still damage; an unfinished or
@@ -1002,6 +1034,7 @@ static const char cat_help[] =
     "\n"
     "  --field NAME  print only this field\n"
     "  --limit N     print at most N values per field (default 64; 0: all)\n"
+    ROOT_HELP
     "\n"
     "Example:\n"
     "  stoker cat basins.stk 17 --field x --limit 32\n";
@@ -1062,16 +1095,18 @@ static void print_value(const uint8_t *p, stk_dtype t) {
 }
 
 static int cmd_cat(int argc, char **argv) {
-    const char *path = NULL, *rec_s = NULL, *only = NULL;
+    const char *path = NULL, *rec_s = NULL, *only = NULL, *root = NULL;
     uint64_t limit = 64;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(cat_help, stdout);
             return 0;
         }
-        if ((!strcmp(argv[i], "--field") || !strcmp(argv[i], "--limit")) && i + 1 == argc)
+        if ((!strcmp(argv[i], "--field") || !strcmp(argv[i], "--limit") ||
+             !strcmp(argv[i], "--root")) && i + 1 == argc)
             die_usage("cat", "%s needs a value", argv[i]);
         if (!strcmp(argv[i], "--field")) only = argv[++i];
+        else if (!strcmp(argv[i], "--root")) root = argv[++i];
         else if (!strcmp(argv[i], "--limit")) {
             if (!parse_u64(argv[++i], &limit)) die_usage("cat", "bad --limit '%s'", argv[i]);
         } else if (argv[i][0] == '-') die_usage("cat", "unknown option '%s'", argv[i]);
@@ -1084,7 +1119,7 @@ static int cmd_cat(int argc, char **argv) {
     if (!parse_u64(rec_s, &rec)) die_usage("cat", "RECORD must be a number, not '%s'", rec_s);
     stk_error err = {0};
     stk_dataset *ds = NULL;
-    if (stk_dataset_open(path, &ds, &err)) return fail(&err);
+    if (open_path(path, root, &ds, &err)) return fail(&err);
     if (rec >= stk_dataset_num_records(ds)) {
         fprintf(stderr, "%s: error: record %" PRIu64 " is out of range: %s has %" PRIu64
                 " records\n", prog, rec, path, stk_dataset_num_records(ds));
@@ -1188,6 +1223,8 @@ static const char read_help[] =
     "  --max-batches N      stop each epoch after N batches\n"
     "  --json               print the figures as one JSON object\n"
     "  --trace FILE         write a Chrome trace of the run (opens in ui.perfetto.dev)\n"
+    "  --root DIR           an in-place index's files may lie under DIR (default:\n"
+    "                       the index's own directory; only for an index you trust)\n"
     "\n"
     "Example:\n"
     "  stoker read basins.stk --window 365 --batch 256 --shuffle random\n";
@@ -1300,7 +1337,7 @@ static void doctor_report(const stk_loader_stats *st, double el, uint64_t bytes,
 }
 
 static int cmd_read(int argc, char **argv, bool doctor) {
-    const char *path = NULL;
+    const char *path = NULL, *root = NULL;
     double step_ms = 0;
     stk_loader_options o;
     stk_loader_options_init(&o);
@@ -1352,6 +1389,7 @@ static int cmd_read(int argc, char **argv, bool doctor) {
             else if (!strcmp(m, "mmap")) o.backend = STK_BACKEND_MMAP;
             else die_usage("read", "--backend wants auto, uring, pool or mmap, not '%s'", m);
         } else if (!strcmp(a, "--direct")) o.direct = 1;
+        else if (!strcmp(a, "--root")) root = VAL();
         else if (!strcmp(a, "--warm-up")) {
             const char *m = VAL();
             if (!strcmp(m, "auto")) o.warm_up = STK_WARM_UP_AUTO;
@@ -1384,7 +1422,7 @@ static int cmd_read(int argc, char **argv, bool doctor) {
     if (doctor && max_batches == UINT64_MAX) max_batches = 200;
     stk_error err = {0};
     stk_dataset *ds = NULL;
-    if (stk_dataset_open(path, &ds, &err)) return fail(&err);
+    if (open_path(path, root, &ds, &err)) return fail(&err);
     stk_loader *ld = NULL;
     if (stk_loader_open(ds, &o, &ld, &err)) {
         stk_dataset_close(ds);

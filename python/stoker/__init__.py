@@ -165,6 +165,15 @@ class Loader:
                   reads through the mapping (the "auto" backend then picks
                   "mmap"); True whenever the data is not in memory
 
+    root          for an in-place index: the directory its files may lie
+                  under (default: the index's own directory).  An index names
+                  files by path, so one handed over from elsewhere could name
+                  any file the process can read; an index written away from
+                  its files (stoker.index("/data", "~/data.idx")) is opened
+                  with root="/data", which says that you trust it.  A file
+                  outside is refused, naming it (StokerError, code
+                  STK_EOUTSIDE = -1015).
+
     `path` is a dataset directory or an in-place index written by
     stoker.index / `stoker index`; both take the same options.
 
@@ -186,7 +195,7 @@ class Loader:
                  drop_last=False, backend="auto", direct=False, threads=0, prefetch=0,
                  queue_depth=64, memory_budget=1 << 30, verify=True, on_error="raise",
                  max_skips=100, output=None, max_open_files=0, device=None, gpu_slots=3,
-                 resident_budget=0, warm_up="auto", split=None):
+                 resident_budget=0, warm_up="auto", split=None, root=None):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
         batch_size = _check_int("batch_size", batch_size, 1, high=_U32)
@@ -255,7 +264,8 @@ class Loader:
             bool(pad), bool(drop_last), backend_code, bool(direct), threads, prefetch,
             queue_depth, memory_budget, bool(verify), on_error_code, max_skips,
             _check_int("max_open_files", max_open_files, high=_U32), dev, gpu_slots,
-            resident_budget, warm_up_code, split_index, split_count)
+            resident_budget, warm_up_code, split_index, split_count,
+            None if root is None else os.fspath(root))
         self.device = None if dev < 0 else f"cuda:{dev}"
         self._skip_mode = on_error_code == 1
         self._skipped = 0
@@ -558,6 +568,9 @@ def index(paths, output, *, source=None, split_axis0=False, dataset=None, float3
 
     Returns the number of records.  Each file's size and modification time
     are recorded; a Loader refuses a file that changed since (re-index it).
+    Files under the index's own directory are named relative to it; files
+    elsewhere by absolute path, and a Loader then needs root= to read them
+    (see Loader).
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]

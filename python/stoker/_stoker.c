@@ -459,7 +459,7 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
                              "direct", "threads", "prefetch", "queue_depth", "memory_budget",
                              "verify", "on_error", "max_skips", "max_open_files", "device",
                              "gpu_slots", "resident_budget", "warm_up", "split_index",
-                             "split_count", NULL};
+                             "split_count", "root", NULL};
     const char *path;
     stk_loader_options o;
     stk_loader_options_init(&o);
@@ -476,13 +476,17 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     unsigned long long resident_budget = 0;
     int warm_up = 0;
     unsigned int split_index = 0, split_count = 1;
+    const char *root = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiKIiIKiII", kwlist, &path, &batch, &fields,
+            args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiKIiIKiIIz", kwlist, &path, &batch, &fields,
             &window, &stride, &valid_field, &valid, &order, &seed, &epoch, &bb, &bs,
             &block_group, &rank, &world, &pad, &drop_last, &backend, &direct, &threads,
             &prefetch, &qd, &budget, &verify, &on_error, &max_skips, &max_open, &device,
-            &gpu_slots, &resident_budget, &warm_up, &split_index, &split_count))
+            &gpu_slots, &resident_budget, &warm_up, &split_index, &split_count, &root))
         return -1;
+    stk_open_options oo;
+    stk_open_options_init(&oo);
+    oo.root = root;
     o.split_index = split_index;
     o.split_count = split_count;
     o.max_open_files = max_open;
@@ -545,7 +549,7 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     go.slots = gpu_slots;
     go.resident_budget = resident_budget;
     Py_BEGIN_ALLOW_THREADS
-    rc = stk_dataset_open(path, &ds, &err);
+    rc = stk_dataset_open_with(path, &oo, &ds, &err);
     if (rc == 0) {
         if (device >= 0) {
             rc = stk_gpu_open(ds, &o, &go, &gpu, &err);

@@ -260,7 +260,16 @@ out:
     return rc;
 }
 
+void stk_open_options_init(stk_open_options *o) {
+    memset(o, 0, sizeof *o);
+}
+
 int stk_dataset_open(const char *path, stk_dataset **out, stk_error *err) {
+    return stk_dataset_open_with(path, NULL, out, err);
+}
+
+int stk_dataset_open_with(const char *path, const stk_open_options *opts, stk_dataset **out,
+                          stk_error *err) {
     if (!path || !out) return stk__err(err, -EINVAL, "stk_dataset_open: NULL argument");
     *out = NULL;
     struct stat st;
@@ -268,7 +277,8 @@ int stk_dataset_open(const char *path, stk_dataset **out, stk_error *err) {
         int rc = -errno;
         return stk__err(err, rc, "%s: %s", path, stk_strerror(rc));
     }
-    if (S_ISREG(st.st_mode) && stk__is_index_file(path)) return stk__index_open(path, out, err);
+    if (S_ISREG(st.st_mode) && stk__is_index_file(path))
+        return stk__index_open(path, opts ? opts->root : NULL, out, err);
     stk_dataset *ds = stk__calloc(1, sizeof *ds);
     if (!ds) return stk__err(err, -ENOMEM, "out of memory");
     char *mpath = NULL;

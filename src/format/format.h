@@ -261,7 +261,9 @@ struct stk_dataset {
 /* Whether the file at `path` starts like an index (checks a few bytes). */
 bool stk__is_index_file(const char *path);
 /* Opens an index file as a dataset; checks every file it names. */
-int stk__index_open(const char *path, stk_dataset **out, stk_error *err);
+/* Opens an in-place index; its files must resolve to paths under `root`
+ * (NULL: the index's directory). */
+int stk__index_open(const char *path, const char *root, stk_dataset **out, stk_error *err);
 
 /* The shard holding global record `rec` (rec < nrec).  Inline: the loader
  * asks it for every sample. */

@@ -487,6 +487,22 @@ static char *stored_path(const char *index_dir_real, const char *path) {
     return out;
 }
 
+/* Narrows *dir to the directory holding both it and absolute path p (the
+ * first call takes p's directory). */
+static void common_dir(char **dir, const char *p) {
+    if (!*dir) {
+        const char *slash = strrchr(p, '/');
+        *dir = slash == p ? stk__strdup("/") : strndup(p, (size_t)(slash - p));
+        return;
+    }
+    char *d = *dir;
+    size_t n = 0;
+    while (d[n] && d[n] == p[n]) n++;
+    if (d[n] == 0 && (p[n] == '/' || p[n] == 0)) return; /* p lies under d */
+    while (n > 0 && d[n] != '/') n--; /* back to the last whole component */
+    d[n ? n : 1] = 0;
+}
+
 static char *dir_of(const char *path) {
     const char *slash = strrchr(path, '/');
     if (!slash) return stk__strdup(".");
@@ -520,7 +536,7 @@ int stk_index_build(const char *const *paths, size_t npaths, const char *index_p
     b.skip = index_path;
     int rc = 0;
     json_t *root = NULL;
-    char *idir = dir_of(index_path), *idir_real = NULL, *text = NULL;
+    char *idir = dir_of(index_path), *idir_real = NULL, *text = NULL, *outside = NULL;
     for (size_t i = 0; i < npaths && rc == 0; i++) rc = walk(&b, paths[i], true, err);
     if (rc) goto out;
     if (b.n == 0) {
@@ -562,6 +578,7 @@ int stk_index_build(const char *const *paths, size_t npaths, const char *index_p
             rc = stk__err(err, -errno ? -errno : -ENOMEM, "%s: %s", f->path, stk_strerror(-errno));
             goto out;
         }
+        if (p[0] == '/') common_dir(&outside, p);
         json_t *o = json_object(), *runs = json_array();
         json_object_set_new(o, "path", json_string(p));
         stk__free(p);
@@ -584,6 +601,9 @@ int stk_index_build(const char *const *paths, size_t npaths, const char *index_p
         json_object_set_new(o, "runs", runs);
         json_array_append_new(files, o);
     }
+    /* Files outside the index's directory: where they are, so that a
+     * reader's error can say which root to allow (the reader decides). */
+    if (outside) json_object_set_new(root, "root", json_string(outside));
     text = json_dumps(root, JSON_COMPACT);
     if (!text) {
         rc = stk__err(err, -ENOMEM, "out of memory");
@@ -597,6 +617,7 @@ out:
     json_decref(root);
     free(idir_real);
     stk__free(idir);
+    stk__free(outside);
     builder_free(&b);
     return rc;
 }
@@ -819,8 +840,64 @@ static int check_file(stk__shard *sh, bool map, stk_error *err) {
     return rc;
 }
 
-int stk__index_open(const char *path, stk_dataset **out, stk_error *err) {
+/* The directory of the file checked last and whether it resolved under
+ * the root: files of one directory come together, so each directory is
+ * resolved once (a file's own name is then only checked not to be a link,
+ * "." or ".."). */
+typedef struct inside_cache {
+    char *dir;
+    bool inside;
+} inside_cache;
+
+/* Whether real path `real` lies under `allowed` (a real path). */
+static bool under(const char *real, const char *allowed) {
+    size_t l = strlen(allowed);
+    return strcmp(allowed, "/") == 0 || (strncmp(real, allowed, l) == 0 && real[l] == '/');
+}
+
+/* Whether file `sh` resolves to a path under `allowed`; 0 or STK_EOUTSIDE
+ * naming the file, the root and how to allow it.  A file that does not
+ * resolve (gone) is left to check_file to report. */
+static int check_inside(const stk__shard *sh, size_t i, const char *index, const char *allowed,
+                        const char *hint, inside_cache *c, stk_error *err) {
+    if (strcmp(allowed, "/") == 0) return 0;
+    const char *slash = strrchr(sh->path, '/'), *base = slash ? slash + 1 : sh->path;
+    size_t dl = slash ? (size_t)(slash - sh->path) : 0;
+    struct stat st;
+    bool plain = strcmp(base, ".") != 0 && strcmp(base, "..") != 0 &&
+                 lstat(sh->path, &st) == 0 && !S_ISLNK(st.st_mode);
+    if (plain && slash && c->dir && strlen(c->dir) == dl && memcmp(c->dir, sh->path, dl) == 0) {
+        if (c->inside) return 0;
+    } else if (plain && slash) {
+        char *d = strndup(sh->path, dl ? dl : 1), *rd = d ? realpath(d, NULL) : NULL;
+        stk__free(c->dir);
+        c->dir = d;
+        c->inside = rd && under(rd, allowed);
+        free(rd);
+        if (c->inside) return 0;
+    }
+    char *real = realpath(sh->path, NULL);
+    if (!real) return errno == ENOMEM ? stk__err(err, -ENOMEM, "out of memory") : 0;
+    int rc = 0;
+    if (!under(real, allowed)) {
+        char dir[STK_ERROR_MAX / 4];
+        const char *rs = strrchr(real, '/');
+        snprintf(dir, sizeof dir, "%.*s", (int)(rs && rs != real ? rs - real : 1), real);
+        rc = stk__err(err, STK_EOUTSIDE,
+                      "%s: file %zu, %s, lies outside %s, the only directory an index may read "
+                      "from unless its reader trusts it and allows root %s (--root on the "
+                      "command line, root= in Python)",
+                      index, i, real, allowed, hint ? hint : dir);
+    }
+    free(real);
+    return rc;
+}
+
+int stk__index_open(const char *path, const char *files_root, stk_dataset **out,
+                    stk_error *err) {
     *out = NULL;
+    char *allowed = NULL;
+    inside_cache inside = {0};
     char *text = NULL;
     size_t len = 0;
     int rc = stk__read_file(path, &text, &len);
@@ -918,6 +995,15 @@ int stk__index_open(const char *path, stk_dataset **out, stk_error *err) {
         goto fail;
     }
     ds->mapped = nf <= STK_INDEX_MAP_MAX;
+    allowed = realpath(files_root ? files_root : ds->dir, NULL);
+    if (!allowed) {
+        rc = -errno;
+        rc = stk__err(err, rc, "%s: %s%s: %s", path,
+                      files_root ? "root " : "the index's directory ",
+                      files_root ? files_root : ds->dir, stk_strerror(rc));
+        goto fail;
+    }
+    const char *hint = json_string_value(json_object_get(root, "root"));
     uint64_t first = 0;
     for (size_t i = 0; i < nf; i++) {
         stk__shard *sh = &ds->shards[i];
@@ -946,6 +1032,7 @@ int stk__index_open(const char *path, stk_dataset **out, stk_error *err) {
             fi->conv_varies = true;
         }
         if ((rc = open_file(ds, sh, fo, i, path, srb, err)) ||
+            (rc = check_inside(sh, i, path, allowed, hint, &inside, err)) ||
             (rc = check_file(sh, ds->mapped, err)))
             goto fail;
         first += sh->nrec;
@@ -957,10 +1044,14 @@ int stk__index_open(const char *path, stk_dataset **out, stk_error *err) {
     }
     ds->nrec = records;
     json_decref(root);
+    free(allowed);
+    stk__free(inside.dir);
     *out = ds;
     return 0;
 fail:
     json_decref(root);
+    free(allowed);
+    stk__free(inside.dir);
     stk_dataset_close(ds);
     return rc;
 }

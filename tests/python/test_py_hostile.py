@@ -407,3 +407,64 @@ def test_a_low_descriptor_limit_is_kept_with_many_shards_and_files(tmp_path):
     # The device was measured (its figure replaced memcpy's), or the data
     # could not be evicted here (resident is then the reason).
     assert "device" in lines[1] or float(lines[1].split()[-1]) >= 0.9, lines[1]
+
+
+# ---- an index names files by path: only under its root, unless trusted -------------------
+
+def test_an_index_reads_only_files_under_its_root_unless_the_reader_trusts_it(tmp_path):
+    """A crafted index can name any file (absolute, ../.., a link out of
+    the tree); the loader refuses every file that does not resolve under
+    the index's directory, naming it, unless the reader names a root."""
+    data = tmp_path / "data"
+    data.mkdir()
+    secret = tmp_path / "secret.npy"
+    np.save(secret, np.full(4, 7, np.float32))
+    for i in range(3):
+        np.save(data / f"a{i}.npy", np.full(4, i, np.float32))
+    idx = data / "ok.idx"
+    stoker.index(data, idx)
+    assert sum(len(b["data"]) for b in stoker.Loader(idx, batch_size=2)) == 3
+    doc = json.loads(idx.read_text())
+    st = os.stat(secret)
+    (data / "link.npy").symlink_to(secret)
+    for name, path in (("abs", str(secret)), ("dotdot", "../secret.npy"),
+                       ("link", "link.npy")):
+        crafted = json.loads(json.dumps(doc))
+        crafted["files"][1].update(path=path, size=st.st_size, mtime_ns=st.st_mtime_ns)
+        bad = data / f"{name}.idx"
+        bad.write_text(json.dumps(crafted))
+        with pytest.raises(stoker.StokerError) as ei:
+            stoker.Loader(bad, batch_size=2)
+        msg = str(ei.value)
+        assert ei.value.code == -1015, msg
+        assert str(secret) in msg and "file 1" in msg and str(data) in msg, msg
+        p = subprocess.run([cli(), "cat", str(bad), "1"], capture_output=True, text=True)
+        assert p.returncode != 0 and "lies outside" in p.stderr, p.stderr
+        # The reader who trusts it says so.
+        got = [b["data"] for b in stoker.Loader(bad, batch_size=3, shuffle="sequential",
+                                               root=tmp_path)]
+        assert got[0][1].tolist() == [7, 7, 7, 7]
+
+
+def test_an_index_written_away_from_its_files_says_which_root_to_allow(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(3):
+        np.save(data / f"a{i}.npy", np.full(4, i, np.float32))
+    out = tmp_path / "elsewhere"
+    out.mkdir()
+    p = subprocess.run([cli(), "index", str(data), "-o", str(out / "d.idx")],
+                       capture_output=True, text=True, check=True)
+    assert "note:" in p.stdout and f"--root {data}" in p.stdout, p.stdout
+    p = subprocess.run([cli(), "read", str(out / "d.idx")], capture_output=True, text=True)
+    assert p.returncode != 0 and f"allows root {data} " in p.stderr, p.stderr
+    for cmd in (["read"], ["inspect"], ["verify"], ["cat", "--field", "data"], ["doctor"]):
+        args = [cli(), cmd[0], str(out / "d.idx"), "--root", str(data), *cmd[1:]]
+        if cmd[0] == "cat":
+            args.insert(3, "2")
+        p = subprocess.run(args, capture_output=True, text=True)
+        assert p.returncode == 0, (cmd, p.stderr)
+    ld = stoker.Loader(out / "d.idx", batch_size=3, shuffle="sequential", root=data)
+    assert [b["data"][:, 0].tolist() for b in ld] == [[0, 1, 2]]
+    with pytest.raises(stoker.NotFound):
+        stoker.Loader(out / "d.idx", batch_size=3, root=tmp_path / "nowhere")
