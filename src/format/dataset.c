@@ -119,8 +119,22 @@ static int check_entries(const stk_dataset *ds, const stk__shard *sh, stk_error 
     return 0;
 }
 
+/* Whether a shard whose header gives place `pl` may follow one whose
+ * header gave `prev` in the manifest's list: the shards of one writer in
+ * their order from 0, and parts in increasing order.  A place of 0 (a
+ * writer from before places) is not checked, nor what follows it. */
+static bool in_order(uint64_t prev, uint64_t pl, bool first) {
+    if (!pl) return true;
+    if (!(pl & STK__PLACE_SET)) return false;
+    uint32_t part = (uint32_t)(pl >> 32) & 0x7fffffffu, n = (uint32_t)pl;
+    if (first) return n == 0;
+    if (!prev) return true;
+    uint32_t pp = (uint32_t)(prev >> 32) & 0x7fffffffu;
+    return part == pp ? n == (uint32_t)prev + 1 : part > pp && n == 0;
+}
+
 static int open_shard(stk_dataset *ds, stk__shard *sh, const stk__shard_entry *me,
-                      uint64_t schema_hash, stk_error *err) {
+                      uint64_t schema_hash, uint64_t *place, stk_error *err) {
     int fd = stk__open(sh->path, O_RDONLY, 0);
     if (fd < 0)
         return stk__err(err, fd, "%s: cannot open shard: %s", sh->path, stk_strerror(fd));
@@ -132,7 +146,7 @@ static int open_shard(stk_dataset *ds, stk__shard *sh, const stk__shard_entry *m
         goto out;
     }
     sh->size = (uint64_t)st.st_size;
-    uint8_t h[STK__HEADER_USED];
+    uint8_t h[STK__HEADER_SIZE];
     ssize_t got = stk__pread_full(fd, h, sizeof h, 0);
     if (got < 0) {
         rc = (int)got;
@@ -149,6 +163,14 @@ static int open_shard(stk_dataset *ds, stk__shard *sh, const stk__shard_entry *m
         rc = SH_ERR(STK_ETRUNCATED, "the file ends inside its header (%zd bytes)", got);
         goto out;
     }
+    /* The header's padding holds nothing, and must be nothing: then every
+     * byte of the header is covered (the rest by its checksum). */
+    for (size_t k = STK__HEADER_USED; k < sizeof h; k++)
+        if (h[k]) {
+            rc = SH_ERR(STK_ECORRUPT, "header byte %zu is 0x%02x; bytes %u..%u must be zero", k,
+                        h[k], STK__HEADER_USED, STK__HEADER_SIZE - 1);
+            goto out;
+        }
     uint32_t version = stk__ld32(h + STK__H_VERSION);
     if (version != STK_FORMAT_VERSION) {
         rc = SH_ERR(STK_EVERSION, "format version %u; this stoker reads version %d",
@@ -201,6 +223,19 @@ static int open_shard(stk_dataset *ds, stk__shard *sh, const stk__shard_entry *m
         rc = SH_ERR(STK_ESCHEMA, "was written with a different schema than the manifest's");
         goto out;
     }
+    /* The shard's place: shards of one writer come in their order, numbered
+     * from 0, and parts in increasing order (headers of older writers
+     * carry no place and are not checked). */
+    uint64_t pl = stk__ld64(h + STK__H_PLACE);
+    if (!in_order(*place, pl, sh == ds->shards)) {
+        rc = SH_ERR(STK_EMISMATCH,
+                    "says it is shard %u of %s%u, out of place at position %zu of the manifest's "
+                    "list (shards listed out of order, or one left out)",
+                    (uint32_t)pl, "part ", (unsigned)(pl >> 32 & 0x7fffffff),
+                    (size_t)(sh - ds->shards));
+        goto out;
+    }
+    *place = pl;
     if (stk__ld32(h + STK__H_ALIGN) != ds->align || sh->block_size != ds->block_size) {
         rc = SH_ERR(STK_EMISMATCH, "alignment or block size differs from the manifest");
         goto out;
@@ -330,7 +365,7 @@ int stk_dataset_open_with(const char *path, const stk_open_options *opts, stk_da
     }
     stk__schema_check(ds->fields, ds->nfields, ds->info, NULL);
     uint64_t schema_hash = stk__schema_hash(ds->fields, ds->nfields);
-    uint64_t first = 0;
+    uint64_t first = 0, place = 0;
     for (size_t i = 0; i < m.nshards; i++) {
         stk__shard *sh = &ds->shards[i];
         ds->nshards = i + 1;
@@ -340,7 +375,7 @@ int stk_dataset_open_with(const char *path, const stk_open_options *opts, stk_da
             rc = stk__err(err, -ENOMEM, "out of memory");
             goto fail;
         }
-        if ((rc = open_shard(ds, sh, &m.shards[i], schema_hash, err))) goto fail;
+        if ((rc = open_shard(ds, sh, &m.shards[i], schema_hash, &place, err))) goto fail;
         first += sh->nrec;
     }
     stk__manifest_clear(&m);
@@ -757,6 +792,16 @@ static void verify_shard(verify_job *j, size_t s) {
         }
         r++;
     }
+    /* The padding between the data and the index is zero, so that no byte
+     * of the file goes unchecked. */
+    for (uint64_t b = sh->data_end; b < stk__align_up(sh->data_end, STK__INDEX_ALIGN); b++)
+        if (map[b]) {
+            stk_error er;
+            stk__err(&er, STK_ECORRUPT, "%s: byte %llu, padding before the index, is not zero",
+                     sh->path, (unsigned long long)b);
+            report(j, s, b, &er);
+            break;
+        }
     atomic_fetch_add(&j->records, sh->nrec);
     madvise((void *)map, (size_t)sh->size, MADV_NORMAL);
     stk__free(st);

@@ -23,9 +23,11 @@
  *       88    8  schema hash: XXH3-64 of the canonical schema text
  *       96    8  XXH3-64 of the index
  *      104    8  XXH3-64 of the block table
- *      112    8  reserved, 0
+ *      112    8  the shard's place: bit 63 set, the writer's part index in
+ *                bits 32..62 (0 unless split) and the shard's number in
+ *                bits 0..31; 0 in shards of writers before it existed
  *      120    8  XXH3-64 of bytes 0..120 of this header
- *      128 3968  zero
+ *      128 3968  zero (checked at open)
  *
  * Index entry of record r (at index offset + r * (8 + 24 F)):
  *
@@ -70,9 +72,11 @@ enum {
     STK__H_SCHEMA_HASH = 88,
     STK__H_INDEX_HASH = 96,
     STK__H_BLOCKS_HASH = 104,
-    STK__H_RESERVED = 112,
+    STK__H_PLACE = 112,
     STK__H_HEADER_HASH = 120
 };
+
+#define STK__PLACE_SET (UINT64_C(1) << 63)
 
 /* u64 words per index entry. */
 static inline size_t stk__entry_words(size_t nfields) { return 1 + 3 * nfields; }

@@ -7,6 +7,8 @@
  */
 #include "format.h"
 
+#include "../core/hash.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -51,6 +53,23 @@ json_t *stk__field_json(const stk_field *f) {
     return o;
 }
 
+/* The manifest's own checksum: XXH3-64 of its canonical text (compact,
+ * keys sorted) without the "manifest_xxh3" key.  Canonical, so that any
+ * reader re-derives it from the parsed value whatever the indentation. */
+#define MANIFEST_HASH_KEY "manifest_xxh3"
+
+static int canonical_hash(json_t *root, uint64_t *out) {
+    json_t *copy = json_copy(root); /* shallow: only the top key is removed */
+    if (!copy) return -ENOMEM;
+    json_object_del(copy, MANIFEST_HASH_KEY);
+    char *s = json_dumps(copy, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(copy);
+    if (!s) return -ENOMEM;
+    *out = stk__hash(s, strlen(s));
+    free(s);
+    return 0;
+}
+
 int stk__manifest_dump(const stk__manifest *m, char **out, size_t *len,
                        stk_error *err) {
     json_t *root = json_object();
@@ -87,6 +106,14 @@ int stk__manifest_dump(const stk__manifest *m, char **out, size_t *len,
     json_error_t je;
     json_t *attrs = json_loads(m->attrs ? m->attrs : "{}", 0, &je);
     json_object_set_new(root, "attrs", attrs ? attrs : json_object());
+    uint64_t mh;
+    if (canonical_hash(root, &mh)) {
+        json_decref(root);
+        return stk__err(err, -ENOMEM, "out of memory writing the manifest");
+    }
+    char mhex[17];
+    snprintf(mhex, sizeof mhex, "%016" PRIx64, mh);
+    json_object_set_new(root, MANIFEST_HASH_KEY, json_string(mhex));
     char *s = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(root);
     if (!s) return stk__err(err, -ENOMEM, "out of memory writing the manifest");
@@ -155,6 +182,71 @@ int stk__field_parse(json_t *o, size_t i, const char *what, stk_field *f,
     return 0;
 }
 
+/* 16 lowercase hex digits, as written (strtoull would also take "0A.." or
+ * " 0x..", and a flipped bit that changes a digit's case would go unseen). */
+static bool parse_hex16(const char *hex, uint64_t *out) {
+    if (!hex || strlen(hex) != 16) return false;
+    uint64_t v = 0;
+    for (int i = 0; i < 16; i++) {
+        char c = hex[i];
+        if (c >= '0' && c <= '9') v = v << 4 | (uint64_t)(c - '0');
+        else if (c >= 'a' && c <= 'f') v = v << 4 | (uint64_t)(c - 'a' + 10);
+        else return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* A key of `o` outside `known` (NULL-terminated), or NULL. */
+static const char *unknown_key(json_t *o, const char *const *known) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        (void)v;
+        size_t i = 0;
+        while (known[i] && strcmp(known[i], k)) i++;
+        if (!known[i]) return k;
+    }
+    return NULL;
+}
+
+/* Damage to the manifest itself.  With "manifest_xxh3" (every manifest
+ * written since it exists), the checksum must match: any changed byte of
+ * a key or a value is found.  Without it (older manifests), only the keys
+ * this version writes are accepted, so that a damaged key name (the
+ * checksum's own included) is not silently ignored. */
+static int check_integrity(json_t *root, const char *what, stk_error *err) {
+    json_t *hv = json_object_get(root, MANIFEST_HASH_KEY);
+    if (hv) {
+        uint64_t want = 0, got = 0;
+        if (!parse_hex16(json_string_value(hv), &want))
+            return BAD("%s: \"%s\" must be 16 lowercase hex digits", what, MANIFEST_HASH_KEY);
+        if (canonical_hash(root, &got)) return stk__err(err, -ENOMEM, "out of memory");
+        if (got != want)
+            return stk__err(err, STK_ECHECKSUM,
+                            "%s: the manifest's checksum fails (%016" PRIx64 ", recorded %016" PRIx64
+                            "): the manifest is damaged or was edited by hand",
+                            what, got, want);
+        return 0;
+    }
+    static const char *const top[] = {"format", "kind", "version", "writer", "part", "records",
+                                      "align", "block_size", "fields", "shards", "attrs", NULL};
+    static const char *const field[] = {"name", "dtype", "shape", "codec", "codec_level", NULL};
+    static const char *const shard[] = {"file", "records", "bytes", "header_xxh3", NULL};
+    const char *k = unknown_key(root, top);
+    json_t *a = json_object_get(root, "fields"), *b = json_object_get(root, "shards"), *v;
+    size_t i;
+    if (!k && json_is_array(a))
+        json_array_foreach(a, i, v) if (!k && json_is_object(v)) k = unknown_key(v, field);
+    if (!k && json_is_array(b))
+        json_array_foreach(b, i, v) if (!k && json_is_object(v)) k = unknown_key(v, shard);
+    if (k)
+        return BAD("%s: unknown key \"%s\" in a manifest without a checksum (damage, or a "
+                   "manifest edited by hand)",
+                   what, k);
+    return 0;
+}
+
 int stk__manifest_parse(const char *text, size_t len, const char *what,
                         stk__manifest *m, stk_error *err) {
     memset(m, 0, sizeof *m);
@@ -185,6 +277,7 @@ int stk__manifest_parse(const char *text, size_t len, const char *what,
                       what, (long long)json_integer_value(ver), STK_FORMAT_VERSION);
         goto out;
     }
+    if ((rc = check_integrity(root, what, err))) goto out;
     const char *kind = json_string_value(json_object_get(root, "kind"));
     if (!kind || (strcmp(kind, "dataset") && strcmp(kind, "part"))) {
         rc = BAD("%s: \"kind\" must be \"dataset\" or \"part\"", what);
@@ -268,9 +361,8 @@ int stk__manifest_parse(const char *text, size_t len, const char *what,
             rc = BAD("%s: %s: \"%s\" is not a file name", what, ctx, file);
             goto out;
         }
-        char *end = NULL;
-        if (strlen(hex) != 16 || (s->header_hash = strtoull(hex, &end, 16), *end)) {
-            rc = BAD("%s: %s: \"header_xxh3\" must be 16 hex digits", what, ctx);
+        if (!parse_hex16(hex, &s->header_hash)) {
+            rc = BAD("%s: %s: \"header_xxh3\" must be 16 lowercase hex digits", what, ctx);
             goto out;
         }
         /* A shard listed twice would deliver its records twice, and every

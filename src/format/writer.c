@@ -717,6 +717,9 @@ static int finish_shard(stk_writer *w, stk_error *err) {
     stk__st64(h + STK__H_SCHEMA_HASH, w->schema_hash);
     stk__st64(h + STK__H_INDEX_HASH, stk__hash(w->index, (size_t)index_size));
     stk__st64(h + STK__H_BLOCKS_HASH, stk__hash(w->blocks, (size_t)blocks_size));
+    /* Its place, so that a reader finds shards listed out of order. */
+    stk__st64(h + STK__H_PLACE, STK__PLACE_SET | (uint64_t)w->opt.part_index << 32 |
+                                    (uint64_t)(uint32_t)w->nshards);
     uint64_t hh = stk__hash(h, STK__H_HEADER_HASH);
     stk__st64(h + STK__H_HEADER_HASH, hh);
     if ((rc = stk__pwrite_full(w->fd, h, sizeof h, 0))) goto fail;

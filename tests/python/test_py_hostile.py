@@ -242,7 +242,41 @@ def test_a_manifest_listing_a_shard_twice_is_damage(tmp_path):
     m["records"] += m["shards"][0]["records"]
     (ds / "manifest.json").write_text(json.dumps(m))
     r = subprocess.run([cli(), "verify", str(ds)], capture_output=True, text=True)
+    assert r.returncode == 1 and "checksum fails" in r.stderr, r.stderr
+    # Edited by hand, without the manifest's checksum: the check behind it.
+    del m["manifest_xxh3"]
+    (ds / "manifest.json").write_text(json.dumps(m))
+    r = subprocess.run([cli(), "verify", str(ds)], capture_output=True, text=True)
     assert r.returncode == 1 and "listed twice" in r.stderr
+
+
+def test_every_byte_stoker_writes_is_covered(tmp_path):
+    """A bit flipped in a shard header's padding or in a manifest key's
+    name (codec_level) is damage that verify finds (exit 1)."""
+    ds = tmp_path / "ds"
+    stoker.write(ds, {"x": np.arange(40, dtype=np.float32).reshape(10, 4)},
+                 compress={"x": 3})
+    shard = sorted(ds.glob("shard-*.stk"))[0]
+    pristine_shard, pristine_man = shard.read_bytes(), (ds / "manifest.json").read_bytes()
+
+    def verify():
+        return subprocess.run([cli(), "verify", str(ds)], capture_output=True, text=True)
+
+    assert verify().returncode == 0
+    for off in (112, 128, 1000, 4095):
+        b = bytearray(pristine_shard)
+        b[off] ^= 0x04
+        shard.write_bytes(bytes(b))
+        r = verify()
+        assert r.returncode == 1 and shard.name in r.stderr, (off, r.stderr)
+    shard.write_bytes(pristine_shard)
+    text = pristine_man.decode()
+    assert '"codec_level"' in text
+    (ds / "manifest.json").write_text(text.replace('"codec_level"', '"codec_levem"', 1))
+    r = verify()
+    assert r.returncode == 1 and "checksum" in r.stderr, r.stderr
+    (ds / "manifest.json").write_bytes(pristine_man)
+    assert verify().returncode == 0
 
 
 def test_an_index_with_counts_no_file_holds_is_refused_before_allocating(tmp_path):
