@@ -215,6 +215,16 @@ typedef struct stk_writer_options {
      * on.  Where no interrupted pack is found, an ordinary one starts.
      * Default 0. */
     int resume;
+    /* What the records are made from, as a short string of letters,
+     * digits and . _ : - (at most 128; e.g. a digest of the input files'
+     * names, sizes and modification times and of the options that shape
+     * the records), or NULL.  Recorded in the pack's journal and in its
+     * manifest ("inputs"): resume refuses a journal that recorded other
+     * inputs (or none), so that a changed input set is never packed half
+     * old, half new, and stk_merge refuses parts made from different
+     * inputs.  NULL: nothing is recorded or checked.  `stoker pack` sets
+     * it. */
+    const char *inputs;
 } stk_writer_options;
 
 /* Fills `opts` with the defaults above. */

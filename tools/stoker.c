@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 /* Exit codes: 0 success, 1 the data is bad (verify found damage), 2 usage or
  * operational error. */
@@ -245,7 +246,9 @@ static const char pack_help[] =
     "  --part I/N         write part I of N (0-based) of the inputs; join the\n"
     "                     parts afterwards with `stoker merge DATASET`\n"
     "  --force            replace an existing dataset\n"
-    "  --resume           continue an interrupted pack of the same inputs: keep\n"
+    "  --resume           continue an interrupted pack of the same inputs (their\n"
+    "                     paths, sizes and times are checked against the pack's\n"
+    "                     journal; changed inputs are refused): keep\n"
     "                     the shards it finished, pack the rest\n"
     "  --no-sync          skip fsync (faster; not durable across power loss)\n"
     "  -q, --quiet        no progress bar and no summary\n"
@@ -420,6 +423,37 @@ static int pack_via_python(int argc, char **argv) {
     return EXIT_ERROR;
 }
 
+/* What a pack is made from, for resume and merge to check: a digest of
+ * every input file's path, device, inode, size and modification time, in
+ * order, and of the options that decide which records come from them.
+ * Every part of a split pack computes the same one. */
+static int inputs_digest(const strvec *files, bool split, uint32_t parts, char *out, size_t cap) {
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) {
+        fprintf(stderr, "%s: error: out of memory\n", prog);
+        return -1;
+    }
+    XXH3_64bits_reset(st);
+    char opt[64];
+    int n = snprintf(opt, sizeof opt, "npy split=%d parts=%u\n", split, parts);
+    XXH3_64bits_update(st, opt, (size_t)n);
+    for (size_t i = 0; i < files->n; i++) {
+        struct stat sb;
+        if (stat(files->v[i], &sb) != 0) {
+            fprintf(stderr, "%s: error: %s: %s\n", prog, files->v[i], strerror(errno));
+            XXH3_freeState(st);
+            return -1;
+        }
+        uint64_t id[5] = {(uint64_t)sb.st_dev, (uint64_t)sb.st_ino, (uint64_t)sb.st_size,
+                          (uint64_t)sb.st_mtim.tv_sec, (uint64_t)sb.st_mtim.tv_nsec};
+        XXH3_64bits_update(st, files->v[i], strlen(files->v[i]) + 1);
+        XXH3_64bits_update(st, id, sizeof id);
+    }
+    snprintf(out, cap, "npy:%zu:%016llx", files->n, (unsigned long long)XXH3_64bits_digest(st));
+    XXH3_freeState(st);
+    return 0;
+}
+
 static int cmd_pack(int argc, char **argv) {
     for (int i = 0; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--from") && !strcmp(argv[i + 1], "parquet"))
@@ -553,6 +587,9 @@ static int cmd_pack(int argc, char **argv) {
 
     uint64_t lo = total_rows * wo.part_index / wo.part_count;
     uint64_t hi = total_rows * (wo.part_index + 1) / wo.part_count;
+    char digest[48];
+    if (inputs_digest(&files, split, wo.part_count, digest, sizeof digest)) return EXIT_ERROR;
+    wo.inputs = digest;
 
     stk_writer *w = NULL;
     if (stk_writer_create(output, &f, 1, &wo, &w, &err)) {

@@ -190,6 +190,7 @@ typedef struct stk__manifest {
     stk__shard_entry *shards;
     size_t nshards;
     char *attrs; /* compact JSON object */
+    char *inputs; /* stk_writer_options.inputs, or NULL */
 } stk__manifest;
 
 /* Serialises to JSON text from stk__malloc. */

@@ -21,6 +21,7 @@ void stk__manifest_clear(stk__manifest *m) {
     for (size_t i = 0; i < m->nshards; i++) stk__free(m->shards[i].file);
     stk__free(m->shards);
     stk__free(m->attrs);
+    stk__free(m->inputs);
     memset(m, 0, sizeof *m);
 }
 
@@ -106,6 +107,7 @@ int stk__manifest_dump(const stk__manifest *m, char **out, size_t *len,
     json_error_t je;
     json_t *attrs = json_loads(m->attrs ? m->attrs : "{}", 0, &je);
     json_object_set_new(root, "attrs", attrs ? attrs : json_object());
+    if (m->inputs) json_object_set_new(root, "inputs", json_string(m->inputs));
     uint64_t mh;
     if (canonical_hash(root, &mh)) {
         json_decref(root);
@@ -230,7 +232,8 @@ static int check_integrity(json_t *root, const char *what, stk_error *err) {
         return 0;
     }
     static const char *const top[] = {"format", "kind", "version", "writer", "part", "records",
-                                      "align", "block_size", "fields", "shards", "attrs", NULL};
+                                      "align", "block_size", "fields", "shards", "attrs", "inputs",
+                                      NULL};
     static const char *const field[] = {"name", "dtype", "shape", "codec", "codec_level", NULL};
     static const char *const shard[] = {"file", "records", "bytes", "header_xxh3", NULL};
     const char *k = unknown_key(root, top);
@@ -395,10 +398,16 @@ int stk__manifest_parse(const char *text, size_t len, const char *what,
         rc = BAD("%s: \"attrs\" must be an object", what);
         goto out;
     }
+    json_t *inputs = json_object_get(root, "inputs");
+    if (inputs && !json_is_string(inputs)) {
+        rc = BAD("%s: \"inputs\" must be a string", what);
+        goto out;
+    }
     char *s = attrs ? json_dumps(attrs, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     m->attrs = stk__strdup(s ? s : "{}");
     free(s);
-    if (!m->attrs) rc = stk__err(err, -ENOMEM, "out of memory");
+    if (inputs) m->inputs = stk__strdup(json_string_value(inputs));
+    if (!m->attrs || (inputs && !m->inputs)) rc = stk__err(err, -ENOMEM, "out of memory");
 out:
     json_decref(root);
     if (rc) stk__manifest_clear(m);

@@ -45,6 +45,7 @@ struct stk_writer {
     size_t nfields;
     stk_writer_options opt;
     char *attrs;
+    char *inputs; /* opts->inputs, copied */
     uint64_t schema_hash;
     char prefix[32];  /* "", "part-00003-", or "r<tag>-" when replacing */
     char marker[48];  /* ".packing" or ".packing-part-00003" */
@@ -97,6 +98,7 @@ void stk_writer_options_init(stk_writer_options *o) {
     o->overwrite = 0;
     o->sync = 1;
     o->attrs_json = NULL;
+    o->inputs = NULL;
 }
 
 bool stk__is_stoker_file(const char *name) {
@@ -337,6 +339,19 @@ static int resume_journal(stk_writer *w, stk_error *err) {
                         "again with overwrite / --force)",
                         w->dir);
     }
+    if (w->inputs) {
+        /* The journal's "inputs" line, whole. */
+        const char *at = strstr(text, "\ninputs ");
+        size_t n = at ? strcspn(at + 8, "\n") : 0;
+        if (!at || n != strlen(w->inputs) || memcmp(at + 8, w->inputs, n) != 0) {
+            stk__free(text);
+            return stk__err(err, -EINVAL,
+                            "%s: cannot resume: the inputs are not those of the interrupted "
+                            "pack (%s: files added, removed, rewritten or moved, or other "
+                            "options); start again with overwrite / --force",
+                            w->dir, at ? "they differ" : "it did not record them");
+        }
+    }
     for (char *line = strtok(text, "\n"); line && rc == 0; line = strtok(NULL, "\n")) {
         char file[128];
         unsigned long long recs, bytes, hh;
@@ -395,9 +410,10 @@ static int resume_journal(stk_writer *w, stk_error *err) {
         if (!kept) unlinkat(dirfd(d), de->d_name, 0);
     }
     closedir(d);
-    char head[128];
-    int hn = snprintf(head, sizeof head, "stoker pack in progress (resumed), pid %ld\n%s",
-                      (long)getpid(), want);
+    char head[320];
+    int hn = snprintf(head, sizeof head, "stoker pack in progress (resumed), pid %ld\n%s%s%s%s",
+                      (long)getpid(), want, w->inputs ? "inputs " : "",
+                      w->inputs ? w->inputs : "", w->inputs ? "\n" : "");
     if ((rc = stk__write_file_atomic(w->dir, w->marker, head, (size_t)hn, w->opt.sync)))
         return stk__err(err, rc, "%s: cannot rewrite the pack journal: %s", w->dir,
                         stk_strerror(rc));
@@ -435,6 +451,15 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
                                 fields[i].name, fields[j].name);
     }
 
+    if (opts->inputs) {
+        size_t n = strlen(opts->inputs), ok = strspn(opts->inputs,
+                                                    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQR"
+                                                    "STUVWXYZ0123456789._:-");
+        if (n == 0 || n > 128 || ok != n)
+            return stk__err(err, -EINVAL,
+                            "inputs: 1 to 128 letters, digits and . _ : - (got %zu characters%s)",
+                            n, ok != n ? ", some of them others" : "");
+    }
     stk_writer *w = stk__aligned_alloc(64, sizeof *w);
     if (!w) return stk__err(err, -ENOMEM, "out of memory");
     memset(w, 0, sizeof *w);
@@ -442,6 +467,7 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
     w->lock_fd = w->part_lock_fd = -1;
     w->opt = *opts;
     w->opt.attrs_json = NULL;
+    w->opt.inputs = NULL;
     w->nfields = nfields;
     bool part = opts->part_count > 1;
     if (part) {
@@ -465,6 +491,10 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
     if ((rc = stk__attrs_normalise(opts->attrs_json, &w->attrs, err))) {
         stk_writer_free(w);
         return rc;
+    }
+    if (opts->inputs && !(w->inputs = stk__strdup(opts->inputs))) {
+        stk_writer_free(w);
+        return stk__err(err, -ENOMEM, "out of memory");
     }
 
     if ((rc = mkdir_p(path)) != 0) {
@@ -545,11 +575,12 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
                             stk_strerror(rc));
         }
     }
-    char note[160];
+    char note[320];
     int n = snprintf(note, sizeof note,
-                     "stoker pack in progress, pid %ld, started %lld\nschema %016llx\n",
+                     "stoker pack in progress, pid %ld, started %lld\nschema %016llx\n%s%s%s",
                      (long)getpid(), (long long)time(NULL),
-                     (unsigned long long)w->schema_hash);
+                     (unsigned long long)w->schema_hash, w->inputs ? "inputs " : "",
+                     w->inputs ? w->inputs : "", w->inputs ? "\n" : "");
     if ((rc = stk__write_file_atomic(path, w->marker, note, (size_t)n, opts->sync))) {
         stk__err(err, rc, "%s: cannot write %s: %s", path, w->marker, stk_strerror(rc));
         stk_writer_free(w);
@@ -940,6 +971,7 @@ int stk_writer_finish(stk_writer *w, stk_error *err) {
         .shards = w->shards,
         .nshards = w->nshards,
         .attrs = w->attrs,
+        .inputs = w->inputs,
     };
     char name[32];
     if (m.is_part) snprintf(name, sizeof name, "part-%05u.json", w->opt.part_index);
@@ -970,6 +1002,7 @@ void stk_writer_free(stk_writer *w) {
     stk__free(w->stored_ptr);
     stk__free(w->stored_len);
     stk__free(w->attrs);
+    stk__free(w->inputs);
     stk__free(w->dir);
     stk__free(w->shard_path);
     stk__free(w->index);
@@ -1062,6 +1095,15 @@ static int merge_locked(const char *path, stk_error *err) {
             else if (i && parts[i].part_index == parts[i - 1].part_index)
                 rc = stk__err(err, STK_ECORRUPT, "%s: part %u appears twice", path,
                               parts[i].part_index);
+            else if ((parts[i].inputs || parts[0].inputs) &&
+                     (!parts[i].inputs || !parts[0].inputs ||
+                      strcmp(parts[i].inputs, parts[0].inputs) != 0))
+                rc = stk__err(err, STK_EMISMATCH,
+                              "%s: part %u was packed from other inputs than part %u (%s): "
+                              "pack every part from the same files with the same options",
+                              path, parts[i].part_index, parts[0].part_index,
+                              parts[i].inputs && parts[0].inputs ? "their inputs differ"
+                                                                 : "only one recorded them");
             else if (stk__schema_hash(parts[i].fields, parts[i].nfields) !=
                          stk__schema_hash(parts[0].fields, parts[0].nfields) ||
                      parts[i].align != parts[0].align ||

@@ -6,6 +6,8 @@
  * verifies.  Before the merge the directory opens as STK_EINCOMPLETE; a merge
  * with a part missing fails with STK_EINCOMPLETE naming that part; parts with
  * different schemas fail with STK_ESCHEMA; a second merge gives -EEXIST.
+ * Parts made from different inputs (stk_writer_options.inputs) fail with
+ * STK_EMISMATCH; a resume whose inputs differ from the journal's is refused.
  */
 #include "util.h"
 
@@ -24,6 +26,9 @@ static void tokens(uint64_t id, uint16_t *t) {
     for (uint64_t k = 0; k < ntokens(id); k++) t[k] = (uint16_t)(id * 31 + k % 17);
 }
 
+/* The inputs the next write_part records (NULL: none). */
+static const char *part_inputs;
+
 /* Writes part `index` of `count` holding records [first, first + n). */
 static void write_part(const char *dir, uint32_t index, uint32_t count, uint64_t first,
                        uint64_t n, const stk_field *fields, size_t nfields) {
@@ -34,6 +39,7 @@ static void write_part(const char *dir, uint32_t index, uint32_t count, uint64_t
     o.part_count = count;
     o.shard_bytes = 8192;
     o.sync = 0;
+    o.inputs = part_inputs;
     stk_writer *w = NULL;
     CHECK_OK(stk_writer_create(dir, fields, nfields, &o, &w, &err));
     uint16_t t[600] = {0}; /* room for the u32 variant of the schema too */
@@ -189,9 +195,106 @@ static void different_schemas(void) {
     test_rmrf(dir2);
 }
 
+/* Parts packed from different input sets do not merge. */
+static void different_inputs(void) {
+    stk_error err = {0};
+    const char *dir = test_dir("parts-inputs");
+    part_inputs = "npy:2:00000000000000aa";
+    write_part(dir, 0, 2, 0, 10, schema, 2);
+    part_inputs = "npy:3:00000000000000bb";
+    write_part(dir, 1, 2, 10, 10, schema, 2);
+    CHECK_ERR(stk_merge(dir, &err), STK_EMISMATCH, "part 1 was packed from other inputs");
+    CHECK(!test_exists(in_dir(dir, "manifest.json")));
+    /* One part recorded its inputs, the other did not. */
+    test_rmrf(dir);
+    dir = test_dir("parts-inputs-one");
+    part_inputs = "npy:2:00000000000000aa";
+    write_part(dir, 0, 2, 0, 10, schema, 2);
+    part_inputs = NULL;
+    write_part(dir, 1, 2, 10, 10, schema, 2);
+    CHECK_ERR(stk_merge(dir, &err), STK_EMISMATCH, "only one recorded them");
+    test_rmrf(dir);
+    /* The same inputs merge, and the dataset keeps them. */
+    dir = test_dir("parts-inputs-same");
+    part_inputs = "npy:2:00000000000000aa";
+    write_part(dir, 0, 2, 0, 10, schema, 2);
+    write_part(dir, 1, 2, 10, 10, schema, 2);
+    part_inputs = NULL;
+    CHECK_OK(stk_merge(dir, &err));
+    size_t len;
+    char *text = test_read_file(in_dir(dir, "manifest.json"), &len);
+    CHECK(strstr(text, "\"inputs\": \"npy:2:00000000000000aa\"") != NULL);
+    free(text);
+    test_rmrf(dir);
+    /* Only a short plain string is taken. */
+    stk_writer_options o;
+    stk_writer_options_init(&o);
+    o.inputs = "two\nlines";
+    stk_writer *w = NULL;
+    CHECK_ERR(stk_writer_create(dir, schema, 2, &o, &w, &err), -EINVAL, "inputs");
+}
+
+/* Starts a pack of 200 records recording `inputs` and leaves it
+ * interrupted after some shards. */
+static void interrupted(const char *dir, const char *inputs) {
+    stk_error err = {0};
+    stk_writer_options o;
+    stk_writer_options_init(&o);
+    o.shard_bytes = 8192;
+    o.sync = 0;
+    o.inputs = inputs;
+    stk_writer *w = NULL;
+    CHECK_OK(stk_writer_create(dir, schema, 2, &o, &w, &err));
+    uint16_t t[600] = {0};
+    for (uint64_t id = 0; id < 200; id++) {
+        tokens(id, t);
+        stk_value v[2] = {{&id, 1}, {t, ntokens(id)}};
+        CHECK_OK(stk_writer_append(w, v, &err));
+    }
+    stk_writer_free(w); /* never finished: as if killed */
+}
+
+static uint64_t resume_with(const char *dir, const char *inputs, stk_error *err) {
+    stk_writer_options o;
+    stk_writer_options_init(&o);
+    o.shard_bytes = 8192;
+    o.sync = 0;
+    o.resume = 1;
+    o.inputs = inputs;
+    stk_writer *w = NULL;
+    int rc = stk_writer_create(dir, schema, 2, &o, &w, err);
+    if (rc) return UINT64_MAX;
+    uint64_t done = stk_writer_num_records(w);
+    stk_writer_free(w);
+    return done;
+}
+
+/* A resume checks that the inputs are the journal's. */
+static void resume_checks_inputs(void) {
+    stk_error err = {0};
+    const char *dir = test_dir("parts-resume");
+    interrupted(dir, "npy:5:0000000000000001");
+    CHECK(resume_with(dir, "npy:6:0000000000000002", &err) == UINT64_MAX);
+    CHECK(err.code == -EINVAL && strstr(err.message, "they differ") != NULL);
+    /* Refused, the interrupted pack is still there to resume. */
+    uint64_t done = resume_with(dir, "npy:5:0000000000000001", &err);
+    CHECK(done > 0 && done < 200);
+    /* A journal that recorded no inputs cannot vouch for them. */
+    test_rmrf(dir);
+    dir = test_dir("parts-resume-none");
+    interrupted(dir, NULL);
+    CHECK(resume_with(dir, "npy:5:0000000000000001", &err) == UINT64_MAX);
+    CHECK(err.code == -EINVAL && strstr(err.message, "did not record them") != NULL);
+    /* A caller that gives none checks nothing (the C API's own use). */
+    CHECK(resume_with(dir, NULL, &err) > 0);
+    test_rmrf(dir);
+}
+
 int main(void) {
     merged();
     missing_part();
     different_schemas();
+    different_inputs();
+    resume_checks_inputs();
     return 0;
 }

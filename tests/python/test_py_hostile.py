@@ -502,3 +502,99 @@ def test_an_index_written_away_from_its_files_says_which_root_to_allow(tmp_path)
     assert [b["data"][:, 0].tolist() for b in ld] == [[0, 1, 2]]
     with pytest.raises(stoker.NotFound):
         stoker.Loader(out / "d.idx", batch_size=3, root=tmp_path / "nowhere")
+
+
+# ---- resume and merge take only the inputs they started from ------------------------------
+
+def _npy_tree(root, n, size=2048):
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        np.save(root / f"f{i:03d}.npy", np.full(size, i, np.float32))
+
+
+def test_resume_refuses_inputs_that_changed(tmp_path):
+    """`stoker pack --resume` continues only the pack of the same inputs:
+    a file added that sorts first, one deleted, one rewritten, or another
+    directory of the same names are refused, naming why; the same inputs
+    resume after the shards already packed, equal to an uninterrupted pack."""
+    import signal
+    import time
+    src = tmp_path / "src"
+    _npy_tree(src, 300, size=256 << 10)  # 1 MiB each
+    out = tmp_path / "ds"
+
+    def args(*extra, inputs=(src,)):
+        return [cli(), "pack", "--from", "npy", *map(str, inputs), "-o", str(out),
+                "--shard-size", "2M", "--no-sync", *extra]
+
+    def pack(*extra, inputs=(src,)):
+        return subprocess.run(args(*extra, inputs=inputs), capture_output=True, text=True)
+
+    # Killed once the journal lists a few shards (a pack that finishes first
+    # is started again on a fresh directory).
+    for attempt in range(20):
+        subprocess.run(["rm", "-rf", str(out)])
+        proc = subprocess.Popen(args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        marker = out / ".packing"
+        while proc.poll() is None:
+            try:
+                if marker.read_text().count("\nshard ") >= 3:
+                    proc.send_signal(signal.SIGKILL)
+                    break
+            except OSError:
+                pass
+            time.sleep(0.0005)
+        proc.wait()
+        if proc.returncode == -signal.SIGKILL:
+            break
+    else:
+        pytest.skip("the pack always finished before it could be killed")
+    assert opens_incomplete(out)
+
+    def refused(p):
+        return p.returncode != 0 and "inputs are not those of the interrupted pack" in p.stderr
+
+    np.save(src / "a_first.npy", np.full(256 << 10, -1, np.float32))
+    assert refused(pack("--resume"))
+    (src / "a_first.npy").unlink()
+    (src / "f299.npy").rename(tmp_path / "f299.npy")
+    assert refused(pack("--resume"))
+    (tmp_path / "f299.npy").rename(src / "f299.npy")
+    five = (src / "f005.npy").read_bytes()
+    st = os.stat(src / "f005.npy")
+    (src / "f005.npy").write_bytes(five)  # rewritten: the same bytes, a new time
+    assert refused(pack("--resume"))
+    os.utime(src / "f005.npy", ns=(st.st_atime_ns, st.st_mtime_ns))
+    other = tmp_path / "other"
+    _npy_tree(other, 300, size=256 << 10)
+    assert refused(pack("--resume", inputs=(other,)))
+    # Refusing touched nothing; the same inputs resume after what was packed.
+    assert opens_incomplete(out)
+    p = pack("--resume")
+    assert p.returncode == 0 and "resuming after" in p.stderr, p.stderr
+    got = [int(b["x"][0][0]) for b in stoker.Loader(out, batch_size=1, shuffle="sequential")]
+    assert got == list(range(300))
+    r = subprocess.run([cli(), "verify", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_merge_refuses_parts_packed_from_different_inputs(tmp_path):
+    src = tmp_path / "src"
+    _npy_tree(src, 10)
+    out = tmp_path / "ds"
+
+    def part(i):
+        subprocess.run([cli(), "pack", "--from", "npy", str(src), "-o", str(out), "--part",
+                        f"{i}/2", "--no-sync", "-q"], check=True, capture_output=True)
+
+    part(0)
+    np.save(src / "f100.npy", np.full(2048, 100, np.float32))  # the set changed in between
+    part(1)
+    p = subprocess.run([cli(), "merge", str(out)], capture_output=True, text=True)
+    assert p.returncode != 0 and "packed from other inputs" in p.stderr, p.stderr
+    assert opens_incomplete(out)
+    subprocess.run([cli(), "pack", "--from", "npy", str(src), "-o", str(out), "--part", "0/2",
+                    "--no-sync", "-q", "--force"], check=True, capture_output=True)
+    subprocess.run([cli(), "merge", str(out)], check=True, capture_output=True)
+    n = sum(len(b["x"]) for b in stoker.Loader(out, batch_size=4))
+    assert n == 11
