@@ -295,49 +295,60 @@ out:
     return rc;
 }
 
-void stk_open_options_init(stk_open_options *o) {
-    memset(o, 0, sizeof *o);
-}
-
-int stk_dataset_open(const char *path, stk_dataset **out, stk_error *err) {
-    return stk_dataset_open_with(path, NULL, out, err);
-}
-
-int stk_dataset_open_with(const char *path, const stk_open_options *opts, stk_dataset **out,
-                          stk_error *err) {
-    if (!path || !out) return stk__err(err, -EINVAL, "stk_dataset_open: NULL argument");
+int stk__dataset_new(char *dir, stk_field *fields, size_t nfields, char *attrs,
+                     size_t nshards, stk_dataset **out, stk_error *err) {
     *out = NULL;
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        int rc = -errno;
-        return stk__err(err, rc, "%s: %s", path, stk_strerror(rc));
-    }
-    if (S_ISREG(st.st_mode) && stk__is_index_file(path))
-        return stk__index_open(path, opts ? opts->root : NULL, out, err);
     stk_dataset *ds = stk__calloc(1, sizeof *ds);
-    if (!ds) return stk__err(err, -ENOMEM, "out of memory");
-    char *mpath = NULL;
-    if (S_ISDIR(st.st_mode)) {
-        ds->dir = stk__strdup(path);
-        mpath = ds->dir ? stk__path_join(path, STK__MANIFEST) : NULL;
+    if (ds) {
+        ds->dir = dir;
+        ds->fields = fields;
+        ds->nfields = nfields;
+        ds->attrs = attrs;
+        ds->info = stk__calloc(nfields ? nfields : 1, sizeof *ds->info);
+        ds->shards = stk__calloc(nshards ? nshards : 1, sizeof *ds->shards);
+    }
+    if (!ds || !ds->info || !ds->shards || !dir || !fields || !attrs) {
+        if (ds) stk_dataset_close(ds); /* frees what it was given */
+        else {
+            stk__free(dir);
+            stk__schema_free(fields, nfields);
+            stk__free(attrs);
+        }
+        return stk__err(err, -ENOMEM, "out of memory");
+    }
+    int rc = stk__schema_check(fields, nfields, ds->info, err);
+    if (rc) {
+        stk_dataset_close(ds);
+        return rc;
+    }
+    *out = ds;
+    return 0;
+}
+
+int stk__dataset_open_dir(const char *path, bool is_dir, stk_dataset **out, stk_error *err) {
+    *out = NULL;
+    char *dir = NULL, *mpath = NULL;
+    if (is_dir) {
+        dir = stk__strdup(path);
+        mpath = dir ? stk__path_join(path, STK__MANIFEST) : NULL;
     } else {
         /* A manifest file was named: the dataset is its directory. */
         mpath = stk__strdup(path);
         const char *slash = strrchr(path, '/');
-        ds->dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path))
-                        : stk__strdup(".");
+        dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : stk__strdup(".");
     }
     int rc = 0;
     char *text = NULL;
     size_t len = 0;
+    stk_dataset *ds = NULL;
     stk__manifest m;
     memset(&m, 0, sizeof m);
-    if (!ds->dir || !mpath) {
+    if (!dir || !mpath) {
         rc = stk__err(err, -ENOMEM, "out of memory");
         goto fail;
     }
     if ((rc = stk__read_file(mpath, &text, &len))) {
-        if (rc == -ENOENT && S_ISDIR(st.st_mode)) rc = no_manifest(ds->dir, err);
+        if (rc == -ENOENT && is_dir) rc = no_manifest(dir, err);
         else stk__err(err, rc, "%s: %s", mpath, stk_strerror(rc));
         goto fail;
     }
@@ -348,22 +359,15 @@ int stk_dataset_open_with(const char *path, const stk_open_options *opts, stk_da
                       m.part_index, m.part_count);
         goto fail;
     }
-    ds->fields = m.fields;
-    ds->nfields = m.nfields;
+    rc = stk__dataset_new(dir, m.fields, m.nfields, m.attrs, m.nshards, &ds, err);
+    dir = NULL; /* taken, with the fields and attrs */
     m.fields = NULL;
     m.nfields = 0;
-    ds->attrs = m.attrs;
     m.attrs = NULL;
+    if (rc) goto fail;
     ds->align = m.align;
     ds->block_size = m.block_size;
     ds->nrec = m.records;
-    ds->info = stk__calloc(ds->nfields, sizeof *ds->info);
-    ds->shards = stk__calloc(m.nshards ? m.nshards : 1, sizeof *ds->shards);
-    if (!ds->info || !ds->shards) {
-        rc = stk__err(err, -ENOMEM, "out of memory");
-        goto fail;
-    }
-    stk__schema_check(ds->fields, ds->nfields, ds->info, NULL);
     uint64_t schema_hash = stk__schema_hash(ds->fields, ds->nfields);
     uint64_t first = 0, place = 0;
     for (size_t i = 0; i < m.nshards; i++) {
@@ -387,6 +391,7 @@ fail:
     stk__manifest_clear(&m);
     stk__free(text);
     stk__free(mpath);
+    stk__free(dir);
     stk_dataset_close(ds);
     return rc;
 }

@@ -5,24 +5,11 @@
 #define STK_GPU_H
 
 #include "../core/internal.h"
+#include "../cuda/cuda.h"
 
 struct stk_cuda_api;
 struct stk_cuda_copy;
 struct stk__plan;
-
-/* The plugin's functions, loaded on first use; NULL (and STK_ENOGPU in
- * *err) when there is no plugin.  Thread-safe. */
-const struct stk_cuda_api *stk__cuda(stk_error *err);
-
-/* NVTX ranges for the pipeline's stages: on when a tool that reads them is
- * attached (Nsight Systems sets NVTX_INJECTION64_PATH) and the plugin
- * loads; checked once.  Push and pop are no-ops otherwise. */
-bool stk__nvtx_on(void);
-void stk__nvtx_push(const char *name);
-void stk__nvtx_pop(void);
-/* Ranges this thread has open, and closing them down to `depth`. */
-int stk__nvtx_depth(void);
-void stk__nvtx_pop_to(int depth);
 
 /* Device-resident datasets, the host arithmetic (gpu.c): each selected
  * field of each shard becomes one image holding the field's bytes of every

@@ -32,8 +32,8 @@
 #include "../core/hash.h"
 #include "../io/io.h"
 #include "../sample/sample.h"
-#include "../stats/trace.h"
-#include "../gpu/gpu.h"
+#include "../trace/trace.h"
+#include "../cuda/cuda.h"
 #include "pipeline.h"
 
 #include <errno.h>
@@ -249,7 +249,7 @@ struct stk_loader {
     _Atomic uint64_t st_skipped;
     stk_error last_skip;
     stk__trace trace; /* spans per thread, when asked for (stats/trace.c) */
-    bool nvtx;        /* NVTX ranges for the stages (under Nsight; gpu/gpu.h) */
+    bool nvtx;        /* NVTX ranges for the stages (under Nsight; cuda/cuda.h) */
     _Atomic uint64_t st_plan_n, st_plan_ns, st_io_n, st_io_bytes, st_io_ns, st_asm_n,
         st_asm_bytes, st_asm_ns, st_wait_n, st_wait_ns, st_batches, st_samples, st_ready_sum,
         st_groups, st_inflight;
@@ -1104,7 +1104,7 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
             bool narrow = cv && len > raw;
             if (cv && !narrow) {
                 /* The stored bytes land at the end of the sample's place and
-                 * are widened forward over themselves (sources/convert.c). */
+                 * are widened forward over themselves (core/convert.c). */
                 uint8_t *tail = dst + (raw - len);
                 w->posts[np++] = (post){POST_CONV, tail, dst, len, raw, rec, lf->dsf, NULL, 0, cv};
                 dst = tail;

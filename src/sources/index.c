@@ -906,13 +906,7 @@ int stk__index_open(const char *path, const char *files_root, stk_dataset **out,
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     stk__free(text);
     if (!root) return BAD("%s: not valid JSON (line %d: %s)", path, je.line, je.text);
-    stk_dataset *ds = stk__calloc(1, sizeof *ds);
-    if (!ds) {
-        json_decref(root);
-        return stk__err(err, -ENOMEM, "out of memory");
-    }
-    ds->in_place = true;
-    ds->align = 1;
+    stk_dataset *ds = NULL;
     const char *fmt = json_string_value(json_object_get(root, "format"));
     const char *src = json_string_value(json_object_get(root, "source"));
     json_t *ver = json_object_get(root, "version"), *field = json_object_get(root, "field");
@@ -938,22 +932,32 @@ int stk__index_open(const char *path, const char *files_root, stk_dataset **out,
                  path);
         goto fail;
     }
-    ds->dir = dir_of(path);
-    ds->source = stk__strdup(src);
-    ds->fields = stk__calloc(1, sizeof *ds->fields);
-    ds->info = stk__calloc(1, sizeof *ds->info);
-    char *a = attrs ? json_dumps(attrs, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-    ds->attrs = stk__strdup(a ? a : "{}");
-    free(a);
-    if (!ds->dir || !ds->source || !ds->fields || !ds->info || !ds->attrs) {
+    /* The one field, then the dataset over it. */
+    stk_field *fields = stk__calloc(1, sizeof *fields);
+    if (!fields) {
         rc = stk__err(err, -ENOMEM, "out of memory");
         goto fail;
     }
-    ds->nfields = 1;
-    if ((rc = stk__field_parse(field, 0, path, &ds->fields[0], err))) goto fail;
-    if ((rc = stk__schema_check(ds->fields, 1, ds->info, err))) {
-        stk__err_prefix(err, "%s: ", path);
-        rc = err ? (err->code = STK_ECORRUPT) : STK_ECORRUPT;
+    if ((rc = stk__field_parse(field, 0, path, &fields[0], err))) {
+        stk__schema_free(fields, 1);
+        goto fail;
+    }
+    char *a = attrs ? json_dumps(attrs, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    char *attrs_text = stk__strdup(a ? a : "{}");
+    free(a);
+    size_t nf = json_array_size(files);
+    if ((rc = stk__dataset_new(dir_of(path), fields, 1, attrs_text, nf, &ds, err))) {
+        if (rc != -ENOMEM) {
+            stk__err_prefix(err, "%s: ", path);
+            rc = err ? (err->code = STK_ECORRUPT) : STK_ECORRUPT;
+        }
+        goto fail;
+    }
+    ds->in_place = true;
+    ds->align = 1;
+    ds->mapped = nf <= STK_INDEX_MAP_MAX;
+    if (!(ds->source = stk__strdup(src))) {
+        rc = stk__err(err, -ENOMEM, "out of memory");
         goto fail;
     }
     if (ds->fields[0].codec != STK_CODEC_NONE) {
@@ -988,13 +992,6 @@ int stk__index_open(const char *path, const char *files_root, stk_dataset **out,
         }
         fi->stored_row_bytes = fi->row_bytes / out_sz * in_sz;
     }
-    size_t nf = json_array_size(files);
-    ds->shards = stk__calloc(nf ? nf : 1, sizeof *ds->shards);
-    if (!ds->shards) {
-        rc = stk__err(err, -ENOMEM, "out of memory");
-        goto fail;
-    }
-    ds->mapped = nf <= STK_INDEX_MAP_MAX;
     allowed = realpath(files_root ? files_root : ds->dir, NULL);
     if (!allowed) {
         rc = -errno;

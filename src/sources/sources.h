@@ -35,4 +35,12 @@ typedef struct stk__h5info {
 int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_error *err);
 void stk__h5info_free(stk__h5info *h);
 
+/* ---- in-place indexes (index.c) ---- */
+
+/* Whether the file at `path` starts like an index (checks a few bytes). */
+bool stk__is_index_file(const char *path);
+/* Opens an in-place index as a dataset, checking every file it names; the
+ * files must resolve to paths under `root` (NULL: the index's directory). */
+int stk__index_open(const char *path, const char *root, stk_dataset **out, stk_error *err);
+
 #endif

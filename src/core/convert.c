@@ -9,7 +9,9 @@
  * ends at (i + 1) * out bytes, input element i + 1 starts at
  * n * (out - in) + (i + 1) * in, which is never before it.
  */
-#include "../format/format.h"
+#include "convert.h"
+
+#include "internal.h"
 
 #include <string.h>
 

@@ -1,0 +1,33 @@
+/*
+ * open.c: opening a path, whichever it holds: a dataset of stoker shards
+ * (format/dataset.c) or an in-place index of users' files (index.c).  The
+ * dispatch lives here, above both, so that the format layer knows nothing
+ * of in-place sources.
+ */
+#include "sources.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+
+void stk_open_options_init(stk_open_options *o) {
+    memset(o, 0, sizeof *o);
+}
+
+int stk_dataset_open(const char *path, stk_dataset **out, stk_error *err) {
+    return stk_dataset_open_with(path, NULL, out, err);
+}
+
+int stk_dataset_open_with(const char *path, const stk_open_options *opts, stk_dataset **out,
+                          stk_error *err) {
+    if (!path || !out) return stk__err(err, -EINVAL, "stk_dataset_open: NULL argument");
+    *out = NULL;
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        int rc = -errno;
+        return stk__err(err, rc, "%s: %s", path, stk_strerror(rc));
+    }
+    if (S_ISREG(st.st_mode) && stk__is_index_file(path))
+        return stk__index_open(path, opts ? opts->root : NULL, out, err);
+    return stk__dataset_open_dir(path, S_ISDIR(st.st_mode), out, err);
+}
