@@ -740,6 +740,22 @@ STK_API stk_order stk_loader_order(const stk_loader *ld);
 STK_API uint64_t stk_loader_sample_bytes(const stk_loader *ld);
 STK_API const char *stk_backend_name(stk_backend b);
 
+/* The names of option values, as the command line and the Python package
+ * take them ("sequential", "random", "block"; "auto", "uring", "pool",
+ * "mmap"; "all", "mask", "notnan"; "auto", "on", "off"; "raise", "skip"),
+ * and back.  A parse returns the value, or -EINVAL for a name it does not
+ * know (NULL included); a name function returns "unknown" for a value out
+ * of range.  One table per option, here, so that every front end agrees. */
+STK_API int stk_backend_parse(const char *name);
+STK_API const char *stk_order_name(stk_order o);
+STK_API int stk_order_parse(const char *name);
+STK_API const char *stk_valid_name(stk_valid v);
+STK_API int stk_valid_parse(const char *name);
+STK_API const char *stk_warm_up_name(stk_warm_up w);
+STK_API int stk_warm_up_parse(const char *name);
+STK_API const char *stk_on_error_name(stk_on_error e);
+STK_API int stk_on_error_parse(const char *name);
+
 /*
  * Starts epoch `epoch` from its beginning.  Batches the consumer still holds
  * stay valid; batches read ahead for the old epoch are discarded.
@@ -889,6 +905,21 @@ STK_API void stk_diagnose(const stk_loader_stats *st, stk_backend backend, uint6
                           double seconds, double limit_bytes_per_s, int with_step,
                           stk_diagnosis *out);
 STK_API const char *stk_verdict_name(stk_verdict v);
+
+/* The limit a loader's delivery is measured against, chosen one way for
+ * every front end (`stoker doctor`, stoker.profile): memcpy from one
+ * thread when at least 90% of the dataset is in the page cache, else the
+ * device's sequential O_DIRECT rate under the dataset when that is lower
+ * (a measurement that fails, on a file system without O_DIRECT say, leaves
+ * memcpy).  `what` is a static string saying which it is; `resident` the
+ * share of the dataset in the page cache (-1 when it cannot be told). */
+typedef struct stk_limit {
+    double bytes_per_s;
+    const char *what;
+    double resident;
+} stk_limit;
+
+STK_API void stk_measure_limit(const stk_dataset *ds, stk_limit *out);
 
 /* Single-thread memcpy bandwidth in bytes/s (best of 5 copies of 64 MiB):
  * the limit for data already in memory. */

@@ -43,6 +43,20 @@ double stk_measure_memcpy(void) {
     return best;
 }
 
+void stk_measure_limit(const stk_dataset *ds, stk_limit *out) {
+    out->bytes_per_s = stk_measure_memcpy();
+    out->what = "memcpy, one thread";
+    out->resident = ds ? stk_dataset_resident(ds) : -1;
+    if (!ds || out->resident >= 0.9) return;
+    /* Data not in memory is read from the device, which may be the limit. */
+    double rd = 0;
+    stk_error e = {0};
+    if (stk_measure_read(ds, 1.0, &rd, &e) == 0 && rd > 0 && rd < out->bytes_per_s) {
+        out->bytes_per_s = rd;
+        out->what = "device, O_DIRECT sequential reads";
+    }
+}
+
 /* Opens shard s for O_DIRECT reads. */
 static int open_direct(const stk_dataset *ds, size_t s, stk_error *err) {
     int fd = stk__open(ds->shards[s].path, O_RDONLY | O_DIRECT, 0);
