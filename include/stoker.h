@@ -14,6 +14,17 @@
  *    Functions that take an `stk_error *err` fill it with the same code and a
  *    message naming the file, shard and record concerned; `err` may be NULL.
  *    Nothing in the library aborts the process on bad input.
+ *    The exceptions: stk_loader_next and stk_gpu_next return STK_END (1,
+ *    positive) at the end of an epoch; functions named for what they give
+ *    (stk_dataset_num_records, stk_loader_backend, the *_name functions)
+ *    return it directly and say what a NULL or out-of-range argument gives;
+ *    the *_parse functions return the value or -EINVAL; void functions
+ *    cannot fail.
+ *  - Borrowed inputs.  Every pointer passed in (paths, field lists and
+ *    their names, schemas, option strings such as attrs_json, inputs,
+ *    hdf5_dataset, extension and root, record values) is read during the
+ *    call only: the library copies what it keeps, and the caller may free
+ *    or reuse it as soon as the call returns.
  *  - Ownership.  Objects are opaque and come from a `_create` or `_open`
  *    function; the matching `_free` or `_close` releases them and accepts
  *    NULL.  Every pointer the library hands out states how long it lives.
@@ -35,11 +46,8 @@
 extern "C" {
 #endif
 
-#if defined(_WIN32)
-#define STK_API
-#else
+/* Linux is the only target (io_uring, O_DIRECT, mmap semantics). */
 #define STK_API __attribute__((visibility("default")))
-#endif
 
 #define STK_VERSION_MAJOR 0
 #define STK_VERSION_MINOR 1
