@@ -9,21 +9,21 @@
  * requests kept in flight, and maps it as it lands.  The mappings are
  * marked MADV_HUGEPAGE first, so the page cache takes the bytes in 2 MiB
  * folios and maps them with one page-table entry each: gathering small
- * samples from memory later misses the TLB far less (random 512-byte
- * records: about 2x the rate of 4 KiB mappings here).
+ * samples from memory later misses the TLB far less (docs/BENCHMARKS.md,
+ * "Figures behind design choices", has the rates).
  *
  * The workers wait for the bytes they need (stk__warm_wait) rather than
  * fault them in themselves.  A fault on a hugepage mapping is a 2 MiB read
  * of its own, and a random epoch's first batch touches nearly every 2 MiB
  * of the data: workers faulting made the device serve hundreds of random
- * 2 MiB reads beside the sequential stream, and bringing in 1 GB took 2.2 to
- * 2.6 s instead of 0.7 to 1.0 s.  Arrival is tracked per UNIT of each
+ * 2 MiB reads beside the sequential stream, and the warm-up took 2-3 times
+ * as long.  Arrival is tracked per UNIT of each
  * shard: the bytes of the ranges that fall in the unit, and how many of
  * them have landed.
  *
  * The thread does nothing but read: anything it did with the bytes would
  * take a CPU from the workers once they run (checking the checksum blocks
- * here made the first epoch 1.5-2.5x slower on two cores).  The workers use
+ * here made the first epoch far slower on two cores).  The workers use
  * their own waits for that instead (pipeline/loader.c).
  */
 #define _GNU_SOURCE
