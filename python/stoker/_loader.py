@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Any, Dict, Iterator, Literal, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import (Any, Dict, Iterator, Literal, Mapping, NamedTuple, Optional, Sequence, Tuple,
+                    Union)
 
 import numpy as np
 
@@ -101,7 +102,8 @@ def _device_index(device, resolve=True):
 
 def _check_choice(name, value, choices):
     if value not in choices:
-        raise InvalidArgument(f"{name} must be one of {sorted(k for k in choices if k)}, not {value!r}")
+        raise InvalidArgument(f"{name} must be one of {sorted(k for k in choices if k)}, "
+                              f"not {value!r}")
     return choices[value]
 
 
@@ -363,7 +365,8 @@ class Loader:
                  on_error: Literal["raise", "skip"] = "raise", max_skips: int = 100,
                  output: Optional[Literal["numpy", "torch", "dlpack"]] = None,
                  max_open_files: int = 0, device: Any = None, gpu_slots: int = 3,
-                 resident_budget: int = 0, warm_up: Union[bool, Literal["auto", "on", "off"]] = "auto",
+                 resident_budget: int = 0,
+                 warm_up: Union[bool, Literal["auto", "on", "off"]] = "auto",
                  split: Optional[Tuple[int, int]] = None, root: Optional[PathLike] = None):
         a = _loader_args(path=path, batch_size=batch_size, fields=fields, window=window,
                          stride=stride, valid_field=valid_field, valid=valid, shuffle=shuffle,
@@ -391,7 +394,7 @@ class Loader:
         self._epoch = a.epoch
         self._started = False     # a batch of the current epoch was taken
         self._exhausted = False   # the current epoch ended
-        self._last_ids = None
+        self._last_ids: Optional[np.ndarray] = None
 
     def __repr__(self) -> str:
         parts = [f"path={self._path!r}", f"batch_size={self.batch_size}",
@@ -638,6 +641,6 @@ class Loader:
     def __enter__(self) -> "Loader":
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> Literal[False]:
         self.close()
         return False

@@ -111,11 +111,22 @@ def bits(values: Any, *, packed: bool = False, dtype: Any = "u1") -> np.ndarray:
     return b.astype(np.dtype(dtype))
 
 
+def _codec(name, compress):
+    """(codec, level) of field `name` under write's `compress`."""
+    if not compress or name not in compress:
+        return "none", 0
+    c = compress[name]
+    if c in (True, "zstd"):
+        return "zstd", 0
+    try:
+        return "zstd", int(c)
+    except ValueError:
+        raise InvalidArgument(f"compress['{name}'] must be True, 'zstd' or a zstd level, "
+                              f"not {c!r}") from None
+
+
 def _field_spec(name, arr, ragged, compress):
-    codec, level = ("none", 0)
-    if compress and name in compress:
-        c = compress[name]
-        codec, level = ("zstd", 0) if c in (True, "zstd") else ("zstd", int(c))
+    codec, level = _codec(name, compress)
     shape = list(arr.shape)
     if ragged and shape:
         shape[0] = -1
@@ -162,10 +173,10 @@ def index(paths: Union[PathLike, Iterable[PathLike]], output: PathLike, *,
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    paths = [os.fspath(p) for p in paths]
+    files = [os.fspath(p) for p in paths]
     if source not in _SOURCES:
         raise InvalidArgument(f"source must be one of npy, wav, hdf5, raw or None, not {source!r}")
-    return _stoker.index(paths, os.fspath(output), source=_SOURCES[source],
+    return _stoker.index(files, os.fspath(output), source=_SOURCES[source],
                          split_axis0=bool(split_axis0), dataset=dataset, float32=bool(float32),
                          field=field, extension=extension)
 
@@ -311,10 +322,7 @@ def _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes
             cols = list(cols)
             if not cols or not all(isinstance(c, str) for c in cols):
                 raise TypeError(f"fields['{name}'] must be a column name or a list of them")
-            codec, level = "none", 0
-            if compress and name in compress:
-                c = compress[name]
-                codec, level = ("zstd", 0) if c in (True, "zstd") else ("zstd", int(c))
+            codec, level = _codec(name, compress)
             spec.append((name, cols, codec, level))
     elif compress:
         raise InvalidArgument("compress with an Arrow source needs fields= to name the fields")

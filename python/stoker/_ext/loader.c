@@ -232,7 +232,8 @@ static PyObject *loader_set_epoch(LoaderObject *self, PyObject *arg) {
     stk_error err = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = self->gpu ? stk_gpu_set_epoch(self->gpu, e, &err) : stk_loader_set_epoch(self->ld, e, &err);
+    rc = self->gpu ? stk_gpu_set_epoch(self->gpu, e, &err)
+                   : stk_loader_set_epoch(self->ld, e, &err);
     Py_END_ALLOW_THREADS
     if (rc) return raise_stk(rc, &err);
     Py_RETURN_NONE;
@@ -260,7 +261,8 @@ static PyObject *loader_restore(LoaderObject *self, PyObject *args) {
     stk_error err = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = self->gpu ? stk_gpu_restore(self->gpu, &st, &err) : stk_loader_restore(self->ld, &st, &err);
+    rc = self->gpu ? stk_gpu_restore(self->gpu, &st, &err)
+                   : stk_loader_restore(self->ld, &st, &err);
     Py_END_ALLOW_THREADS
     if (rc) return raise_stk(rc, &err);
     Py_RETURN_NONE;
