@@ -44,7 +44,7 @@ import json
 import os
 import tempfile
 import weakref
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, Mapping, Tuple
 
 import torch.utils.data
 
@@ -89,7 +89,7 @@ class Dataset(torch.utils.data.IterableDataset):
         self._pending_state = None
         self._exhausted = False
         self._passes = 0          # passes this copy ran (persistent workers run several)
-        self._lens = {}           # len() by (rank, world_size, split)
+        self._lens: Dict[Tuple[int, int, Tuple[int, int]], int] = {}  # len() by share
         # The epochs' hand-off between this object and its copies in worker
         # processes (_Epochs); made with the object, removed with it.
         self._epochs = _Epochs(self._epoch)
