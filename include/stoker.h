@@ -740,6 +740,20 @@ STK_API const stk_field *stk_loader_field(const stk_loader *ld, size_t i);
 STK_API uint64_t stk_loader_epoch_samples(const stk_loader *ld);
 STK_API uint64_t stk_loader_rank_samples(const stk_loader *ld);
 STK_API uint64_t stk_loader_rank_batches(const stk_loader *ld);
+
+/*
+ * The three counts above for a loader that stk_loader_open(ds, opts) would
+ * open, without opening one: no thread starts, no buffer is allocated and
+ * no shard file is opened (a validity rule reads its field, as open does).
+ * Each out-pointer may be NULL.  The counts do not depend on the epoch.
+ * Returns 0, or what stk_loader_open returns for options that it refuses
+ * before reading (-EINVAL, STK_ESCHEMA, -ENOMEM); what only the reading
+ * decides (the memory budget, io_uring being there) is not checked.
+ * Thread-safety: any number of calls at once on one dataset.
+ */
+STK_API int stk_loader_count(stk_dataset *ds, const stk_loader_options *opts,
+                             uint64_t *epoch_samples, uint64_t *rank_samples,
+                             uint64_t *rank_batches, stk_error *err);
 /* The backend actually in use (never STK_BACKEND_AUTO). */
 STK_API stk_backend stk_loader_backend(const stk_loader *ld);
 /* The loader's order, and the bytes one of its samples reads on average

@@ -11,7 +11,7 @@ cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSTK_SANITIZE=address,undefi
     -DSTK_BUILD_TESTS=OFF -DSTK_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/.venv/bin/python" >/dev/null
 cmake --build $B --target _stoker stoker_cli
 rm -rf $B/pkg && mkdir -p $B/pkg/stoker
-cp python/stoker/*.py $B/pkg/stoker/
+cp python/stoker/*.py python/stoker/*.pyi python/stoker/py.typed $B/pkg/stoker/
 cp $B/_stoker*.so $B/pkg/stoker/
 LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)" \
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1 \

@@ -22,16 +22,18 @@ class StokerError(RuntimeError):
     """An error from stoker: args are (code, message); str() is the message."""
 
     @property
-    def code(self):
+    def code(self) -> int:
+        """The negative errno or STK_E* code (0 when none was given)."""
         return self.args[0] if len(self.args) >= 2 and isinstance(self.args[0], int) else 0
 
     @property
-    def message(self):
+    def message(self) -> str:
+        """What went wrong, naming the file, shard and record where known."""
         if len(self.args) >= 2 and isinstance(self.args[0], int):
             return str(self.args[1])
         return str(self.args[0]) if self.args else ""
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.message
 
 

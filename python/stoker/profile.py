@@ -9,9 +9,13 @@ every batch; the first batch of each run is left out as start-up.  The
 loader's position is saved before and restored after, so profiling does not
 move the training run along.
 """
+from __future__ import annotations
+
 import time
+from typing import Any, Callable, Dict, Optional
 
 from ._errors import InvalidArgument
+from ._types import Batch, PathLike
 
 _ITEMSIZE = {"u8": 1, "i8": 1, "u16": 2, "i16": 2, "f16": 2, "bf16": 2, "u32": 4, "i32": 4,
              "f32": 4, "u64": 8, "i64": 8, "f64": 8}
@@ -36,15 +40,23 @@ def _batch_bytes(batch):
 class Report:
     """The result of stoker.profile; str() gives the report a person reads.
 
-    alone, with_step   dicts from the C diagnosis (stk_diagnose): seconds,
-                       batches_per_s, samples_per_s, bytes_per_s, the stage
-                       shares plan / io / assemble / verify / idle, stall,
-                       limit_bytes_per_s, of_limit, verdict, next
-    step_seconds       the step's mean time (None without a step)
-    limit_name         what the limit is (memcpy, or the device's reads)
-    resident           share of the data in the page cache (-1: unknown)
-    verdict, next      of the run with the step, else of the loader alone
-    trace              the Chrome trace written, or None
+    Attributes:
+        alone: The diagnosis of the loader run alone, a dict from the C
+            diagnosis (stk_diagnose): seconds, batches_per_s, samples_per_s,
+            bytes_per_s, the stage shares plan / io / assemble / verify /
+            idle, stall, limit_bytes_per_s, of_limit, verdict, next, threads,
+            backend.
+        with_step: The same for the run with the step, or None without one.
+        step_seconds: The step's mean time (None without a step).
+        limit_name: What the limit is (memcpy, or the device's reads).
+        resident: The share of the data in the page cache (-1: unknown).
+        batches: The batches the last run took.
+        verdict: "input-bound", "balanced", "compute-bound" or "loader
+            alone": of the run with the step, else of the loader alone.
+        next: The next thing to try, for that run.
+        stall: The share of the time the consumer waited for data, for
+            that run.
+        trace: The Chrome trace written, or None.
     """
 
     def __init__(self, alone, with_step, step_seconds, limit_name, resident, batches, trace):
@@ -60,13 +72,14 @@ class Report:
         self.next = last["next"]
         self.stall = last["stall"]
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
+        """The report as a dict (for JSON)."""
         return {"alone": self.alone, "with_step": self.with_step,
                 "step_seconds": self.step_seconds, "limit_name": self.limit_name,
                 "resident": self.resident, "batches": self.batches, "verdict": self.verdict,
                 "next": self.next, "trace": self.trace}
 
-    def __str__(self):
+    def __str__(self) -> str:
         a = self.alone
         lines = [f"stoker profile: {self.batches} batches, {a['backend']} backend, "
                  f"{a['threads']} worker threads"]
@@ -134,20 +147,33 @@ def _run(loader, batches, step, spans):
     return nbytes, seconds, step_s, got
 
 
-def profile(loader, step=None, batches=200, trace=None, max_spans=0):
-    """Runs `loader` alone for `batches` batches and, when `step` is given,
-    again with step(batch) after each batch; reports time per stage, the
-    consumer's stall, bytes/s against the measured limit and a verdict with
-    the next thing to try (see Report).
+def profile(loader: Any, step: Optional[Callable[[Batch], Any]] = None, *,
+            batches: int = 200, trace: Optional[PathLike] = None,
+            max_spans: int = 0) -> Report:
+    """Where a loader's time goes, and whether training waits for it.
 
-    step       a callable taking a batch: your training step (for a GPU step,
-               synchronise at its end, or the stall is that of the CPU side)
-    batches    batches per run (default 200), after one left out as start-up
-    trace      a path: write a Chrome trace of both runs (ui.perfetto.dev),
-               with each worker's stages and the consumer's waits and steps
-    max_spans  spans kept per thread in the trace (0: 65536)
+    Runs ``loader`` alone for ``batches`` batches and, when ``step`` is
+    given, again with ``step(batch)`` after each batch; reports time per
+    stage, the consumer's stall, bytes/s against the measured limit and a
+    verdict with the next thing to try. The loader's resume state is saved
+    before and restored after, so profiling does not move a training run
+    along.
 
-    The loader's resume state is saved before and restored after.
+    Args:
+        loader: A stoker.Loader.
+        step: A callable taking a batch: your training step (for a GPU step,
+            synchronise at its end, or the stall is that of the CPU side).
+        batches: Batches per run, after one left out as start-up.
+        trace: A path: write a Chrome trace of both runs (ui.perfetto.dev),
+            with each worker's stages and the consumer's waits and steps.
+        max_spans: Spans kept per thread in the trace (0: 65536).
+
+    Returns:
+        The Report.
+
+    Raises:
+        InvalidArgument: ``batches`` below 1.
+        TypeError: ``step`` is not callable.
     """
     if batches < 1:
         raise InvalidArgument(f"batches must be at least 1, not {batches}")

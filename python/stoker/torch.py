@@ -29,19 +29,27 @@ number of batches it yields and, since the DataLoader takes one batch from
 each worker in turn, the batches and their order are the same with any
 number of workers.
 
+len(dataset) is counted from the dataset alone, without opening a loader
+or starting its threads, so that the DataLoader's parent process (which
+calls len()) holds no loader when it forks its workers.
+
 The dataset implements state_dict() / load_state_dict(), which
 torchdata.stateful_dataloader.StatefulDataLoader calls in each worker, so a
 run resumes exactly where it stopped.
 """
+from __future__ import annotations
+
 import fcntl
 import json
 import os
 import tempfile
 import weakref
+from typing import Any, Dict, Iterator, Mapping, Tuple
 
 import torch.utils.data
 
-from . import Loader, _env_int
+from ._loader import Loader, _count, _env_int
+from ._types import PathLike
 
 __all__ = ["Dataset"]
 
@@ -49,11 +57,22 @@ __all__ = ["Dataset"]
 class Dataset(torch.utils.data.IterableDataset):
     """An IterableDataset of stoker batches (dicts of torch tensors).
 
-    Takes the arguments of stoker.Loader; rank and world_size default to
-    torchrun's RANK and WORLD_SIZE.
+    Give it to a DataLoader with ``batch_size=None``: stoker batches
+    already. Each process that iterates it (the training process, or each
+    DataLoader worker) opens its own Loader there.
+
+    Args:
+        path: The dataset directory or in-place index.
+        batch_size: Samples per batch.
+        **kwargs: The keyword-only options of stoker.Loader, with its
+            defaults (rank and world_size: torchrun's RANK and WORLD_SIZE),
+            except ``output`` (always torch) and ``split`` (set per worker).
+
+    Raises:
+        TypeError: ``output`` was given.
     """
 
-    def __init__(self, path, batch_size, **kwargs):
+    def __init__(self, path: PathLike, batch_size: int, **kwargs: Any):
         super().__init__()
         if "output" in kwargs:
             raise TypeError("stoker.torch.Dataset always yields torch tensors; drop 'output'")
@@ -70,6 +89,7 @@ class Dataset(torch.utils.data.IterableDataset):
         self._pending_state = None
         self._exhausted = False
         self._passes = 0          # passes this copy ran (persistent workers run several)
+        self._lens: Dict[Tuple[int, int, Tuple[int, int]], int] = {}  # len() by share
         # The epochs' hand-off between this object and its copies in worker
         # processes (_Epochs); made with the object, removed with it.
         self._epochs = _Epochs(self._epoch)
@@ -82,7 +102,7 @@ class Dataset(torch.utils.data.IterableDataset):
         state["_pid"] = None
         return state
 
-    def _share(self):
+    def _share(self) -> Tuple[int, int, Tuple[int, int]]:
         rank = self.rank if self.rank is not None else _env_int("RANK", 0)
         world = self.world_size if self.world_size is not None else _env_int("WORLD_SIZE", 1)
         info = torch.utils.data.get_worker_info()
@@ -108,8 +128,13 @@ class Dataset(torch.utils.data.IterableDataset):
             self._pid = os.getpid()
         return self._loader
 
-    def set_epoch(self, epoch):
-        """Chooses the epoch the next iteration runs (in every worker)."""
+    def __repr__(self) -> str:
+        return (f"<stoker.torch.Dataset path={self.path!r} batch_size={self.batch_size} "
+                f"epoch={self._epoch}>")
+
+    def set_epoch(self, epoch: int) -> None:
+        """Chooses the epoch the next iteration runs (in every worker), as
+        DistributedSampler.set_epoch does."""
         self._epoch = int(epoch)
         self._exhausted = False
         self._epochs.set(self._epoch)
@@ -124,7 +149,7 @@ class Dataset(torch.utils.data.IterableDataset):
         self._passes += 1
         return key
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Dict[str, torch.Tensor]]:
         loader = self._open()
         info = torch.utils.data.get_worker_info()
         if self._pending_state is not None:
@@ -146,24 +171,36 @@ class Dataset(torch.utils.data.IterableDataset):
             yield batch
         self._exhausted = True
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
+        """The resume state (the torchdata StatefulDataLoader protocol): the
+        open loader's (see Loader.state_dict), else the epoch to start."""
         # A state loaded but not yet applied (it is, at the first batch) is
-        # the state, even when a loader is open (len() opens one).
+        # the state, even when a loader is open.
         if self._pending_state is not None:
             return dict(self._pending_state)
         if self._loader is None:
             return {"epoch": self._epoch, "position": None}
         return self._loader.state_dict()
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resumes from ``state_dict()`` at the next iteration."""
         if state.get("position") is None:
             self._epoch = int(state.get("epoch", 0))
             self._pending_state = None
             return
         self._pending_state = dict(state)
 
-    def __len__(self):
-        return len(self._open())
+    def __len__(self) -> int:
+        """The number of batches an epoch yields (through a DataLoader, with
+        any number of workers).  Counted from the dataset without opening a
+        loader: no thread starts here."""
+        rank, world, split = self._share()
+        key = (rank, world, split)
+        if key not in self._lens:
+            counts = _count(self.path, self.batch_size, rank=rank, world_size=world,
+                            split=split, epoch=self._epoch, output="torch", **self.kwargs)
+            self._lens[key] = counts["rank_batches"]
+        return self._lens[key]
 
 
 class _Epochs:

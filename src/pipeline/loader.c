@@ -320,6 +320,13 @@ static uint32_t batch_len(const stk_loader *ld, uint64_t b) {
     return (uint32_t)STK__MIN((uint64_t)ld->opt.batch_size, ld->deal.per_rank - first);
 }
 
+/* Batches of a dealing: its samples in batches, a last partial one kept
+ * unless drop_last. */
+static uint64_t deal_batches(const stk__deal *d, const stk_loader_options *o) {
+    uint64_t B = o->batch_size;
+    return o->drop_last ? d->per_rank / B : (d->per_rank + B - 1) / B;
+}
+
 static void set_epoch_locked(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t start) {
     ld->seed = seed;
     ld->epoch = epoch;
@@ -327,9 +334,8 @@ static void set_epoch_locked(stk_loader *ld, uint64_t seed, uint64_t epoch, uint
                     ld->opt.block_group);
     stk__deal_init(&ld->deal, ld->space.n, start, ld->opt.world_size, ld->opt.rank,
                    ld->opt.pad != 0);
-    uint64_t B = ld->opt.batch_size;
-    stk__deal_split(&ld->deal, B, ld->opt.split_count, ld->opt.split_index);
-    ld->nbatches = ld->opt.drop_last ? ld->deal.per_rank / B : (ld->deal.per_rank + B - 1) / B;
+    stk__deal_split(&ld->deal, ld->opt.batch_size, ld->opt.split_count, ld->opt.split_index);
+    ld->nbatches = deal_batches(&ld->deal, &ld->opt);
     ld->gen++;
     atomic_store_explicit(&ld->warm_gen, ld->gen, memory_order_release);
     ld->next_fill = ld->next_take = 0;
@@ -1847,6 +1853,32 @@ static int open_files(stk_loader *ld, stk_error *err) {
                            ld->backend == STK_BACKEND_MMAP, ld->opt.max_open_files, err);
 }
 
+/* The sample space over the fields pick_fields chose: records, or windows
+ * over the time fields (with the validity rule applied). */
+static int build_space(stk_loader *ld, const stk_loader_options *opts, stk_error *err) {
+    size_t *time_fields = stk__calloc(ld->nf, sizeof *time_fields);
+    if (!time_fields) return stk__err(err, -ENOMEM, "out of memory");
+    size_t ntime = 0;
+    for (size_t i = 0; i < ld->nf; i++)
+        if (ld->f[i].kind == F_TIME) time_fields[ntime++] = ld->f[i].dsf;
+    int rc;
+    if (opts->window && ntime == 0) {
+        rc = stk__err(err, -EINVAL,
+                      "window: none of the selected fields has a time axis (a ragged first "
+                      "dimension, or a fixed one of at least %llu rows)",
+                      (unsigned long long)opts->window);
+    } else {
+        stk__space_params sp = {
+            opts->window, opts->stride, time_fields, ntime,
+            opts->valid_field ? stk_dataset_find_field(ld->ds, opts->valid_field) : -1,
+            opts->valid};
+        ld->valid_dsf = sp.valid_field;
+        rc = stk__space_build(&ld->space, ld->ds, &sp, err);
+    }
+    stk__free(time_fields);
+    return rc;
+}
+
 static int check_options(const stk_dataset *ds, const stk_loader_options *o, stk_error *err) {
     if (o->batch_size == 0) return stk__err(err, -EINVAL, "batch_size: must be at least 1");
     if (o->world_size == 0) return stk__err(err, -EINVAL, "world_size: must be at least 1");
@@ -1973,31 +2005,15 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
     pthread_condattr_destroy(&ca);
     ld->st_t0 = now_ns();
     uint64_t *max_rows = NULL;
-    size_t *time_fields = NULL;
     if ((rc = pick_fields(ld, opts, err))) goto fail;
 
     /* The sample space. */
-    time_fields = stk__calloc(ld->nf, sizeof *time_fields);
+    if ((rc = build_space(ld, opts, err))) goto fail;
     max_rows = stk__calloc(ld->nf, sizeof *max_rows);
-    if (!time_fields || !max_rows) {
+    if (!max_rows) {
         rc = stk__err(err, -ENOMEM, "out of memory");
         goto fail;
     }
-    size_t ntime = 0;
-    for (size_t i = 0; i < ld->nf; i++)
-        if (ld->f[i].kind == F_TIME) time_fields[ntime++] = ld->f[i].dsf;
-    if (opts->window && ntime == 0) {
-        rc = stk__err(err, -EINVAL,
-                      "window: none of the selected fields has a time axis (a ragged first "
-                      "dimension, or a fixed one of at least %llu rows)",
-                      (unsigned long long)opts->window);
-        goto fail;
-    }
-    stk__space_params sp = {opts->window, opts->stride, time_fields, ntime,
-                            opts->valid_field ? stk_dataset_find_field(ds, opts->valid_field) : -1,
-                            opts->valid};
-    ld->valid_dsf = sp.valid_field;
-    if ((rc = stk__space_build(&ld->space, ds, &sp, err))) goto fail;
     field_maxima(ld, max_rows);
 
     /* Slot layout: per field, data then offsets, each 64-byte aligned. */
@@ -2305,12 +2321,10 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
         w->started = 1;
     }
     stk__free(max_rows);
-    stk__free(time_fields);
     *out = ld;
     return 0;
 fail:
     stk__free(max_rows);
-    stk__free(time_fields);
     stk_loader_close(ld);
     return rc;
 }
@@ -2495,6 +2509,35 @@ const stk_field *stk_loader_field(const stk_loader *ld, size_t i) {
 uint64_t stk_loader_epoch_samples(const stk_loader *ld) { return ld ? ld->space.n : 0; }
 uint64_t stk_loader_rank_samples(const stk_loader *ld) { return ld ? ld->deal.per_rank : 0; }
 uint64_t stk_loader_rank_batches(const stk_loader *ld) { return ld ? ld->nbatches : 0; }
+
+int stk_loader_count(stk_dataset *ds, const stk_loader_options *opts, uint64_t *epoch_samples,
+                     uint64_t *rank_samples, uint64_t *rank_batches, stk_error *err) {
+    stk_loader_options defaults;
+    if (!opts) {
+        stk_loader_options_init(&defaults);
+        opts = &defaults;
+    }
+    if (!ds) return stk__err(err, -EINVAL, "stk_loader_count: NULL argument");
+    int rc = check_options(ds, opts, err);
+    if (rc) return rc;
+    /* Only what the sample space and the dealing need: no files, buffers
+     * or threads. */
+    stk_loader *ld = stk__calloc(1, sizeof *ld);
+    if (!ld) return stk__err(err, -ENOMEM, "out of memory");
+    ld->ds = ds;
+    if (!(rc = pick_fields(ld, opts, err)) && !(rc = build_space(ld, opts, err))) {
+        stk__deal d;
+        stk__deal_init(&d, ld->space.n, 0, opts->world_size, opts->rank, opts->pad != 0);
+        stk__deal_split(&d, opts->batch_size, opts->split_count, opts->split_index);
+        if (epoch_samples) *epoch_samples = ld->space.n;
+        if (rank_samples) *rank_samples = d.per_rank;
+        if (rank_batches) *rank_batches = deal_batches(&d, opts);
+    }
+    stk__space_free(&ld->space);
+    stk__free(ld->f);
+    stk__free(ld);
+    return rc;
+}
 stk_backend stk_loader_backend(const stk_loader *ld) { return ld ? ld->backend : STK_BACKEND_AUTO; }
 stk_order stk_loader_order(const stk_loader *ld) { return ld ? ld->opt.order : STK_ORDER_SEQUENTIAL; }
 uint64_t stk_loader_sample_bytes(const stk_loader *ld) { return ld ? mean_sample_bytes(ld) : 0; }

@@ -255,3 +255,42 @@ def test_warm_up_refuses_other_values(ids_ds, bad):
     path, _ = ids_ds
     with pytest.raises(ValueError, match="warm_up"):
         stoker.Loader(path, batch_size=8, warm_up=bad)
+
+
+def test_options_after_path_and_batch_size_are_keyword_only(ids_ds):
+    path, _ = ids_ds
+    with stoker.Loader(path, 8) as ld:
+        assert ld.batch_size == 8
+    with pytest.raises(TypeError):
+        stoker.Loader(path, 8, ["x"])
+    with pytest.raises(TypeError):
+        stoker.write(path.parent / "w", {"a": np.arange(3)}, True)
+    with pytest.raises(TypeError):
+        stoker.index([str(path)], path.parent / "i.idx", "npy")
+
+
+def test_repr_says_what_the_loader_is(ids_ds):
+    path, _ = ids_ds
+    ld = stoker.Loader(path, batch_size=16, shuffle="random", rank=1, world_size=2)
+    r = repr(ld)
+    for part in (repr(str(path)), "batch_size=16", "shuffle='random'", "rank=1",
+                 "world_size=2", f"len={len(ld)}"):
+        assert part in r, (part, r)
+    assert "closed" not in r
+    ld.close()
+    assert "closed" in repr(ld) and "len=" not in repr(ld)
+
+
+def test_repr_of_the_arrays_the_extension_gives(ids_ds):
+    path, _ = ids_ds
+    with stoker.Loader(path, batch_size=8, output="dlpack") as ld:
+        b = ld.next()
+        assert repr(b["x"]) == "<stoker.Array f32 (8, 5, 3) cpu>"
+        assert repr(b["id"]) == "<stoker.Array i64 (8,) cpu>"
+
+
+def test_type_information_is_installed():
+    from pathlib import Path
+    here = Path(stoker.__file__).parent
+    assert (here / "py.typed").is_file()
+    assert (here / "_stoker.pyi").is_file()

@@ -1,6 +1,8 @@
 """stoker.torch.Dataset inside torch.utils.data.DataLoader: every sample once
 per epoch, with and without worker processes."""
 
+import gc
+import os
 import warnings
 
 import numpy as np
@@ -178,6 +180,38 @@ def test_len_with_drop_last_and_ranks(rec_ds):
             got = batches_of(dl)
         assert len(dl) == len(got) == (N // 3) // 9
         assert all(len(b) == 9 for b in got)
+
+
+def threads_now():
+    """Threads of this process (other tests' helper threads may end while
+    a check runs, never start: hence <=)."""
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc")
+@pytest.mark.parametrize("kwargs", [
+    dict(shuffle="random"),
+    dict(shuffle="block", rank=1, world_size=3, drop_last=True),
+    dict(shuffle="sequential", rank=2, world_size=3, pad=True),
+    dict(shuffle="random", fields=["v"], window=2, stride=1),
+])
+def test_len_starts_no_threads_and_is_what_an_epoch_yields(rec_ds, kwargs):
+    # The DataLoader calls len() in the parent process, which then forks
+    # its workers: a loader's threads there would be waste, or worse.
+    path, _, _ = rec_ds
+    gc.collect()
+    before = threads_now()
+    ds = stoker.torch.Dataset(path, batch_size=7, **kwargs)
+    n = len(ds)
+    assert threads_now() <= before
+    # The check can see a loader's threads.
+    with stoker.Loader(path, batch_size=7, threads=2):
+        assert threads_now() >= before + 2
+    assert n > 0
+    assert n == sum(1 for _ in ds)
+    for workers in (0, 2):
+        dl = DataLoader(ds, batch_size=None, num_workers=workers)
+        assert len(dl) == n == sum(1 for _ in dl)
 
 
 @pytest.mark.parametrize("persistent, workers", [(False, 0), (False, 2), (True, 2), (True, 1)])

@@ -1,0 +1,118 @@
+/*
+ * batch.c: the Batch type, the owner of one batch buffer of a Loader (host
+ * or device).  Every Array of the batch holds it; when the last goes, the
+ * buffer goes back to the loader's ring, and a loader closed while batches
+ * lived finishes its teardown with the last of them.  Also builds what
+ * next_batch() returns: the batch's fields as Arrays.
+ */
+#include "ext.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+BatchObject *batch_new(LoaderObject *loader) {
+    BatchObject *bo = PyObject_New(BatchObject, &BatchType);
+    if (!bo) return NULL;
+    Py_INCREF(loader);
+    bo->loader = loader;
+    bo->b = NULL;
+    bo->gb = NULL;
+    bo->stream = 0;
+    bo->streamed = 0;
+    loader->live++;
+    return bo;
+}
+
+static void batch_dealloc(BatchObject *self) {
+    LoaderObject *l = self->loader;
+    if (l) {
+        if (l->last == self) l->last = NULL;
+        if (l->gpu && self->gb && l->pid == getpid())
+            /* Refilled only after the work queued on the consumer's stream
+             * so far is done (or at once when no stream was given). */
+            stk_gpu_release(l->gpu, self->gb, self->streamed ? self->stream : UINTPTR_MAX);
+        else if (l->ld && self->b && l->pid == getpid())
+            stk_loader_release(l->ld, self->b);
+        l->live--;
+        if (l->closing && l->live == 0) loader_teardown(l);
+        Py_DECREF(l);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *batch_index(BatchObject *self, void *c) {
+    (void)c;
+    return PyLong_FromUnsignedLongLong(self->gb ? stk_gpu_batch_index(self->gb)
+                                                : stk_batch_index(self->b));
+}
+
+/* <stoker.Batch 3 of 256 samples cpu>; a batch put back (unget_last) owns
+ * no buffer any more. */
+static PyObject *batch_repr(BatchObject *self) {
+    if (self->gb)
+        return PyUnicode_FromFormat("<stoker.Batch %llu of %u samples cuda>",
+                                    (unsigned long long)stk_gpu_batch_index(self->gb),
+                                    (unsigned)stk_gpu_batch_size(self->gb));
+    if (self->b)
+        return PyUnicode_FromFormat("<stoker.Batch %llu of %u samples cpu>",
+                                    (unsigned long long)stk_batch_index(self->b),
+                                    (unsigned)stk_batch_size(self->b));
+    return PyUnicode_FromString("<stoker.Batch put back>");
+}
+
+static PyGetSetDef batch_getset[] = {
+    {"index", (getter)batch_index, NULL, "the batch's number within this rank's epoch", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject BatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._stoker.Batch",
+    .tp_basicsize = sizeof(BatchObject),
+    .tp_dealloc = (destructor)batch_dealloc,
+    .tp_repr = (reprfunc)batch_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Owner of one batch buffer; released when no array points into it.",
+    .tp_getset = batch_getset,
+};
+
+/* An Array of `bo` on device (dev_type, dev_id), stored in `d` under `key`.
+ * Returns 0 or -1. */
+static int put_array(PyObject *d, const char *key, BatchObject *bo, void *data, stk_dtype dtype,
+                     int ndim, const int64_t *shape, int dev_type, int dev_id) {
+    ArrayObject *a = array_new(bo, data, dtype, ndim, shape);
+    if (!a) return -1;
+    a->dev_type = dev_type;
+    a->dev_id = dev_id;
+    int rc = PyDict_SetItemString(d, key, (PyObject *)a);
+    Py_DECREF(a);
+    return rc;
+}
+
+PyObject *batch_result(BatchObject *bo, const stk_batch_field *f, size_t nf, uint32_t n,
+                       const uint64_t *samples, int dev_type, int dev_id) {
+    PyObject *d = PyDict_New();
+    for (size_t i = 0; d && i < nf; i++) {
+        if (put_array(d, f[i].name, bo, f[i].data, f[i].dtype, f[i].ndim, f[i].shape, dev_type,
+                      dev_id)) {
+            Py_CLEAR(d);
+            break;
+        }
+        if (f[i].offsets) {
+            int64_t n1 = (int64_t)n + 1;
+            char key[STK_NAME_MAX + 16];
+            snprintf(key, sizeof key, "%s_offsets", f[i].name);
+            if (put_array(d, key, bo, (void *)f[i].offsets, STK_I64, 1, &n1, dev_type, dev_id)) {
+                Py_CLEAR(d);
+                break;
+            }
+        }
+    }
+    PyObject *t = NULL;
+    if (d) {
+        int64_t nn = n;
+        ArrayObject *ids = array_new(bo, (void *)samples, STK_U64, 1, &nn);
+        t = ids ? Py_BuildValue("(NN)", d, ids) : NULL;
+        if (!ids) Py_DECREF(d);
+    }
+    Py_DECREF(bo);
+    return t;
+}

@@ -1,0 +1,171 @@
+/*
+ * ext.h: what the files of the CPython extension (stoker._stoker) share:
+ * the objects' layouts, the type objects, the exceptions and the helpers
+ * that map a libstoker error onto them, and each file's entry points.
+ * The extension uses only the public C API (stoker.h).
+ *
+ *   module.c   module init, the exception hierarchy, gpu_count()
+ *   loader.c   the Loader type: open, batches, epochs, state, close
+ *   options.c  the Loader's arguments as stk_loader_options; count()
+ *   stats.c    the Loader's counters, tracing and diagnosis
+ *   batch.c    the Batch type: owner of one batch buffer
+ *   array.c    the Array type: one field of a batch, buffer protocol
+ *   dlpack.c   DLPack export of an Array
+ *   writer.c   the Writer type, write_arrow() and index()
+ *
+ * Objects:
+ *   Loader  wraps stk_loader (and the stk_dataset it reads).
+ *   Batch   one batch handed out by the loader; while it lives its buffer
+ *           is never reused.  It is released when the last object that
+ *           points into it (an Array, a NumPy array, a torch tensor made
+ *           through DLPack) is gone.
+ *   Array   one field of a batch: exports DLPack (versioned and legacy
+ *           capsules) and the buffer protocol, without copying.
+ *   Writer  wraps stk_writer for stoker.write().
+ *
+ * The GIL is released while the loader waits; the wait is cut into short
+ * slices so that Ctrl-C interrupts it.  A loader used in a process other
+ * than the one that opened it (after fork) raises instead of touching
+ * threads that do not exist there.
+ */
+#ifndef STOKER_EXT_H
+#define STOKER_EXT_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "stoker.h"
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Nothing shared between the files is exported from the module's shared
+ * object; only PyInit__stoker is (PyMODINIT_FUNC says so itself). */
+#pragma GCC visibility push(hidden)
+
+/* DLPack device types (dlpack.h's DLDeviceType) an Array's data lives on. */
+enum { kDLCPU = 1, kDLCUDA = 2 };
+
+/* ---- exceptions (module.c) ---- */
+
+/* The hierarchy of stoker/_errors.py: StokerError, and its kinds that are
+ * also ValueError, FileNotFoundError and MemoryError.  Set at module init. */
+extern PyObject *StokerError, *InvalidArgument, *NotFound, *OutOfMemory;
+
+/* Raises the exception for libstoker error `rc` with the message of `e`
+ * (stk_strerror(rc) when it has none): InvalidArgument for -EINVAL,
+ * OutOfMemory for -ENOMEM, NotFound for -ENOENT, else StokerError; args are
+ * (rc, message).  Returns NULL, for `return raise_stk(rc, &err);`. */
+PyObject *raise_stk(int rc, const stk_error *e);
+
+/* ---- objects ---- */
+
+typedef struct BatchObject_ BatchObject;
+
+typedef struct {
+    PyObject_HEAD
+    stk_dataset *ds;
+    stk_loader *ld;    /* the stage's own when gpu is set */
+    stk_gpu *gpu;      /* device="cuda": the GPU stage, which owns ld */
+    pid_t pid;
+    Py_ssize_t live;   /* Batch objects alive */
+    int closing;       /* close() called while batches were alive */
+    BatchObject *last; /* the last host batch given (borrowed; cleared when
+                        * it goes), for unget_last() */
+    PyObject *names;   /* tuple of field names */
+} LoaderObject;
+
+struct BatchObject_ {
+    PyObject_HEAD
+    LoaderObject *loader;
+    stk_batch *b;          /* a host batch, or */
+    stk_gpu_batch *gb;     /* a device batch; neither once put back */
+    uintptr_t stream;      /* the last CUDA stream a consumer used it on */
+    int streamed;
+};
+
+typedef struct {
+    PyObject_HEAD
+    BatchObject *batch;
+    void *data;
+    int ndim;
+    int64_t shape[STK_MAX_DIMS + 2];
+    int64_t strides[STK_MAX_DIMS + 2]; /* in bytes, for the buffer protocol */
+    Py_ssize_t bshape[STK_MAX_DIMS + 2], bstrides[STK_MAX_DIMS + 2];
+    stk_dtype dtype;
+    size_t itemsize;
+    int dev_type, dev_id;  /* DLPack device: kDLCPU, or kDLCUDA and its ordinal */
+} ArrayObject;
+
+extern PyTypeObject LoaderType, BatchType, ArrayType, WriterType;
+
+/* ---- loader.c ---- */
+
+/* Closes the C loader, its GPU stage and the dataset, in the process that
+ * opened them (a forked child only forgets them). */
+void loader_teardown(LoaderObject *self);
+/* 0 when the loader may be used here and now, else -1 with an exception:
+ * RuntimeError in a process other than the one that opened it,
+ * InvalidArgument once closed. */
+int check_process(LoaderObject *self);
+
+/* ---- options.c ---- */
+
+/* A Loader's arguments, turned into libstoker's options.  Borrowed strings
+ * stay valid while the argument tuple that gave them lives. */
+typedef struct {
+    const char *path;
+    stk_open_options open;
+    stk_loader_options lo;
+    stk_gpu_options gpu;           /* device < 0: no GPU stage */
+    const char *field_names[256];  /* lo.fields points here */
+} loader_config;
+
+/* Parses Loader(path, batch_size, fields, window, ...) (see options.c for
+ * the order) into `c`.  Returns 0, or -1 with an exception set. */
+int loader_config_parse(PyObject *args, PyObject *kw, loader_config *c);
+/* count(): the arguments of Loader(); see options.c. */
+PyObject *py_loader_count(PyObject *mod, PyObject *args, PyObject *kw);
+
+/* ---- stats.c: methods of Loader ---- */
+
+PyObject *loader_stats(LoaderObject *self, PyObject *unused);
+PyObject *loader_stats_reset(LoaderObject *self, PyObject *unused);
+PyObject *loader_last_skip(LoaderObject *self, PyObject *unused);
+PyObject *loader_trace_start(LoaderObject *self, PyObject *arg);
+PyObject *loader_trace_stop(LoaderObject *self, PyObject *unused);
+PyObject *loader_trace_span(LoaderObject *self, PyObject *args);
+PyObject *loader_trace_write(LoaderObject *self, PyObject *args);
+PyObject *loader_measure_limit(LoaderObject *self, PyObject *unused);
+PyObject *loader_diagnose(LoaderObject *self, PyObject *args);
+
+/* ---- batch.c ---- */
+
+/* A Batch of `loader`, owning no buffer yet (set b or gb).  NULL with an
+ * exception when out of memory. */
+BatchObject *batch_new(LoaderObject *loader);
+/* (dict of Array per field, plus NAME_offsets for ragged ones; the sample
+ * ids as an Array), every Array holding `bo`.  The fields' memory is on
+ * device (dev_type, dev_id); the ids are always in host memory.  Consumes
+ * the caller's reference to bo. */
+PyObject *batch_result(BatchObject *bo, const stk_batch_field *f, size_t nf, uint32_t n,
+                       const uint64_t *samples, int dev_type, int dev_id);
+
+/* ---- array.c and dlpack.c ---- */
+
+/* A C-contiguous Array over `data` in host memory, holding `batch`. */
+ArrayObject *array_new(BatchObject *batch, void *data, stk_dtype dtype, int ndim,
+                       const int64_t *shape);
+/* __dlpack__(*, stream, max_version, dl_device, copy) and
+ * __dlpack_device__() of an Array. */
+PyObject *array_dlpack(ArrayObject *self, PyObject *args, PyObject *kw);
+PyObject *array_dlpack_device(ArrayObject *self, PyObject *unused);
+
+/* ---- writer.c: module functions ---- */
+
+PyObject *py_write_arrow(PyObject *mod, PyObject *args);
+PyObject *py_index(PyObject *mod, PyObject *args, PyObject *kw);
+
+#pragma GCC visibility pop
+
+#endif

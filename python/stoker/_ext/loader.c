@@ -1,0 +1,364 @@
+/*
+ * loader.c: the Loader type, around stk_loader (or, with a device, the
+ * stk_gpu stage that owns one) and the stk_dataset it reads: opening it,
+ * handing out batches (waiting with the GIL released, in slices so that
+ * Ctrl-C is seen), epochs, the resume state, and closing it while batches
+ * may still be alive.  Its counters and tracing are in stats.c.
+ */
+#include "ext.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+void loader_teardown(LoaderObject *self) {
+    if (self->gpu && self->pid == getpid()) {
+        Py_BEGIN_ALLOW_THREADS
+        stk_gpu_close(self->gpu); /* closes its loader */
+        Py_END_ALLOW_THREADS
+    } else if (self->ld && self->pid == getpid()) {
+        Py_BEGIN_ALLOW_THREADS
+        stk_loader_close(self->ld);
+        Py_END_ALLOW_THREADS
+    }
+    self->gpu = NULL;
+    if (self->ds && self->pid == getpid()) stk_dataset_close(self->ds);
+    self->ld = NULL;
+    self->ds = NULL;
+}
+
+int check_process(LoaderObject *self) {
+    if (self->pid != getpid()) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "this stoker Loader was opened in another process (before a fork); its "
+                        "threads do not exist here. Open the loader in the process that uses it "
+                        "(stoker.torch.Dataset does this in each DataLoader worker).");
+        return -1;
+    }
+    /* closing: close() was called while batches were alive; the C loader
+     * lives on only to back their memory and must hand out nothing more. */
+    if (!self->ld || self->closing) {
+        PyErr_SetString(InvalidArgument, "the loader is closed");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- open ---- */
+
+/* Opens the dataset and the loader (or GPU stage) of `c` with the GIL
+ * released.  Returns 0, or -1 with an exception set. */
+static int loader_open(LoaderObject *self, const loader_config *c) {
+    stk_error err = {0};
+    int rc;
+    stk_dataset *ds = NULL;
+    stk_loader *ld = NULL;
+    stk_gpu *gpu = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_dataset_open_with(c->path, &c->open, &ds, &err);
+    if (rc == 0) {
+        if (c->gpu.device >= 0) {
+            rc = stk_gpu_open(ds, &c->lo, &c->gpu, &gpu, &err);
+            if (rc == 0) ld = stk_gpu_loader(gpu);
+        } else {
+            rc = stk_loader_open(ds, &c->lo, &ld, &err);
+        }
+        if (rc) {
+            stk_dataset_close(ds);
+            ds = NULL;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        raise_stk(rc, &err);
+        return -1;
+    }
+    self->ds = ds;
+    self->ld = ld;
+    self->gpu = gpu;
+    self->pid = getpid();
+    return 0;
+}
+
+/* The tuple of the field names each batch holds. */
+static PyObject *field_names(stk_loader *ld) {
+    size_t nf = stk_loader_num_fields(ld);
+    PyObject *names = PyTuple_New((Py_ssize_t)nf);
+    for (size_t i = 0; names && i < nf; i++) {
+        PyObject *s = PyUnicode_FromString(stk_loader_field(ld, i)->name);
+        if (!s) {
+            Py_CLEAR(names);
+            break;
+        }
+        PyTuple_SET_ITEM(names, (Py_ssize_t)i, s);
+    }
+    return names;
+}
+
+/* Loader(path, batch_size, fields, window, ...): the arguments of
+ * options.c. */
+static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
+    loader_config c;
+    if (loader_config_parse(args, kw, &c)) return -1;
+    if (loader_open(self, &c)) return -1;
+    Py_XSETREF(self->names, field_names(self->ld));
+    return self->names ? 0 : -1;
+}
+
+static void loader_dealloc(LoaderObject *self) {
+    loader_teardown(self);
+    Py_XDECREF(self->names);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* ---- batches ---- */
+
+/* The next host batch, waiting with the GIL released, in slices, so that
+ * signals (Ctrl-C) are seen.  Returns 0 with *out set, STK_END, or -1 with
+ * an exception. */
+static int next_host_batch(LoaderObject *self, stk_batch **out) {
+    stk_error err = {0};
+    int rc;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = stk_loader_next_timeout(self->ld, out, 100, &err);
+        Py_END_ALLOW_THREADS
+        if (rc == -EBUSY) {
+            /* The caller keeps every batch it was given; that is allowed
+             * (arrays are views that must stay valid), so the ring grows. */
+            int r2;
+            Py_BEGIN_ALLOW_THREADS
+            r2 = stk_loader_add_buffer(self->ld, &err);
+            Py_END_ALLOW_THREADS
+            if (r2) {
+                raise_stk(r2, &err);
+                return -1;
+            }
+            continue;
+        }
+        if (rc != -ETIMEDOUT) break;
+        if (PyErr_CheckSignals()) return -1;
+    }
+    if (rc == 0 || rc == STK_END) return rc;
+    raise_stk(rc, &err);
+    return -1;
+}
+
+/* The host path: (dict of Array, sample ids), None at the end of the
+ * epoch, or NULL with an exception. */
+static PyObject *host_next_batch(LoaderObject *self) {
+    stk_batch *b = NULL;
+    int rc = next_host_batch(self, &b);
+    if (rc == STK_END) Py_RETURN_NONE;
+    if (rc) return NULL;
+    BatchObject *bo = batch_new(self);
+    if (!bo) {
+        stk_loader_release(self->ld, b);
+        return NULL;
+    }
+    bo->b = b;
+    self->last = bo;
+    size_t nf = stk_loader_num_fields(self->ld);
+    stk_batch_field *f = PyMem_Calloc(nf ? nf : 1, sizeof *f);
+    if (!f) {
+        Py_DECREF(bo);
+        return PyErr_NoMemory();
+    }
+    for (size_t i = 0; i < nf; i++) stk_batch_field_get(b, i, &f[i]);
+    PyObject *r = batch_result(bo, f, nf, stk_batch_size(b), stk_batch_samples(b), kDLCPU, 0);
+    PyMem_Free(f);
+    return r;
+}
+
+/* The device path: batches from the GPU stage, fields in device memory, the
+ * sample ids in host memory. */
+static PyObject *gpu_next_batch(LoaderObject *self) {
+    stk_gpu_batch *b = NULL;
+    stk_error err = {0};
+    int rc;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = stk_gpu_next_timeout(self->gpu, &b, 100, &err);
+        Py_END_ALLOW_THREADS
+        if (rc != -ETIMEDOUT) break;
+        if (PyErr_CheckSignals()) return NULL;
+    }
+    if (rc == STK_END) Py_RETURN_NONE;
+    if (rc) return raise_stk(rc, &err); /* -EBUSY too: device buffers cannot grow */
+    BatchObject *bo = batch_new(self);
+    if (!bo) {
+        stk_gpu_release(self->gpu, b, UINTPTR_MAX);
+        return NULL;
+    }
+    bo->gb = b;
+    size_t nf = stk_loader_num_fields(self->ld);
+    stk_batch_field *f = PyMem_Calloc(nf ? nf : 1, sizeof *f);
+    if (!f) {
+        Py_DECREF(bo);
+        return PyErr_NoMemory();
+    }
+    for (size_t i = 0; i < nf; i++) stk_gpu_batch_field(b, i, &f[i]);
+    PyObject *r = batch_result(bo, f, nf, stk_gpu_batch_size(b), stk_gpu_batch_samples(b),
+                               kDLCUDA, stk_gpu_device(self->gpu));
+    PyMem_Free(f);
+    return r;
+}
+
+static PyObject *loader_next_batch(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (check_process(self)) return NULL;
+    return self->gpu ? gpu_next_batch(self) : host_next_batch(self);
+}
+
+/* unget_last(): puts back the last batch given (an interrupt came before
+ * the caller could have it); its old arrays are detached from the buffer's
+ * ownership, which the batch's next delivery takes.  True when put back. */
+static PyObject *loader_unget_last(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (check_process(self)) return NULL;
+    BatchObject *bo = self->last;
+    if (!bo || !bo->b || self->gpu) Py_RETURN_FALSE;
+    if (stk_loader_unget(self->ld, bo->b) != 0) Py_RETURN_FALSE;
+    bo->b = NULL;
+    self->last = NULL;
+    Py_RETURN_TRUE;
+}
+
+/* ---- epochs and state ---- */
+
+static PyObject *loader_set_epoch(LoaderObject *self, PyObject *arg) {
+    if (check_process(self)) return NULL;
+    unsigned long long e = PyLong_AsUnsignedLongLong(arg);
+    if (PyErr_Occurred()) return NULL;
+    stk_error err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = self->gpu ? stk_gpu_set_epoch(self->gpu, e, &err)
+                   : stk_loader_set_epoch(self->ld, e, &err);
+    Py_END_ALLOW_THREADS
+    if (rc) return raise_stk(rc, &err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *loader_save(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (check_process(self)) return NULL;
+    stk_loader_state st;
+    if (self->gpu) stk_gpu_save(self->gpu, &st);
+    else stk_loader_save(self->ld, &st);
+    return Py_BuildValue("{sKsKsKsK}", "seed", st.seed, "epoch", st.epoch, "position",
+                         st.position, "fingerprint", st.fingerprint);
+}
+
+static PyObject *loader_restore(LoaderObject *self, PyObject *args) {
+    if (check_process(self)) return NULL;
+    stk_loader_state st;
+    unsigned long long a, b, c, d;
+    if (!PyArg_ParseTuple(args, "KKKK", &a, &b, &c, &d)) return NULL;
+    st.seed = a;
+    st.epoch = b;
+    st.position = c;
+    st.fingerprint = d;
+    stk_error err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = self->gpu ? stk_gpu_restore(self->gpu, &st, &err)
+                   : stk_loader_restore(self->ld, &st, &err);
+    Py_END_ALLOW_THREADS
+    if (rc) return raise_stk(rc, &err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *loader_counts(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (check_process(self)) return NULL;
+    return Py_BuildValue("{sKsKsKsssisisK}", "epoch_samples", stk_loader_epoch_samples(self->ld),
+                         "rank_samples", stk_loader_rank_samples(self->ld), "rank_batches",
+                         stk_loader_rank_batches(self->ld), "backend",
+                         stk_backend_name(stk_loader_backend(self->ld)), "device",
+                         self->gpu ? stk_gpu_device(self->gpu) : -1, "resident",
+                         self->gpu ? stk_gpu_resident(self->gpu) : 0, "resident_bytes",
+                         (unsigned long long)(self->gpu ? stk_gpu_resident_bytes(self->gpu) : 0));
+}
+
+/* ---- close ---- */
+
+static PyObject *loader_close(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (self->pid != getpid()) {
+        /* A forked child owns none of the parent's threads: forget them. */
+        self->ld = NULL;
+        self->gpu = NULL;
+        self->ds = NULL;
+        Py_RETURN_NONE;
+    }
+    if (self->live) {
+        /* Batches still alive: the threads stop and every buffer not held
+         * goes back now; the rest when the last batch goes. */
+        self->closing = 1;
+        if (self->ld && !self->gpu) {
+            Py_BEGIN_ALLOW_THREADS
+            stk_loader_stop(self->ld);
+            Py_END_ALLOW_THREADS
+        }
+    } else {
+        loader_teardown(self);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *loader_closed(LoaderObject *self, void *c) {
+    (void)c;
+    return PyBool_FromLong(self->ld == NULL || self->closing);
+}
+static PyObject *loader_names(LoaderObject *self, void *c) {
+    (void)c;
+    if (!self->names) return PyTuple_New(0);
+    Py_INCREF(self->names);
+    return self->names;
+}
+
+static PyMethodDef loader_methods[] = {
+    {"trace_start", (PyCFunction)loader_trace_start, METH_O,
+     "trace_start(max_spans): records spans per thread (0: 65536 each)."},
+    {"trace_stop", (PyCFunction)loader_trace_stop, METH_NOARGS, "Stops recording spans."},
+    {"trace_span", (PyCFunction)loader_trace_span, METH_VARARGS,
+     "trace_span(name, t0_ns, t1_ns): a span on the consumer's thread (time.monotonic_ns)."},
+    {"trace_write", (PyCFunction)loader_trace_write, METH_VARARGS,
+     "trace_write(path): writes the spans as a Chrome trace (JSON)."},
+    {"measure_limit", (PyCFunction)loader_measure_limit, METH_NOARGS,
+     "(bytes/s, what it is, share in the page cache): the limit for this data."},
+    {"diagnose", (PyCFunction)loader_diagnose, METH_VARARGS,
+     "diagnose(bytes, seconds, limit, with_step) -> dict (stk_diagnose)."},
+    {"next_batch", (PyCFunction)loader_next_batch, METH_NOARGS,
+     "Waits for the next batch: (dict of Array, sample ids), or None at the end of the epoch."},
+    {"set_epoch", (PyCFunction)loader_set_epoch, METH_O, "Starts an epoch from its beginning."},
+    {"save", (PyCFunction)loader_save, METH_NOARGS, "The resume state as a dict."},
+    {"restore", (PyCFunction)loader_restore, METH_VARARGS,
+     "restore(seed, epoch, position, fingerprint)"},
+    {"stats", (PyCFunction)loader_stats, METH_NOARGS, "Per-stage counters."},
+    {"stats_reset", (PyCFunction)loader_stats_reset, METH_NOARGS, "Zeroes the counters."},
+    {"last_skip", (PyCFunction)loader_last_skip, METH_NOARGS,
+     "(samples replaced so far, reason for the last one) under on_error='skip'."},
+    {"counts", (PyCFunction)loader_counts, METH_NOARGS, "Sample and batch counts."},
+    {"unget_last", (PyCFunction)loader_unget_last, METH_NOARGS,
+     "unget_last(): puts back the last batch given, undelivered"},
+    {"close", (PyCFunction)loader_close, METH_NOARGS,
+     "Stops the threads; memory still referenced by batches is freed with them."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef loader_getset[] = {
+    {"closed", (getter)loader_closed, NULL, "whether close() was called", NULL},
+    {"field_names", (getter)loader_names, NULL, "the fields each batch holds", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject LoaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._stoker.Loader",
+    .tp_basicsize = sizeof(LoaderObject),
+    .tp_dealloc = (destructor)loader_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The C loader; use stoker.Loader.",
+    .tp_init = (initproc)loader_init,
+    .tp_new = PyType_GenericNew,
+    .tp_methods = loader_methods,
+    .tp_getset = loader_getset,
+};

@@ -1,0 +1,646 @@
+"""stoker.Loader: a dataset's batches for one rank, from the C loader; the
+checks of its arguments (in Python, so that messages name the option) and
+the counts of a loader without opening it."""
+from __future__ import annotations
+
+import inspect
+import os
+from typing import (Any, Dict, Iterator, Literal, Mapping, NamedTuple, Optional, Sequence, Tuple,
+                    Union)
+
+import numpy as np
+
+from . import _stoker
+from ._errors import InvalidArgument
+from ._types import Batch, PathLike
+
+_ORDERS = {"sequential": 0, "random": 1, "block": 2}
+_BACKENDS = {"auto": 0, "uring": 1, "io_uring": 1, "pool": 2, "mmap": 3}
+_VALID = {None: 0, "all": 0, "mask": 1, "notnan": 2, "not_nan": 2}
+_OUTPUTS = ("numpy", "torch", "dlpack")
+_ON_ERROR = {"raise": 0, "skip": 1}
+_WARM_UP = {"auto": 0, True: 1, "on": 1, False: 2, "off": 2}
+
+
+def _env_int(name: str, default: int) -> int:
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise InvalidArgument(f"environment variable {name}={v!r} is not an integer") from None
+
+
+_U32 = (1 << 32) - 1
+_U64 = (1 << 64) - 1
+_I32 = (1 << 31) - 1
+
+
+def _check_int(name, value, low=0, none_ok=False, high=_U64):
+    # high: the C option's range (the extension's argument parsing would
+    # otherwise wrap a larger value around silently: 2**32 + 5 became 5).
+    if value is None and none_ok:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < low:
+        raise InvalidArgument(f"{name} must be at least {low}, not {value}")
+    if value > high:
+        raise InvalidArgument(f"{name} must be at most {high}, not {value}")
+    return int(value)
+
+
+def gpu_status() -> Tuple[int, str]:
+    """The CUDA devices stoker can use, and why none when there are none.
+
+    Returns:
+        ``(count, reason)``: reason is ``""`` when count > 0.
+    """
+    return _stoker.gpu_count()
+
+
+def gpu_count() -> int:
+    """The number of CUDA devices stoker can use.
+
+    Returns:
+        0 without a CUDA build of stoker, an NVIDIA driver or a device
+        (``gpu_status()`` says which).
+    """
+    return _stoker.gpu_count()[0]
+
+
+def _device_index(device, resolve=True):
+    """-1 for the host, else the CUDA ordinal of `device` ("cuda", "cuda:N",
+    N or a torch.device).  resolve=False leaves CUDA alone: "cuda" is then 0
+    rather than torch's current device."""
+    if device is None:
+        return -1
+    if isinstance(device, bool):
+        raise TypeError("device must be None, 'cpu', 'cuda', 'cuda:N' or an int")
+    if isinstance(device, int):
+        if device < 0:
+            raise InvalidArgument(f"device must be a CUDA ordinal >= 0, not {device}")
+        return device
+    text = str(device)
+    if text == "cpu":
+        return -1
+    if text == "cuda":
+        if not resolve:
+            return 0
+        try:
+            import torch
+            if torch.cuda.is_available():
+                return torch.cuda.current_device()
+        except ImportError:
+            pass
+        return 0
+    if text.startswith("cuda:") and text[5:].isdigit():
+        return int(text[5:])
+    raise InvalidArgument(f"device must be None, 'cpu', 'cuda', 'cuda:N' or an int, not {device!r}")
+
+
+def _check_choice(name, value, choices):
+    if value not in choices:
+        raise InvalidArgument(f"{name} must be one of {sorted(k for k in choices if k)}, "
+                              f"not {value!r}")
+    return choices[value]
+
+
+# -- a Loader's arguments ---------------------------------------------------
+#
+# Checked in Python (the messages name the option), then handed to the
+# extension positionally, in the order of python/stoker/_ext/options.c.  The
+# same arguments give _count() a loader's counts without opening one.
+
+class _LoaderArgs(NamedTuple):
+    c: tuple                  # the extension's arguments
+    output: str
+    device: int               # CUDA ordinal; -1: host memory
+    skip: bool                # on_error="skip"
+    batch_size: int
+    rank: int
+    world_size: int
+    split: Tuple[int, int]
+    epoch: int
+
+
+def _space_args(fields, window, stride, valid_field, valid):
+    if fields is not None:
+        if isinstance(fields, str):
+            fields = [fields]
+        fields = list(fields)
+        for f in fields:
+            if not isinstance(f, str):
+                raise TypeError(f"fields must hold str names, not {type(f).__name__}")
+    window = _check_int("window", window, 1, none_ok=True)
+    stride = _check_int("stride", stride, 1)
+    if valid_field is not None and not isinstance(valid_field, str):
+        raise TypeError("valid_field must be a field name (str)")
+    valid_code = _check_choice("valid", valid, _VALID)
+    if valid_field is not None and valid_code == 0:
+        raise InvalidArgument("valid_field needs valid='mask' or valid='notnan'")
+    return fields, window or 0, stride, valid_field, valid_code
+
+
+def _order_args(shuffle, seed, epoch, block_bytes, block_samples, block_group):
+    return (_check_choice("shuffle", shuffle, _ORDERS), _check_int("seed", seed),
+            _check_int("epoch", epoch), _check_int("block_bytes", block_bytes, 1),
+            _check_int("block_samples", block_samples),
+            _check_int("block_group", block_group, 1, high=_U32))
+
+
+def _share_args(rank, world_size, split):
+    """(rank, world_size, (split index, split count)); rank and world_size
+    default to torchrun's RANK and WORLD_SIZE."""
+    if world_size is None:
+        world_size = _env_int("WORLD_SIZE", 1)
+    if rank is None:
+        rank = _env_int("RANK", 0)
+    world_size = _check_int("world_size", world_size, 1, high=_U32)
+    rank = _check_int("rank", rank, high=_U32)
+    if rank >= world_size:
+        raise InvalidArgument(f"rank {rank} must be below world_size {world_size}")
+    if split is None:
+        split = (0, 1)
+    if not isinstance(split, tuple) or len(split) != 2:
+        raise TypeError("split must be a tuple (index, count)")
+    split_count = _check_int("split count", split[1], 1, high=_U32)
+    split_index = _check_int("split index", split[0], high=_U32)
+    if split_index >= split_count:
+        raise InvalidArgument(f"split index {split_index} must be below its count {split_count}")
+    return rank, world_size, (split_index, split_count)
+
+
+def _reading_args(backend, threads, prefetch, queue_depth, memory_budget, on_error, max_skips):
+    return (_check_choice("backend", backend, _BACKENDS),
+            _check_int("threads", threads, high=_I32), _check_int("prefetch", prefetch, high=_U32),
+            _check_int("queue_depth", queue_depth, 1, high=_U32),
+            _check_int("memory_budget", memory_budget, 1),
+            _check_choice("on_error", on_error, _ON_ERROR), _check_int("max_skips", max_skips, 1))
+
+
+def _device_args(device, warm_up, output, gpu_slots, resident_budget, resolve):
+    """(device ordinal or -1, warm-up code, output, gpu_slots, resident_budget)."""
+    dev = _device_index(device, resolve)
+    if not isinstance(warm_up, (str, bool)) or warm_up not in _WARM_UP:
+        raise InvalidArgument(f"warm_up must be 'auto', True or False, not {warm_up!r}")
+    if output is None:
+        output = "torch" if dev >= 0 else "numpy"
+    if output not in _OUTPUTS:
+        raise InvalidArgument(f"output must be one of {_OUTPUTS}, not {output!r}")
+    if dev >= 0 and output == "numpy":
+        raise InvalidArgument("output='numpy' cannot hold GPU memory; with a device use "
+                              "output='torch' or 'dlpack'")
+    gpu_slots = _check_int("gpu_slots", gpu_slots, 2, high=_U32)
+    resident_budget = _check_int("resident_budget", resident_budget)
+    return dev, _WARM_UP[warm_up], output, gpu_slots, resident_budget
+
+
+def _loader_args(*, path, batch_size, fields, window, stride, valid_field, valid, shuffle, seed,
+                 epoch, block_bytes, block_samples, block_group, rank, world_size, pad,
+                 drop_last, backend, direct, threads, prefetch, queue_depth, memory_budget,
+                 verify, on_error, max_skips, output, max_open_files, device, gpu_slots,
+                 resident_budget, warm_up, split, root, resolve=True) -> _LoaderArgs:
+    """Every argument of Loader checked; resolve=False (counting) neither
+    asks torch for the current CUDA device nor imports torch."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
+    batch_size = _check_int("batch_size", batch_size, 1, high=_U32)
+    space = _space_args(fields, window, stride, valid_field, valid)
+    order = _order_args(shuffle, seed, epoch, block_bytes, block_samples, block_group)
+    rank, world_size, split = _share_args(rank, world_size, split)
+    backend, threads, prefetch, queue_depth, memory_budget, on_error, max_skips = _reading_args(
+        backend, threads, prefetch, queue_depth, memory_budget, on_error, max_skips)
+    dev, warm_up, output, gpu_slots, resident_budget = _device_args(
+        device, warm_up, output, gpu_slots, resident_budget, resolve)
+    if output == "torch" and resolve:
+        import torch  # noqa: F401  (fail early, not at the first batch)
+    c = (os.fspath(path), batch_size, *space, *order, rank, world_size, bool(pad),
+         bool(drop_last), backend, bool(direct), threads, prefetch, queue_depth, memory_budget,
+         bool(verify), on_error, max_skips,
+         _check_int("max_open_files", max_open_files, high=_U32), dev, gpu_slots,
+         resident_budget, warm_up, split[0], split[1], None if root is None else os.fspath(root))
+    return _LoaderArgs(c, output, dev, on_error == 1, batch_size, rank, world_size, split,
+                       order[2])
+
+
+def _count(path: PathLike, batch_size: int, **options: Any) -> Dict[str, int]:
+    """What a Loader(path, batch_size, **options) would count, without
+    opening one (no thread starts, no buffer is allocated): a dict of
+    epoch_samples, rank_samples and rank_batches."""
+    bound = inspect.signature(Loader.__init__).bind(None, path, batch_size, **options)
+    bound.apply_defaults()
+    del bound.arguments["self"]
+    return _stoker.count(*_loader_args(**bound.arguments, resolve=False).c)
+
+
+class Loader:
+    """Batches of a stoker dataset for one rank of a training job.
+
+    Opening a loader opens the dataset and starts the loader's threads, which
+    read ahead in the background. Iterating gives one epoch of batches:
+    dicts mapping each field's name to an array of ``batch_size`` samples
+    (fewer in a last partial batch). Iterating again runs the next epoch, as
+    a DataLoader does; ``set_epoch`` picks one. Use it as a context manager,
+    or call ``close()``, to stop the threads.
+
+    The options are those of the C loader (``stk_loader_options`` in
+    stoker.h), keyword-only, with the same defaults.
+
+    Args:
+        path: A dataset directory, or an in-place index written by
+            ``stoker.index`` / ``stoker index``; both take the same options.
+        batch_size: Samples per batch.
+        fields: Names of the fields to load (default: all).
+        window: Rows per window over the time fields (the selected fields
+            with a ragged first dimension, or a fixed one of at least
+            ``window`` rows); a sample is then a window. Default: a sample is
+            a whole record.
+        stride: Rows between window starts.
+        valid_field: With ``valid``, the field whose row at a window's last
+            row decides whether the window is a sample.
+        valid: ``"mask"`` (that row is nonzero) or ``"notnan"`` (it is not
+            NaN); default: every window.
+        shuffle: The epoch's order: ``"block"`` (blocks of consecutive
+            samples in random order, taken ``block_group`` at a time and
+            shuffled within each group), ``"random"`` (a uniform permutation)
+            or ``"sequential"``. torch's DataLoader and DistributedSampler
+            take a bool instead; stoker has three orders, and its default is
+            ``"block"`` because it reads the data in large pieces (far faster
+            than ``"random"`` from a disk), not because exactly-once delivery
+            needs it: every order is a permutation of the epoch's samples.
+        seed: The order's seed.
+        epoch: The first epoch.
+        block_bytes: Block order: bytes read per block (4 MiB).
+        block_samples: Block order: samples per block (0: from block_bytes).
+        block_group: Block order: blocks per group.
+        rank: This rank (default: torchrun's RANK, else 0).
+        world_size: Ranks in the job (default: torchrun's WORLD_SIZE, else 1).
+            Rank r takes positions r, r + world_size, ... of the epoch's
+            order.
+        pad: Give every rank ceil(N / world_size) samples by wrapping around
+            to the order's start. The default, False, departs from
+            DistributedSampler (which pads): the last N mod world_size samples
+            of the epoch's order are left out of it instead, so that no
+            sample comes twice in an epoch. Exactly-once delivery needs it; a
+            padded epoch repeats up to world_size - 1 samples.
+        split: ``(k, n)``: yield only batches k, k + n, k + 2n, ... of this
+            rank's stream, whole; n consumers taking one batch each in turn
+            see the rank's stream itself (``stoker.torch`` uses it for
+            DataLoader workers). Default: all.
+        drop_last: Drop a last, partial batch.
+        backend: ``"auto"``, ``"uring"``, ``"pool"`` or ``"mmap"``.
+        direct: Read with O_DIRECT.
+        threads: Worker threads (0: one per CPU, at most 8).
+        prefetch: Batch buffers in the ring (0: from the memory budget, 2 to
+            8).
+        queue_depth: io_uring entries per worker.
+        memory_budget: Bytes for batch buffers, block groups and staging
+            (1 GiB; never more than half of what memory and the process's
+            cgroup have room for).
+        verify: Check what a batch reads against the dataset's checksums; a
+            damaged byte raises StokerError naming the shard file and the
+            record.
+        on_error: ``"raise"``, or ``"skip"``: a sample that fails its
+            checksum is replaced by the next good one of the order (of its
+            group, in block order), so every rank keeps the same batch count;
+            each replacement is counted in ``stats()["skipped"]`` and named in
+            a RuntimeWarning.
+        max_skips: With ``"skip"``, this many failures in a row raise.
+        output: ``"numpy"`` (the default without a device), ``"torch"`` (the
+            default with one) or ``"dlpack"``.
+        max_open_files: Descriptors kept open; past it (an in-place index of
+            many small files) files are opened on demand and cached (0: from
+            the process's limit).
+        device: None (batches in host memory), or ``"cuda"``, ``"cuda:N"``
+            or N: batches on that GPU. stoker page-locks its batch buffers and
+            copies each batch to the GPU on its own CUDA stream; tensors
+            arrive through DLPack with the stream rules kept
+            (``torch.from_dlpack`` makes the current stream wait for the
+            copy, and a device buffer is refilled only after the work queued
+            on that stream when the batch was dropped is done). Hold at most
+            ``gpu_slots - 1`` batches.
+        gpu_slots: Device batch buffers.
+        resident_budget: Bytes of GPU memory the selected fields may take to
+            be uploaded once at open and assembled on the GPU (0: never).
+        warm_up: ``"auto"``, True or False: bring a dataset that is not in
+            the page cache into it with large sequential reads, on a thread
+            of its own, while the first epoch is served from it. ``"auto"``
+            does it when the data fits in 3/4 of the memory the page cache may
+            still take (MemAvailable and any cgroup memory.max) and the
+            loader reads through the mapping (the ``"auto"`` backend then
+            picks ``"mmap"``); True whenever the data is not in memory.
+        root: For an in-place index: the directory its files may lie under
+            (default: the index's own directory). An index names files by
+            path, so one handed over from elsewhere could name any file the
+            process can read; an index written away from its files
+            (``stoker.index("/data", "~/data.idx")``) is opened with
+            ``root="/data"``, which says that you trust it. A file outside is
+            refused, naming it (StokerError, code STK_EOUTSIDE = -1015).
+
+    Ragged fields (record mode) come as ``name`` (the rows concatenated) and
+    ``name_offsets`` (int64, batch_size + 1).
+
+    Raises:
+        InvalidArgument: An option out of its range or that does not fit the
+            dataset (the message names it).
+        NotFound: No dataset at ``path``.
+        StokerError: A dataset that cannot be read (damaged, truncated).
+        TypeError: An argument of the wrong type.
+    """
+
+    def __init__(self, path: PathLike, batch_size: int, *,
+                 fields: Optional[Union[str, Sequence[str]]] = None,
+                 window: Optional[int] = None, stride: int = 1,
+                 valid_field: Optional[str] = None,
+                 valid: Optional[Literal["mask", "notnan", "not_nan", "all"]] = None,
+                 shuffle: Literal["sequential", "random", "block"] = "block", seed: int = 0,
+                 epoch: int = 0, block_bytes: int = 4 << 20, block_samples: int = 0,
+                 block_group: int = 16, rank: Optional[int] = None,
+                 world_size: Optional[int] = None, pad: bool = False, drop_last: bool = False,
+                 backend: Literal["auto", "uring", "io_uring", "pool", "mmap"] = "auto",
+                 direct: bool = False, threads: int = 0, prefetch: int = 0,
+                 queue_depth: int = 64, memory_budget: int = 1 << 30, verify: bool = True,
+                 on_error: Literal["raise", "skip"] = "raise", max_skips: int = 100,
+                 output: Optional[Literal["numpy", "torch", "dlpack"]] = None,
+                 max_open_files: int = 0, device: Any = None, gpu_slots: int = 3,
+                 resident_budget: int = 0,
+                 warm_up: Union[bool, Literal["auto", "on", "off"]] = "auto",
+                 split: Optional[Tuple[int, int]] = None, root: Optional[PathLike] = None):
+        a = _loader_args(path=path, batch_size=batch_size, fields=fields, window=window,
+                         stride=stride, valid_field=valid_field, valid=valid, shuffle=shuffle,
+                         seed=seed, epoch=epoch, block_bytes=block_bytes,
+                         block_samples=block_samples, block_group=block_group, rank=rank,
+                         world_size=world_size, pad=pad, drop_last=drop_last, backend=backend,
+                         direct=direct, threads=threads, prefetch=prefetch,
+                         queue_depth=queue_depth, memory_budget=memory_budget, verify=verify,
+                         on_error=on_error, max_skips=max_skips, output=output,
+                         max_open_files=max_open_files, device=device, gpu_slots=gpu_slots,
+                         resident_budget=resident_budget, warm_up=warm_up, split=split,
+                         root=root)
+        self._output = a.output
+        self._c = _stoker.Loader(*a.c)
+        self._path = a.c[0]
+        self._shuffle = shuffle
+        self._pid = os.getpid()
+        self.device: Optional[str] = None if a.device < 0 else f"cuda:{a.device}"
+        self._skip_mode = a.skip
+        self._skipped = 0
+        self.batch_size: int = a.batch_size
+        self.rank: int = a.rank
+        self.world_size: int = a.world_size
+        self.split: Tuple[int, int] = a.split
+        self._epoch = a.epoch
+        self._started = False     # a batch of the current epoch was taken
+        self._exhausted = False   # the current epoch ended
+        self._last_ids: Optional[np.ndarray] = None
+
+    def __repr__(self) -> str:
+        parts = [f"path={self._path!r}", f"batch_size={self.batch_size}",
+                 f"shuffle={self._shuffle!r}", f"rank={self.rank}",
+                 f"world_size={self.world_size}"]
+        if self.split != (0, 1):
+            parts.append(f"split={self.split}")
+        if self.device is not None:
+            parts.append(f"device={self.device!r}")
+        if self.closed:
+            parts.append("closed")
+        elif self._pid == os.getpid():
+            parts.append(f"len={len(self)}")
+        else:
+            parts.append("opened in another process")
+        return f"<stoker.Loader {' '.join(parts)}>"
+
+    # -- iteration --------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Batch]:
+        # Iterating again after an epoch ended starts the next one, as a
+        # DataLoader does; set_epoch() chooses one explicitly.
+        if self._exhausted:
+            self.set_epoch(self._epoch + 1)
+        while True:
+            batch = self.next()
+            if batch is None:
+                return
+            yield batch
+            # Drop this frame's reference before asking for the next batch:
+            # a batch the caller let go of must not keep its buffer held.
+            batch = None
+
+    def _warn_skips(self):
+        n, why = self._c.last_skip()
+        if n > self._skipped:
+            import warnings
+            warnings.warn(f"stoker: replaced {n - self._skipped} damaged sample(s) "
+                          f"(on_error='skip'); the last: {why}", RuntimeWarning, stacklevel=3)
+            self._skipped = n
+
+    def _convert(self, arrays):
+        if self._skip_mode:
+            self._warn_skips()
+        if self._output == "dlpack":
+            return arrays
+        if self._output == "torch":
+            import torch
+            return {k: torch.from_dlpack(v) for k, v in arrays.items()}
+        out = {}
+        for k, v in arrays.items():
+            a = np.asarray(v) if v.dtype != "bf16" else np.asarray(v).view(np.uint16)
+            out[k] = a
+        return out
+
+    def next(self) -> Optional[Batch]:
+        """Waits for the next batch of the epoch.
+
+        The wait releases the GIL and is interrupted by Ctrl-C; a batch
+        taken but not yet handed over when an exception comes is put back,
+        so the next call gives it.
+
+        Returns:
+            The batch, or None at the end of the epoch (and again until
+            ``set_epoch`` or iterating anew).
+
+        Raises:
+            StokerError: A read or checksum failure, naming the shard file
+                and the record; the loader gives the same error from then on.
+        """
+        item = None
+        try:
+            item = self._c.next_batch()
+            if item is None:
+                self._exhausted = True
+                return None
+            # A copy: a view would keep the whole batch buffer held after
+            # the caller dropped the batch, so that holding one batch while
+            # asking for the next could exhaust the ring (-EBUSY) at
+            # prefetch=2.
+            ids = np.array(item[1], dtype=np.uint64)
+            out = self._convert(item[0])
+        except BaseException:
+            # Interrupted (Ctrl-C) after the batch was taken but before the
+            # caller had it: put it back, so that the next call gives it and
+            # a state saved now does not count it as delivered.
+            if item is not None:
+                self._c.unget_last()
+            raise
+        self._started = True
+        self._last_ids = ids
+        return out
+
+    def sample_ids(self) -> Optional[np.ndarray]:
+        """The global sample ids of the last batch returned.
+
+        Returns:
+            A uint64 NumPy array (record ids, or window ids numbered record
+            by record), or None before the first batch.
+        """
+        return None if self._last_ids is None else self._last_ids.copy()
+
+    def __len__(self) -> int:
+        """The number of batches an epoch gives this rank (and split)."""
+        return self._c.counts()["rank_batches"]
+
+    # -- epochs and state -------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Starts epoch ``epoch`` from its beginning (as
+        DistributedSampler.set_epoch does, but at once).
+
+        Batches still held stay valid; batches read ahead for the old epoch
+        are discarded.
+        """
+        epoch = _check_int("epoch", epoch)
+        self._c.set_epoch(epoch)
+        self._epoch = epoch
+        self._exhausted = False
+        self._started = False
+
+    @property
+    def epoch(self) -> int:
+        """The epoch being delivered (or next, once this one ended)."""
+        return self._epoch
+
+    def state_dict(self) -> Dict[str, int]:
+        """The resume state (the torchdata StatefulDataLoader protocol).
+
+        Returns:
+            A dict of seed, epoch, position (global samples consumed by all
+            ranks) and fingerprint (what the order depends on), plus
+            ``stoker_state_version``. After an epoch ended, the start of the
+            next one.
+        """
+        st = self._c.save()
+        if self._exhausted:
+            # The epoch ended: resume at the start of the next one.
+            st = dict(st, epoch=st["epoch"] + 1, position=0)
+        st["stoker_state_version"] = 1
+        return st
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        """Resumes where ``state_dict()`` was taken, with any world size or
+        batch size.
+
+        Raises:
+            InvalidArgument: A state from another dataset or order
+                (fingerprint), or one missing its keys.
+            TypeError: ``state`` is not a dict.
+        """
+        if not isinstance(state, dict):
+            raise TypeError("state must be a dict from state_dict()")
+        missing = {"seed", "epoch", "position", "fingerprint"} - set(state)
+        if missing:
+            raise InvalidArgument(f"state is missing {sorted(missing)}")
+        self._c.restore(int(state["seed"]), int(state["epoch"]), int(state["position"]),
+                        int(state["fingerprint"]))
+        self._epoch = int(state["epoch"])
+        self._exhausted = False
+        self._started = False
+
+    # -- the rest -----------------------------------------------------------
+
+    def stats(self) -> Dict[str, Any]:
+        """Per-stage counters since open or ``reset_stats()``.
+
+        Returns:
+            A dict: plan, io, assemble, verify, wait (the consumer's data
+            stall) and warm_up, each ``{"count", "bytes", "seconds"}``; and
+            batches, samples, elapsed, ready_mean, ring_slots, threads,
+            groups_loaded, max_inflight, backend, skipped, warm_up_bytes,
+            warm_up_done.
+        """
+        return self._c.stats()
+
+    def reset_stats(self) -> None:
+        """Zeroes the counters of ``stats()``."""
+        self._c.stats_reset()
+
+    @property
+    def fields(self) -> Tuple[str, ...]:
+        """The names of the fields each batch holds (without the
+        ``_offsets`` of ragged ones)."""
+        return self._c.field_names
+
+    @property
+    def backend(self) -> str:
+        """The I/O backend in use (``"auto"`` resolved)."""
+        return self._c.counts()["backend"]
+
+    def counts(self) -> Dict[str, Any]:
+        """Sample and batch counts.
+
+        Returns:
+            A dict: epoch_samples (all ranks), rank_samples, rank_batches,
+            backend, device (-1: host), resident and resident_bytes (the
+            dataset uploaded to the GPU).
+        """
+        return self._c.counts()
+
+    # -- tracing ------------------------------------------------------------
+
+    def trace_start(self, max_spans: int = 0) -> None:
+        """Records what each of the loader's threads does.
+
+        Batches with plan, verify, read and assemble nested inside, and the
+        consumer's waits (stoker.h says more). Starting again discards what
+        was recorded.
+
+        Args:
+            max_spans: Spans kept per thread (0: 65536).
+        """
+        self._c.trace_start(_check_int("max_spans", max_spans, high=_U32))
+
+    def trace_stop(self) -> None:
+        """Stops recording; what was recorded stays for ``trace_write``."""
+        self._c.trace_stop()
+
+    def trace_span(self, name: str, t0_ns: int, t1_ns: int) -> None:
+        """Adds a span (a training step, say) to the consumer's timeline.
+
+        Args:
+            name: The span's name.
+            t0_ns, t1_ns: Its start and end, from ``time.monotonic_ns()``.
+        """
+        self._c.trace_span(str(name), int(t0_ns), int(t1_ns))
+
+    def trace_write(self, path: PathLike) -> None:
+        """Writes the spans recorded since ``trace_start`` as a Chrome trace
+        (JSON) that ui.perfetto.dev and chrome://tracing open."""
+        self._c.trace_write(os.fspath(path))
+
+    def close(self) -> None:
+        """Stops the loader's threads. Batches still referenced stay valid;
+        their memory is freed when the last goes."""
+        self._c.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._c.closed
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> Literal[False]:
+        self.close()
+        return False

@@ -1,0 +1,367 @@
+"""stoker.write, stoker.index and stoker.bits: making datasets, from arrays,
+records or Arrow streams, or by indexing files where they lie."""
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, Literal, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _stoker
+from ._errors import InvalidArgument
+from ._types import PathLike
+
+_NP_TO_STK = {
+    np.dtype("uint8"): "u8", np.dtype("uint16"): "u16", np.dtype("uint32"): "u32",
+    np.dtype("uint64"): "u64", np.dtype("int8"): "i8", np.dtype("int16"): "i16",
+    np.dtype("int32"): "i32", np.dtype("int64"): "i64", np.dtype("float16"): "f16",
+    np.dtype("float32"): "f32", np.dtype("float64"): "f64", np.dtype("bool"): "u8",
+}
+
+
+def _contig(v):
+    """v as a C-contiguous array, keeping its shape: np.ascontiguousarray
+    would turn a 0-d value (a per-record scalar) into shape (1,)."""
+    a = np.asarray(v)
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def _stk_dtype(name, arr):
+    dt = arr.dtype
+    if dt not in _NP_TO_STK and dt.newbyteorder("=") in _NP_TO_STK and dt.byteorder == ">":
+        raise InvalidArgument(f"field '{name}': big-endian {dt} is not supported; use "
+                         "arr.astype(arr.dtype.newbyteorder('<'))")
+    try:
+        return _NP_TO_STK[dt]
+    except KeyError:
+        hint = ""
+        if dt.kind in "SUO":
+            hint = ("; strings of '0'/'1' (bit vectors) become numbers with "
+                    "stoker.bits(values), other strings must be mapped to numbers first")
+        raise InvalidArgument(f"field '{name}': dtype {dt} cannot be stored "
+                         f"(numeric and bool dtypes can){hint}") from None
+
+
+def bits(values: Any, *, packed: bool = False, dtype: Any = "u1") -> np.ndarray:
+    """Bit vectors written as strings of '0' and '1', as a 2-d NumPy array.
+
+    For a bloom filter stored as text (an HDF5 fixed-length string dataset,
+    a pandas or Arrow string column); one row per string, ready for
+    stoker.write::
+
+        stoker.write("fp.stk", {"fp": stoker.bits(h5["fingerprints"][:])})
+
+    Args:
+        values: A NumPy array of fixed-length bytes or str (dtype S or U), or
+            any sequence of str/bytes (list, pandas Series, pyarrow array).
+        packed: False: one element per bit, 0 or 1, of ``dtype``; True: eight
+            bits per byte, numpy.packbits order (the first character is the
+            high bit), shape (n, ceil(length / 8)) uint8.
+        dtype: The elements' dtype when not packed ("u1", "f4", "f2", "f8",
+            "i1"...).
+
+    Returns:
+        The array, one row per string.
+
+    Raises:
+        InvalidArgument: A string of another length than the first, or
+            holding a character other than '0' and '1' (the message names
+            the first such row and why).
+    """
+    if hasattr(values, "to_numpy") and not isinstance(values, np.ndarray):
+        values = values.to_numpy(zero_copy_only=False) if "pyarrow" in type(values).__module__ \
+            else values.to_numpy()
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise InvalidArgument(f"bits: values must be one string per row, not shape {arr.shape}")
+    if arr.dtype.kind == "O":
+        lens = {len(v) for v in arr} if len(arr) else {0}
+        if len(lens) > 1:
+            first = len(arr[0])
+            i = next(i for i, v in enumerate(arr) if len(v) != first)
+            raise InvalidArgument(f"bits: row {i} has {len(arr[i])} characters, row 0 has {first}: "
+                             "bit vectors must have one length")
+        if len(arr) and isinstance(arr[0], str):
+            arr = arr.astype("U")
+        else:
+            arr = arr.astype("S")
+    if arr.dtype.kind == "U":
+        width = arr.dtype.itemsize // 4
+        codes = np.frombuffer(arr.tobytes(), dtype="<u4").reshape(len(arr), width)
+    elif arr.dtype.kind == "S":
+        width = arr.dtype.itemsize
+        codes = np.frombuffer(arr.tobytes(), dtype=np.uint8).reshape(len(arr), width)
+    else:
+        raise InvalidArgument(f"bits: values must be strings of '0' and '1', not dtype {arr.dtype}")
+    # Fixed-length NumPy strings pad short ones with NULs: a NUL is a short row.
+    for bad, what in ((codes == 0, "is shorter than the others"),
+                      ((codes != ord("0")) & (codes != ord("1")) & (codes != 0), None)):
+        rows = np.flatnonzero(bad.any(axis=1))
+        if len(rows):
+            i = int(rows[0])
+            if what:
+                raise InvalidArgument(f"bits: row {i} {what} ({int((codes[i] != 0).sum())} "
+                                 f"characters, not {width}): bit vectors must have one length")
+            j = int(np.flatnonzero(bad[i])[0])
+            raise InvalidArgument(f"bits: row {i} holds {chr(int(codes[i, j]))!r} at position {j}; "
+                             "bit vectors hold only '0' and '1'")
+    b = (codes == ord("1"))
+    if packed:
+        return np.packbits(b, axis=1)
+    return b.astype(np.dtype(dtype))
+
+
+def _codec(name, compress):
+    """(codec, level) of field `name` under write's `compress`."""
+    if not compress or name not in compress:
+        return "none", 0
+    c = compress[name]
+    if c in (True, "zstd"):
+        return "zstd", 0
+    try:
+        return "zstd", int(c)
+    except ValueError:
+        raise InvalidArgument(f"compress['{name}'] must be True, 'zstd' or a zstd level, "
+                              f"not {c!r}") from None
+
+
+def _field_spec(name, arr, ragged, compress):
+    codec, level = _codec(name, compress)
+    shape = list(arr.shape)
+    if ragged and shape:
+        shape[0] = -1
+    return (name, _stk_dtype(name, arr), tuple(shape), codec, level)
+
+
+_SOURCES = {None: 0, "npy": 1, "wav": 2, "hdf5": 3, "raw": 4}
+
+
+def index(paths: Union[PathLike, Iterable[PathLike]], output: PathLike, *,
+          source: Optional[Literal["npy", "wav", "hdf5", "raw"]] = None,
+          split_axis0: bool = False, dataset: Optional[str] = None, float32: bool = False,
+          field: Optional[str] = None, extension: Optional[str] = None) -> int:
+    """Indexes files where they lie so that a Loader reads them in place.
+
+    Each file's size and modification time are recorded; a Loader refuses a
+    file that changed since (re-index it). Files under the index's own
+    directory are named relative to it; files elsewhere by absolute path,
+    and a Loader then needs ``root=`` to read them (see Loader).
+
+    Args:
+        paths: A file or directory, or a list of them; a directory's files,
+            at any depth, come in the byte order of their full paths (as
+            sorted() gives: "site0.npy" before "site0/a.npy").
+        output: The index file to write (replaced atomically).
+        source: ``"npy"``, ``"wav"``, ``"hdf5"`` or ``"raw"`` (default: from
+            the first file's extension).
+        split_axis0: npy: every row along axis 0 is a record (default: a file
+            is a record).
+        dataset: hdf5: the dataset to read (default: the file's only one).
+        float32: wav: deliver float32 in [-1, 1) (default: PCM 16 as int16,
+            24 and 32 as int32 scaled to the full range, float as stored).
+        field: The field's name (default "data", "audio" or "bytes").
+        extension: In directories, only files whose name ends so.
+
+    Returns:
+        The number of records.
+
+    Raises:
+        InvalidArgument: An unknown source, or files that do not agree
+            (shapes, dtypes, sample rates).
+        NotFound: A path that is not there.
+        StokerError: A file that cannot be indexed (the message names it).
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    files = [os.fspath(p) for p in paths]
+    if source not in _SOURCES:
+        raise InvalidArgument(f"source must be one of npy, wav, hdf5, raw or None, not {source!r}")
+    return _stoker.index(files, os.fspath(output), source=_SOURCES[source],
+                         split_axis0=bool(split_axis0), dataset=dataset, float32=bool(float32),
+                         field=field, extension=extension)
+
+
+def write(path: PathLike, source: Any, *, overwrite: bool = False,
+          shard_bytes: int = 256 << 20, align: int = 64, sync: bool = True,
+          attrs: Optional[Mapping[str, Any]] = None,
+          compress: Optional[Mapping[str, Union[bool, str, int]]] = None,
+          ragged: Optional[Iterable[str]] = None, group_by: Optional[str] = None,
+          order_by: Optional[str] = None,
+          fields: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
+          static: Optional[Union[str, Sequence[str]]] = None) -> int:
+    """Writes a dataset.
+
+    On any error the dataset is left incomplete, never half-written as
+    complete.
+
+    Args:
+        path: The dataset directory to create.
+        source: One of:
+
+            - a dict of arrays whose first axis indexes records (each record
+              of field f is ``source[f][i]``);
+            - an iterable of per-record dicts of arrays, whose first
+              dimensions may differ from record to record (ragged);
+            - any object with ``__arrow_c_stream__`` (pyarrow Table or
+              RecordBatchReader, polars DataFrame...), consumed in C through
+              the Arrow C stream interface: each row is a record, or with
+              ``group_by`` each distinct key one record holding its rows.
+        overwrite: Replace an existing dataset at ``path``.
+        shard_bytes: The size shards are cut at.
+        align: The alignment of each record's data in a shard.
+        sync: fsync what is written before the dataset is published.
+        attrs: A JSON-serialisable dict stored with the dataset.
+        compress: Maps field names to True / "zstd" / a zstd level.
+        ragged: The fields whose first dimension varies. For an iterable,
+            found from the first records when not given: every field of
+            ndim >= 1 whose first dimension differs between the first two
+            records (pass it to be sure).
+        group_by: Arrow: the key column; each distinct key (``"basin"``) is
+            one record holding its rows, plus the key itself as a field.
+        order_by: Arrow with group_by: the column each record's rows are
+            sorted by (``"date"``).
+        fields: Arrow: stacks columns into fields, ``{"x": ["f1", "f2"],
+            "y": ["q"]}`` (default: one field per column).
+        static: Arrow with group_by: by default a field whose rows are equal
+            within every group (a basin's area, its attributes) is static:
+            stored once per record, [k] or a scalar, and delivered once per
+            sample by a windowed Loader. A list names the static fields
+            instead (each must be constant within every group); ``[]`` keeps
+            every field's rows.
+
+    Returns:
+        The number of records written.
+
+    Raises:
+        InvalidArgument: A source that does not fit (arrays of different
+            lengths, a record unlike the first, a dtype that cannot be
+            stored); the message names the record and the field.
+        StokerError: The dataset exists (without overwrite) or cannot be
+            written.
+        TypeError: Arguments of the wrong type, or Arrow options with a
+            source that is not Arrow.
+    """
+    import json
+    attrs_json = json.dumps(attrs) if attrs is not None else None
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError("path must be a str or os.PathLike")
+    path = os.fspath(path)
+    if isinstance(source, dict):
+        if not source:
+            raise InvalidArgument("source has no fields")
+        cols = {k: _contig(v) for k, v in source.items()}
+        n = {len(v) for v in cols.values() if v.ndim}
+        if len(n) > 1 or any(v.ndim == 0 for v in cols.values()):
+            raise InvalidArgument("every array of a dict source must have the same first "
+                             f"dimension (one entry per record); got lengths {sorted(n)}")
+        # One record of each field, as an array: v[0] would give a NumPy
+        # scalar for a 1-d v (native byte order, or a Python object for an
+        # object array), hiding a dtype that cannot be stored.
+        specs = [_field_spec(k, v[0, ...] if len(v) else np.zeros(v.shape[1:], v.dtype),
+                             False, compress)
+                 for k, v in cols.items()]
+        w = _stoker.Writer(path, specs, shard_bytes, align, bool(overwrite), bool(sync),
+                           attrs_json)
+        try:
+            for i in range(n.pop() if n else 0):
+                w.append([(v[i], 1 if v[i].ndim == 0 else v[i].shape[0]) for v in cols.values()])
+            return w.finish()
+        except BaseException:
+            w.abort()
+            raise
+    if hasattr(source, "__arrow_c_stream__"):
+        return _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes,
+                            align, overwrite, sync, attrs_json, static)
+    if group_by is not None or order_by is not None or fields is not None or static is not None:
+        raise TypeError("group_by, order_by, fields and static apply to Arrow sources (objects with "
+                        "__arrow_c_stream__: pyarrow tables and readers, polars frames)")
+    it = iter(source)
+    first = next(it, None)
+    if first is None:
+        raise InvalidArgument("source is empty: a dataset of an iterable needs one record to "
+                         "learn its schema")
+    first = {k: _contig(v) for k, v in first.items()}
+    second = next(it, None)
+    second = None if second is None else {k: _contig(v) for k, v in second.items()}
+    if ragged is None:
+        ragged = {k for k, v in first.items()
+                  if v.ndim and second is not None and k in second and second[k].ndim
+                  and second[k].shape[0] != v.shape[0]}
+    ragged = set(ragged)
+    specs = [_field_spec(k, v, k in ragged, compress) for k, v in first.items()]
+    names = [s[0] for s in specs]
+    schema = {k: (v.dtype, v.shape, k in ragged and v.ndim > 0) for k, v in first.items()}
+    w = _stoker.Writer(path, specs, shard_bytes, align, bool(overwrite), bool(sync), attrs_json)
+    try:
+        count = 0
+        for rec in ([first] + ([second] if second is not None else [])):
+            w.append(_values(rec, names, count, schema))
+            count += 1
+        for rec in it:
+            w.append(_values({k: _contig(v) for k, v in rec.items()}, names, count, schema))
+            count += 1
+        return w.finish()
+    except BaseException:
+        w.abort()
+        raise
+
+
+def _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes, align,
+                 overwrite, sync, attrs_json, static=None):
+    for name, v in (("group_by", group_by), ("order_by", order_by)):
+        if v is not None and not isinstance(v, str):
+            raise TypeError(f"{name} must be a column name (str)")
+    spec = None
+    if fields is not None:
+        if not isinstance(fields, dict):
+            raise TypeError("fields must map field names to lists of column names")
+        spec = []
+        for name, cols in fields.items():
+            if isinstance(cols, str):
+                cols = [cols]
+            cols = list(cols)
+            if not cols or not all(isinstance(c, str) for c in cols):
+                raise TypeError(f"fields['{name}'] must be a column name or a list of them")
+            codec, level = _codec(name, compress)
+            spec.append((name, cols, codec, level))
+    elif compress:
+        raise InvalidArgument("compress with an Arrow source needs fields= to name the fields")
+    if static is not None:
+        if isinstance(static, str):
+            static = [static]
+        static = list(static)
+        if not all(isinstance(x, str) for x in static):
+            raise TypeError("static must be a list of field names")
+        if group_by is None:
+            raise InvalidArgument("static needs group_by (a static field holds one value per group)")
+    capsule = source.__arrow_c_stream__()
+    return _stoker.write_arrow(path, capsule, group_by, order_by, spec, shard_bytes, align,
+                               bool(overwrite), bool(sync), attrs_json, static)
+
+
+def _values(rec, names, i, specs=None):
+    """A record's values for Writer.append, checked against the schema the
+    first record set (specs: name -> (dtype, shape, ragged))."""
+    if set(rec) != set(names):
+        raise InvalidArgument(f"record {i}: fields {sorted(rec)} differ from the first record's "
+                              f"{sorted(names)}")
+    out = []
+    for k in names:
+        v = _contig(rec[k])
+        if specs is not None:
+            dt, shape, ragged = specs[k]
+            if v.dtype != dt:
+                raise InvalidArgument(f"record {i}: field '{k}' is {v.dtype}, but the first "
+                                      f"record's is {dt}: every record must have the same "
+                                      "dtypes (cast it first)")
+            if v.ndim != len(shape) or tuple(v.shape[1:]) != tuple(shape[1:]) or (
+                    not ragged and tuple(v.shape) != tuple(shape)):
+                want = ("(*" + "".join(f", {d}" for d in shape[1:]) + ")") if ragged \
+                    else str(tuple(shape))
+                raise InvalidArgument(f"record {i}: field '{k}' has shape {tuple(v.shape)}; the "
+                                      f"schema the first record set is {want}"
+                                      + ("" if ragged or not shape else
+                                         " (name the field in ragged= if its first "
+                                         "dimension varies)"))
+        out.append((v, 1 if v.ndim == 0 else v.shape[0]))
+    return out
