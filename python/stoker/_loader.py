@@ -14,12 +14,19 @@ from . import _stoker
 from ._errors import InvalidArgument
 from ._types import Batch, PathLike
 
-_ORDERS = {"sequential": 0, "random": 1, "block": 2}
-_BACKENDS = {"auto": 0, "uring": 1, "io_uring": 1, "pool": 2, "mmap": 3}
-_VALID = {None: 0, "all": 0, "mask": 1, "notnan": 2, "not_nan": 2}
+# The names of option values and the defaults come from libstoker (its
+# tables and stk_loader_options_init), so that the command line and Python
+# agree by construction; Python adds only its own spellings (None, True,
+# False, "not_nan").
+_ORDERS = _stoker.option_names("shuffle")
+_BACKENDS = {**_stoker.option_names("backend"), "uring": _stoker.option_value("backend", "uring")}
+_VALID = {None: _stoker.option_value("valid", "all"), **_stoker.option_names("valid"),
+          "not_nan": _stoker.option_value("valid", "notnan")}
 _OUTPUTS = ("numpy", "torch", "dlpack")
-_ON_ERROR = {"raise": 0, "skip": 1}
-_WARM_UP = {"auto": 0, True: 1, "on": 1, False: 2, "off": 2}
+_ON_ERROR = _stoker.option_names("on_error")
+_WARM_UP = {**_stoker.option_names("warm_up"), True: _stoker.option_value("warm_up", "on"),
+            False: _stoker.option_value("warm_up", "off")}
+_D = _stoker.loader_defaults()
 
 
 def _env_int(name: str, default: int) -> int:
@@ -352,21 +359,26 @@ class Loader:
 
     def __init__(self, path: PathLike, batch_size: int, *,
                  fields: Optional[Union[str, Sequence[str]]] = None,
-                 window: Optional[int] = None, stride: int = 1,
+                 window: Optional[int] = None, stride: int = _D["stride"],
                  valid_field: Optional[str] = None,
                  valid: Optional[Literal["mask", "notnan", "not_nan", "all"]] = None,
-                 shuffle: Literal["sequential", "random", "block"] = "block", seed: int = 0,
-                 epoch: int = 0, block_bytes: int = 4 << 20, block_samples: int = 0,
-                 block_group: int = 16, rank: Optional[int] = None,
-                 world_size: Optional[int] = None, pad: bool = False, drop_last: bool = False,
-                 backend: Literal["auto", "uring", "io_uring", "pool", "mmap"] = "auto",
-                 direct: bool = False, threads: int = 0, prefetch: int = 0,
-                 queue_depth: int = 64, memory_budget: int = 1 << 30, verify: bool = True,
-                 on_error: Literal["raise", "skip"] = "raise", max_skips: int = 100,
+                 shuffle: Literal["sequential", "random", "block"] = _D["shuffle"],
+                 seed: int = _D["seed"], epoch: int = _D["epoch"],
+                 block_bytes: int = _D["block_bytes"], block_samples: int = _D["block_samples"],
+                 block_group: int = _D["block_group"], rank: Optional[int] = None,
+                 world_size: Optional[int] = None, pad: bool = _D["pad"],
+                 drop_last: bool = _D["drop_last"],
+                 backend: Literal["auto", "uring", "io_uring", "pool", "mmap"] = _D["backend"],
+                 direct: bool = _D["direct"], threads: int = _D["threads"],
+                 prefetch: int = _D["prefetch"], queue_depth: int = _D["queue_depth"],
+                 memory_budget: int = _D["memory_budget"], verify: bool = _D["verify"],
+                 on_error: Literal["raise", "skip"] = _D["on_error"],
+                 max_skips: int = _D["max_skips"],
                  output: Optional[Literal["numpy", "torch", "dlpack"]] = None,
-                 max_open_files: int = 0, device: Any = None, gpu_slots: int = 3,
+                 max_open_files: int = _D["max_open_files"], device: Any = None,
+                 gpu_slots: int = 3,
                  resident_budget: int = 0,
-                 warm_up: Union[bool, Literal["auto", "on", "off"]] = "auto",
+                 warm_up: Union[bool, Literal["auto", "on", "off"]] = _D["warm_up"],
                  split: Optional[Tuple[int, int]] = None, root: Optional[PathLike] = None):
         a = _loader_args(path=path, batch_size=batch_size, fields=fields, window=window,
                          stride=stride, valid_field=valid_field, valid=valid, shuffle=shuffle,

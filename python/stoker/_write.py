@@ -116,13 +116,16 @@ def _codec(name, compress):
     if not compress or name not in compress:
         return "none", 0
     c = compress[name]
-    if c in (True, "zstd"):
+    # True and False by identity: 1 == True would otherwise make level 1 the
+    # default level, and False (0) a compression at level 0.
+    if c is True or c == "zstd":
         return "zstd", 0
-    try:
-        return "zstd", int(c)
-    except ValueError:
-        raise InvalidArgument(f"compress['{name}'] must be True, 'zstd' or a zstd level, "
-                              f"not {c!r}") from None
+    if c is False or c is None:
+        return "none", 0
+    if isinstance(c, int):
+        return "zstd", c
+    raise InvalidArgument(f"compress['{name}'] must be True, False, 'zstd' or a zstd level, "
+                          f"not {c!r}")
 
 
 def _field_spec(name, arr, ragged, compress):

@@ -294,3 +294,41 @@ def test_type_information_is_installed():
     here = Path(stoker.__file__).parent
     assert (here / "py.typed").is_file()
     assert (here / "_stoker.pyi").is_file()
+
+
+def test_defaults_and_value_names_come_from_the_library():
+    """One source for every default and every option-value name: the C
+    library's (stk_loader_options_init, names.c); the Loader's signature
+    shows the same values, and every name the library knows is accepted."""
+    import inspect
+    from stoker import _stoker
+    d = _stoker.loader_defaults()
+    sig = inspect.signature(stoker.Loader)
+    for name, value in d.items():
+        p = sig.parameters.get(name)
+        if p is not None and p.default is not inspect.Parameter.empty:
+            assert p.default == value, name
+    assert d["shuffle"] in _stoker.option_names("shuffle")
+    for option in ("shuffle", "backend", "valid", "warm_up", "on_error"):
+        names = _stoker.option_names(option)
+        assert names and all(_stoker.option_value(option, n) == v for n, v in names.items())
+    assert _stoker.option_value("shuffle", "Block") == -1
+
+
+def test_compress_takes_levels_and_false_literally(tmp_path):
+    """compress={"x": 1} is zstd level 1 (not the default level), and
+    {"x": False} stores the field uncompressed."""
+    import json
+    x = np.arange(4000, dtype=np.float32).reshape(100, 40)
+    for value, codec, level in ((1, "zstd", 1), (False, "none", 0), (True, "zstd", 0),
+                                ("zstd", "zstd", 0), (7, "zstd", 7)):
+        d = tmp_path / f"d{value}"
+        stoker.write(d, {"x": x}, compress={"x": value})
+        f = json.loads((d / "manifest.json").read_text())["fields"][0]
+        assert f["codec"] == codec, value
+        if codec == "zstd" and value is not True and value != "zstd":
+            assert f["codec_level"] == level, (value, f)
+        got = np.concatenate([b["x"] for b in stoker.Loader(d, 10, shuffle="sequential")])
+        assert np.array_equal(got, x)
+    with pytest.raises(stoker.InvalidArgument):
+        stoker.write(tmp_path / "bad", {"x": x}, compress={"x": "lz4"})

@@ -6,6 +6,7 @@
 #include "ext.h"
 
 #include <errno.h>
+#include <string.h>
 
 PyObject *StokerError, *InvalidArgument, *NotFound, *OutOfMemory;
 
@@ -34,7 +35,94 @@ static PyObject *py_gpu_count(PyObject *mod, PyObject *unused) {
     return Py_BuildValue("(is)", rc ? 0 : n, rc ? err.message : "");
 }
 
+/* The libstoker tables of an option's value names (names.c): parse and
+ * name functions by option. */
+typedef struct {
+    const char *option;
+    int (*parse)(const char *);
+    const char *(*name)(int);
+} option_table;
+
+static const char *order_name(int v) { return stk_order_name((stk_order)v); }
+static const char *backend_name(int v) { return stk_backend_name((stk_backend)v); }
+static const char *valid_name(int v) { return stk_valid_name((stk_valid)v); }
+static const char *warm_up_name(int v) { return stk_warm_up_name((stk_warm_up)v); }
+static const char *on_error_name(int v) { return stk_on_error_name((stk_on_error)v); }
+
+static const option_table tables[] = {{"shuffle", stk_order_parse, order_name},
+                                      {"backend", stk_backend_parse, backend_name},
+                                      {"valid", stk_valid_parse, valid_name},
+                                      {"warm_up", stk_warm_up_parse, warm_up_name},
+                                      {"on_error", stk_on_error_parse, on_error_name}};
+
+static const option_table *find_table(const char *option) {
+    for (size_t i = 0; i < sizeof tables / sizeof *tables; i++)
+        if (strcmp(tables[i].option, option) == 0) return &tables[i];
+    PyErr_Format(PyExc_KeyError, "no value names for option %s", option);
+    return NULL;
+}
+
+/* option_names(option) -> {name: value} of every value, as libstoker names
+ * them (its parse takes some aliases besides, e.g. "uring"). */
+static PyObject *py_option_names(PyObject *mod, PyObject *args) {
+    (void)mod;
+    const char *option;
+    if (!PyArg_ParseTuple(args, "s", &option)) return NULL;
+    const option_table *t = find_table(option);
+    if (!t) return NULL;
+    PyObject *d = PyDict_New();
+    for (int v = 0; d && v < 64; v++) {
+        const char *name = t->name(v);
+        if (strcmp(name, "unknown") == 0) break;
+        PyObject *val = PyLong_FromLong(v);
+        if (!val || PyDict_SetItemString(d, name, val) < 0) Py_CLEAR(d);
+        Py_XDECREF(val);
+    }
+    return d;
+}
+
+/* option_value(option, name) -> the value libstoker gives the name, or -1. */
+static PyObject *py_option_value(PyObject *mod, PyObject *args) {
+    (void)mod;
+    const char *option, *name;
+    if (!PyArg_ParseTuple(args, "ss", &option, &name)) return NULL;
+    const option_table *t = find_table(option);
+    if (!t) return NULL;
+    int v = t->parse(name);
+    return PyLong_FromLong(v < 0 ? -1 : v);
+}
+
+/* loader_defaults() -> {option: default} from stk_loader_options_init: the
+ * one place the defaults live. */
+static PyObject *py_loader_defaults(PyObject *mod, PyObject *unused) {
+    (void)mod;
+    (void)unused;
+    stk_loader_options o;
+    stk_loader_options_init(&o);
+    return Py_BuildValue(
+        "{s:I,s:K,s:K,s:s,s:K,s:K,s:K,s:K,s:I,s:O,s:O,s:s,s:O,s:i,s:I,s:I,s:K,s:O,s:s,s:I,"
+        "s:s}",
+        "batch_size", o.batch_size, "stride", (unsigned long long)o.stride, "seed",
+        (unsigned long long)o.seed, "shuffle", stk_order_name(o.order), "epoch",
+        (unsigned long long)o.epoch, "block_bytes", (unsigned long long)o.block_bytes,
+        "block_samples", (unsigned long long)o.block_samples, "max_skips",
+        (unsigned long long)o.max_skips, "block_group", o.block_group, "pad",
+        o.pad ? Py_True : Py_False, "drop_last", o.drop_last ? Py_True : Py_False, "backend",
+        o.backend == STK_BACKEND_URING ? "uring" : stk_backend_name(o.backend), "direct",
+        o.direct ? Py_True : Py_False, "threads", o.threads, "prefetch", o.prefetch,
+        "queue_depth", o.queue_depth, "memory_budget", (unsigned long long)o.memory_budget,
+        "verify", o.verify ? Py_True : Py_False, "on_error", stk_on_error_name(o.on_error),
+        "max_open_files", o.max_open_files, "warm_up",
+        stk_warm_up_name(o.warm_up));
+}
+
 static PyMethodDef module_methods[] = {
+    {"option_names", py_option_names, METH_VARARGS,
+     "option_names(option) -> {name: value} of the option's values (libstoker's table)."},
+    {"option_value", py_option_value, METH_VARARGS,
+     "option_value(option, name) -> the value libstoker parses the name to, or -1."},
+    {"loader_defaults", py_loader_defaults, METH_NOARGS,
+     "loader_defaults() -> {option: default} of the C loader (stk_loader_options_init)."},
     {"gpu_count", py_gpu_count, METH_NOARGS,
      "gpu_count() -> (CUDA devices, why none when 0)."},
     {"count", (PyCFunction)(void (*)(void))py_loader_count, METH_VARARGS | METH_KEYWORDS,

@@ -98,25 +98,15 @@ PyObject *loader_trace_write(LoaderObject *self, PyObject *args) {
 /* ---- profile ---- */
 
 /* measure_limit() -> (bytes/s, what it is, share of the data in the page
- * cache or -1): memcpy when the data is in memory, else the device's
- * sequential reads when slower than that. */
+ * cache or -1): libstoker's one policy (stk_measure_limit). */
 PyObject *loader_measure_limit(LoaderObject *self, PyObject *unused) {
     (void)unused;
     if (check_process(self)) return NULL;
-    double limit, rd = 0, resident;
-    const char *name = "memcpy, one thread";
-    int rc = 0;
-    stk_error err = {0};
+    stk_limit l;
     Py_BEGIN_ALLOW_THREADS
-    limit = stk_measure_memcpy();
-    resident = stk_dataset_resident(self->ds);
-    if (resident < 0.9) rc = stk_measure_read(self->ds, 1.0, &rd, &err);
+    stk_measure_limit(self->ds, &l);
     Py_END_ALLOW_THREADS
-    if (rc == 0 && rd > 0 && rd < limit) {
-        limit = rd;
-        name = "device, O_DIRECT sequential reads";
-    }
-    return Py_BuildValue("(dsd)", limit, name, resident);
+    return Py_BuildValue("(dsd)", l.bytes_per_s, l.what, l.resident);
 }
 
 /* diagnose(bytes, seconds, limit, with_step) -> dict, from the loader's
