@@ -466,7 +466,7 @@ static int walk(builder *b, const char *path, bool named, stk_error *err) {
     if (!S_ISDIR(st.st_mode)) return named ? stk__err(err, -EINVAL, "%s: not a file or directory", path) : 0;
     pathlist files = {0};
     int rc = list_dir(path, &files, err);
-    if (rc == 0) qsort(files.v, files.n, sizeof *files.v, cmp_name);
+    if (rc == 0 && files.n) qsort(files.v, files.n, sizeof *files.v, cmp_name);
     for (size_t i = 0; i < files.n && rc == 0; i++) rc = walk(b, files.v[i], false, err);
     for (size_t i = 0; i < files.n; i++) stk__free(files.v[i]);
     stk__free(files.v);

@@ -244,3 +244,11 @@ def test_option_without_its_value(stoker, paths, cmd, opt):
             "index": [paths["A"]], "cat": [paths["DATASET"], "0"]}.get(cmd, [paths["DATASET"]])
     r = stoker(cmd, *lead, opt)
     refused(r, opt, f"{opt} needs ")
+
+
+def test_fields_past_what_read_holds_are_refused(stoker, tmp_path):
+    """--fields with more names than read can hold is a usage error, never
+    a silent cut to the first ones."""
+    names = ",".join(f"f{i}" for i in range(65))
+    p = stoker("read", str(tmp_path), "--fields", names)
+    assert p.returncode == 2 and "--fields: more than 64 names" in p.stderr, p.stderr

@@ -47,24 +47,15 @@ static void rss_kb(uint64_t *total, uint64_t *file) {
     fclose(f);
 }
 
-/* The fastest the loader could deliver here, and what limits it: memcpy,
- * or the device when much of the dataset is not in the page cache. */
+/* The fastest the loader could deliver here, and what limits it, by the
+ * library's one policy (stk_measure_limit, as stoker.profile uses). */
 static double measure_limit(stk_dataset *ds, const char **name) {
-    double limit = stk_measure_memcpy();
-    *name = "memcpy, one thread";
-    double resident = stk_dataset_resident(ds);
-    if (resident >= 0)
-        printf("\n%.0f%% of the dataset's bytes are in the page cache\n", 100 * resident);
-    if (resident < 0.9) {
-        /* Data not in memory is read from the device, which may be the limit. */
-        double rd = 0;
-        stk_error e = {0};
-        if (stk_measure_read(ds, 1.0, &rd, &e) == 0 && rd > 0 && rd < limit) {
-            limit = rd;
-            *name = "device, O_DIRECT sequential reads";
-        }
-    }
-    return limit;
+    stk_limit l;
+    stk_measure_limit(ds, &l);
+    if (l.resident >= 0)
+        printf("\n%.0f%% of the dataset's bytes are in the page cache\n", 100 * l.resident);
+    *name = l.what;
+    return l.bytes_per_s;
 }
 
 static void print_shares(const stk_diagnosis *d, const stk_loader_stats *st, stk_backend be,

@@ -72,9 +72,14 @@ typedef struct read_totals {
     double seconds;
 } read_totals;
 
+/* Splits "a,b,c" into out; more than `max` names is a usage error, never
+ * a silent cut. */
 static int split_list(char *s, const char **out, int max) {
     int n = 0;
-    for (char *tok = strtok(s, ","); tok && n < max; tok = strtok(NULL, ",")) out[n++] = tok;
+    for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
+        if (n == max) die_usage("read", "--fields: more than %d names", max);
+        out[n++] = tok;
+    }
     return n;
 }
 
@@ -119,30 +124,27 @@ static double step_ms_value(const char *m) {
 static bool read_mode(read_run *r, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     stk_loader_options *o = &r->o;
+    /* The names are the library's (stk_*_parse), as Python's are. */
     if (!strcmp(a, "--valid")) {
         const char *m = opt_value("read", argc, argv, i);
-        if (!strcmp(m, "mask")) o->valid = STK_VALID_MASK;
-        else if (!strcmp(m, "notnan")) o->valid = STK_VALID_NOT_NAN;
-        else die_usage("read", "--valid wants mask or notnan, not '%s'", m);
+        int v = stk_valid_parse(m);
+        if (v <= 0) die_usage("read", "--valid wants mask or notnan, not '%s'", m);
+        o->valid = (stk_valid)v;
     } else if (!strcmp(a, "--shuffle")) {
         const char *m = opt_value("read", argc, argv, i);
-        if (!strcmp(m, "sequential")) o->order = STK_ORDER_SEQUENTIAL;
-        else if (!strcmp(m, "random")) o->order = STK_ORDER_RANDOM;
-        else if (!strcmp(m, "block")) o->order = STK_ORDER_BLOCK;
-        else die_usage("read", "--shuffle wants sequential, random or block, not '%s'", m);
+        int v = stk_order_parse(m);
+        if (v < 0) die_usage("read", "--shuffle wants sequential, random or block, not '%s'", m);
+        o->order = (stk_order)v;
     } else if (!strcmp(a, "--backend")) {
         const char *m = opt_value("read", argc, argv, i);
-        if (!strcmp(m, "auto")) o->backend = STK_BACKEND_AUTO;
-        else if (!strcmp(m, "uring") || !strcmp(m, "io_uring")) o->backend = STK_BACKEND_URING;
-        else if (!strcmp(m, "pool")) o->backend = STK_BACKEND_POOL;
-        else if (!strcmp(m, "mmap")) o->backend = STK_BACKEND_MMAP;
-        else die_usage("read", "--backend wants auto, uring, pool or mmap, not '%s'", m);
+        int v = stk_backend_parse(m);
+        if (v < 0) die_usage("read", "--backend wants auto, uring, pool or mmap, not '%s'", m);
+        o->backend = (stk_backend)v;
     } else if (!strcmp(a, "--warm-up")) {
         const char *m = opt_value("read", argc, argv, i);
-        if (!strcmp(m, "auto")) o->warm_up = STK_WARM_UP_AUTO;
-        else if (!strcmp(m, "on")) o->warm_up = STK_WARM_UP_ON;
-        else if (!strcmp(m, "off")) o->warm_up = STK_WARM_UP_OFF;
-        else die_usage("read", "--warm-up wants auto, on or off, not '%s'", m);
+        int v = stk_warm_up_parse(m);
+        if (v < 0) die_usage("read", "--warm-up wants auto, on or off, not '%s'", m);
+        o->warm_up = (stk_warm_up)v;
     } else {
         return false;
     }
