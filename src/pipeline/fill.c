@@ -1,0 +1,429 @@
+/*
+ * fill.c: a worker.  It claims the lowest batch not yet claimed, computes
+ * the batch's samples and their records and rows, waits for the warm-up to
+ * bring their bytes in, checks their blocks first where that is the way,
+ * and fills the batch by one of three paths: groups (block order,
+ * groups.c), gathering from the mapping (gather.c), or reads planned per
+ * sample and field straight into place or through staging (here), with the
+ * copies, decodes and conversions that follow them (posts).
+ */
+#define _GNU_SOURCE
+#include "loader.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* ---- posts ---- */
+
+/* Makes room for `need` elements of `elem` bytes in *p (of *cap), at least
+ * doubling it; on -ENOMEM *p is as it was. */
+int stk__ld_grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t c = STK__MAX(need, *cap * 2);
+    void *q = stk__realloc(*p, c * elem);
+    if (!q) return -ENOMEM;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* A record (or window) out of a filtered chunk whose stored bytes are at
+ * p->src: decodes the chunk (unless this worker just did) and copies the
+ * sample's bytes. */
+static int post_chunk(stk_loader *ld, worker *w, const post *p, stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    size_t si = stk__dataset_shard_of(ds, p->rec);
+    const stk__shard *sh = &ds->shards[si];
+    uint64_t local = p->rec - sh->first;
+    const uint64_t *c = sh->chunk + 3 * local;
+    if (c[1] == 0) { /* a chunk the filters left plain */
+        memcpy(p->dst, p->src + p->skip, (size_t)p->raw);
+        return 0;
+    }
+    uint64_t off = stk__entry(ds, sh, local)[1];
+    if (!(w->chunk_valid && w->chunk_shard == si && w->chunk_off == off)) {
+        if (c[1] > w->chunk_cap) {
+            uint8_t *b = stk__realloc(w->chunk, (size_t)(2 * c[1]));
+            if (!b) return stk__err(err, -ENOMEM, "out of memory");
+            w->chunk = b;
+            w->chunk_cap = c[1];
+        }
+        w->chunk_valid = false;
+        const char *why = "";
+        w->chunk_data = stk__chunk_decode((unsigned)c[2], ds->info[0].itemsize, p->src, p->len,
+                                          c[1], w->chunk, w->chunk + c[1], &why);
+        if (!w->chunk_data)
+            return stk__err(err, STK_ECODEC,
+                            "%s: record %llu: its chunk at byte %llu (%s) cannot be read: %s",
+                            sh->path, (unsigned long long)p->rec, (unsigned long long)off,
+                            stk__chunks_name((int)c[2]), why);
+        if (w->chunk_data == p->src) {
+            /* Only checked, not transformed: the bytes are still where they
+             * were read (staging, reused by the next batch), and the cache
+             * must own what it keeps. */
+            memcpy(w->chunk, p->src, (size_t)c[1]);
+            w->chunk_data = w->chunk;
+        }
+        w->chunk_valid = true;
+        w->chunk_shard = si;
+        w->chunk_off = off;
+    }
+    memcpy(p->dst, w->chunk_data + c[0] + p->skip, (size_t)p->raw);
+    return 0;
+}
+
+/* Runs the copies, decodes and conversions planned for a batch, their
+ * sources prefetched AHEAD posts before they are needed (copies out of a
+ * group buffer or the mapping land in random order). */
+int stk__ld_do_posts(stk_loader *ld, worker *w, size_t np, stk_error *err) {
+    for (size_t i = 0; i < STK__MIN(np, (size_t)AHEAD); i++)
+        if (w->posts[i].src) stk__ld_prefetch(w->posts[i].src, w->posts[i].len);
+    for (size_t i = 0; i < np; i++) {
+        post *p = &w->posts[i];
+        if (i + AHEAD < np && p[AHEAD].src) stk__ld_prefetch(p[AHEAD].src, p[AHEAD].len);
+        if (p->kind == POST_COPY) {
+            memcpy(p->dst, p->src, (size_t)p->len);
+        } else if (p->kind == POST_CHUNK) {
+            int rc = post_chunk(ld, w, p, err);
+            if (rc) return rc;
+        } else if (p->kind == POST_CONV) {
+            const stk__fieldinfo *fi = &ld->ds->info[p->field];
+            stk__conv_run(p->conv, p->dst, p->src, p->raw / fi->itemsize);
+        } else if (p->kind == POST_ZSTD) {
+            size_t r = ZSTD_decompressDCtx(w->dctx, p->dst, (size_t)p->raw, p->src, (size_t)p->len);
+            if (ZSTD_isError(r) || r != p->raw) {
+                size_t s = stk__dataset_shard_of(ld->ds, p->rec);
+                return stk__err(err, STK_ECODEC,
+                                "%s: record %llu field '%s': the zstd frame does not decode "
+                                "to %llu bytes (%s)",
+                                ld->ds->shards[s].path, (unsigned long long)p->rec,
+                                ld->ds->fields[p->field].name, (unsigned long long)p->raw,
+                                ZSTD_isError(r) ? ZSTD_getErrorName(r) : "wrong size");
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- reads planned per sample ---- */
+
+/* Where each piece of a planned loader's batch lies and where it goes;
+ * nothing is read. */
+static void plan_pieces(stk_loader *ld, stk_batch *s, const uint64_t *recs, const uint64_t *ts) {
+    const stk_dataset *ds = ld->ds;
+    s->nplan = 0;
+    for (size_t fi = 0; fi < ld->nf; fi++) {
+        const lfield *lf = &ld->f[fi];
+        uint64_t rows_done = 0;
+        for (uint32_t j = 0; j < s->n; j++) {
+            size_t si = stk__dataset_shard_of(ds, recs[j]);
+            const stk__shard *sh = &ds->shards[si];
+            const uint64_t *e = stk__entry(ds, sh, recs[j] - sh->first);
+            uint64_t off, len, raw;
+            uint8_t *dst = stk__ld_place(ld, lf, s, j, sh, e, ts[j], &rows_done, &off, &len, &raw);
+            s->plan[s->nplan++] =
+                (stk__plan){(uint32_t)si, (uint32_t)lf->dsf, recs[j], off, len, dst};
+        }
+        if (lf->kind == F_RAGGED) {
+            ((int64_t *)(s->mem + lf->offs_off))[s->n] = (int64_t)rows_done;
+            s->ragged_rows[fi] = rows_done;
+        }
+    }
+}
+
+/* A batch's reads and posts as they are planned: nr reads (w->reqs) and np
+ * posts (w->posts) so far, staging used up to stage_pos; O_DIRECT, and
+ * whether the backend is the mapping. */
+typedef struct reads {
+    size_t nr, np;
+    uint64_t stage_pos;
+    bool direct, mm;
+} reads;
+
+/* Straight into place; merged with the previous read when contiguous both
+ * in the file and in the slot. */
+static STK__ALWAYS_INLINE void read_in_place(worker *w, reads *r, size_t si, uint64_t off,
+                                             uint64_t len, uint8_t *dst, uint64_t rec) {
+    stk__ioreq *q = r->nr ? &w->reqs[r->nr - 1] : NULL;
+    if (q && q->shard == si && q->off + q->len == off && q->dst + q->len == dst) {
+        q->len += len;
+        q->need += len;
+    } else {
+        w->reqs[r->nr++] = (stk__ioreq){(uint32_t)si, off, len, len, dst, rec, -1};
+    }
+}
+
+/* Through staging: O_DIRECT (aligned) or compressed bytes.  Returns where
+ * the bytes will be once read, or NULL when the staging area is full. */
+static STK__ALWAYS_INLINE const uint8_t *read_to_stage(worker *w, reads *r, size_t si,
+                                                       uint64_t off, uint64_t len, uint64_t rec) {
+    bool direct = r->direct;
+    uint64_t lo = direct ? off & ~(uint64_t)(DIRECT_ALIGN - 1) : off;
+    uint64_t hi = direct ? stk__align_up(off + len, DIRECT_ALIGN) : off + len;
+    stk__ioreq *q = r->nr ? &w->reqs[r->nr - 1] : NULL;
+    const uint8_t *src;
+    if (direct && q && q->shard == si && lo >= q->off && lo <= q->off + q->len &&
+        q->dst >= w->stage && q->dst + q->len == w->stage + r->stage_pos) {
+        /* Overlaps or abuts the previous aligned read: extend it. */
+        uint64_t end = STK__MAX(q->off + q->len, hi);
+        uint64_t grow_by = end - (q->off + q->len);
+        if (r->stage_pos + grow_by > w->stage_cap) return NULL;
+        src = q->dst + (off - q->off);
+        q->len += grow_by;
+        r->stage_pos += grow_by;
+        q->need = STK__MIN(q->len, STK__MAX(q->need, off + len - q->off));
+    } else {
+        if (r->stage_pos + (hi - lo) > w->stage_cap) return NULL;
+        w->reqs[r->nr++] = (stk__ioreq){(uint32_t)si, lo, hi - lo, off + len - lo,
+                                        w->stage + r->stage_pos, rec, -1};
+        src = w->stage + r->stage_pos + (off - lo);
+        r->stage_pos = stk__align_up(r->stage_pos + (hi - lo), direct ? DIRECT_ALIGN : 64);
+    }
+    return src;
+}
+
+/* Plans field lf of sample j (record rec, first row t): one read, into its
+ * place or into staging, and the post that finishes it there (a copy, a
+ * decode, a conversion). */
+static STK__ALWAYS_INLINE int plan_read(stk_loader *ld, worker *w, reads *r, const lfield *lf,
+                                        stk_batch *s, uint32_t j, uint64_t rec, uint64_t t,
+                                        uint64_t *rows_done, stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    size_t si = stk__dataset_shard_of(ds, rec);
+    const stk__shard *sh = &ds->shards[si];
+    const uint64_t *e = stk__entry(ds, sh, rec - sh->first);
+    uint64_t off, len, raw;
+    uint8_t *dst = stk__ld_place(ld, lf, s, j, sh, e, t, rows_done, &off, &len, &raw);
+    int cv = stk__shard_conv(lf->fi, sh);
+    bool narrow = cv && len > raw;
+    if (cv && !narrow) {
+        /* The stored bytes land at the end of the sample's place and
+         * are widened forward over themselves (core/convert.c). */
+        uint8_t *tail = dst + (raw - len);
+        w->posts[r->np++] = (post){POST_CONV, tail, dst, len, raw, rec, lf->dsf, NULL, 0, cv};
+        dst = tail;
+    }
+    if (narrow) {
+        /* More stored bytes than the place holds (f64 to f32): they
+         * are converted from the mapping or from staging. */
+        post *p = &w->posts[r->np++];
+        *p = (post){POST_CONV, NULL, dst, len, raw, rec, lf->dsf, NULL, 0, cv};
+        if (r->mm) {
+            p->src = sh->map + off;
+            return 0;
+        }
+        dst = NULL; /* read into staging below */
+    } else if (lf->f->codec == STK_CODEC_ZSTD || lf->fi->chunks) {
+        post *p = &w->posts[r->np++];
+        *p = (post){lf->fi->chunks ? POST_CHUNK : POST_ZSTD, NULL, dst, len, raw, rec,
+                    lf->dsf, NULL, 0, 0};
+        if (lf->kind == F_TIME) p->skip = t * lf->fi->row_bytes;
+        if (r->mm) {
+            p->src = sh->map + off;
+            return 0;
+        }
+        dst = NULL; /* read into staging below */
+    }
+    if (dst && (r->mm || !r->direct)) {
+        read_in_place(w, r, si, off, len, dst, rec);
+        return 0;
+    }
+    const uint8_t *src = read_to_stage(w, r, si, off, len, rec);
+    if (!src) return stk__err(err, -ENOMEM, "staging area too small");
+    if (lf->f->codec == STK_CODEC_ZSTD || lf->fi->chunks || narrow)
+        w->posts[r->np - 1].src = src;
+    else
+        w->posts[r->np++] = (post){POST_COPY, src, dst, len, len, rec, lf->dsf, NULL, 0, 0};
+    return 0;
+}
+
+/* Executes the planned reads, then the posts. */
+static int run_reads(stk_loader *ld, worker *w, const reads *r, stk_error *err) {
+    uint64_t t_io = stk__ld_span_open(ld, STK__EV_READ);
+    int rc = stk__io_exec(w->io, w->reqs, r->nr, err);
+    uint64_t t_asm = stk__now_ns();
+    ld->st_io_ns += t_asm - t_io;
+    ld->st_io_n += r->nr;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < r->nr; i++) bytes += w->reqs[i].len;
+    ld->st_io_bytes += bytes;
+    stk__ld_span_add(ld, w, STK__EV_READ, t_io, t_asm, r->nr, bytes);
+    t_asm = stk__ld_span_open(ld, STK__EV_ASSEMBLE);
+    if (rc == 0) rc = stk__ld_do_posts(ld, w, r->np, err);
+    uint64_t t_end = stk__now_ns();
+    ld->st_asm_ns += t_end - t_asm;
+    stk__ld_span_add(ld, w, STK__EV_ASSEMBLE, t_asm, t_end, STK__EV_NONE, STK__EV_NONE);
+    return rc;
+}
+
+/* Plans and executes the reads of samples that come straight from files. */
+static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *recs,
+                       const uint64_t *ts, stk_error *err) {
+    uint64_t t_plan = stk__ld_span_open(ld, STK__EV_PLAN);
+    if (stk__ld_grow((void **)&w->reqs, &w->reqs_cap, (size_t)s->n * ld->nf, sizeof *w->reqs) ||
+        stk__ld_grow((void **)&w->posts, &w->posts_cap, (size_t)s->n * ld->nf, sizeof *w->posts))
+        return stk__err(err, -ENOMEM, "out of memory");
+    if (ld->plan_only) {
+        plan_pieces(ld, s, recs, ts);
+        ld->st_plan_ns += stk__now_ns() - t_plan;
+        stk__ld_span_add(ld, w, STK__EV_PLAN, t_plan, stk__now_ns(), STK__EV_NONE, s->n);
+        return 0;
+    }
+    reads r = {0, 0, 0, ld->files.direct, ld->backend == STK_BACKEND_MMAP};
+    for (size_t fi = 0; fi < ld->nf; fi++) {
+        const lfield *lf = &ld->f[fi];
+        int64_t *offs = lf->kind == F_RAGGED ? (int64_t *)(s->mem + lf->offs_off) : NULL;
+        uint64_t rows_done = 0; /* ragged: rows placed so far */
+        for (uint32_t j = 0; j < s->n; j++) {
+            int rc = plan_read(ld, w, &r, lf, s, j, recs[j], ts[j], &rows_done, err);
+            if (rc) return rc;
+        }
+        if (offs) {
+            offs[s->n] = (int64_t)rows_done;
+            s->ragged_rows[fi] = rows_done;
+        }
+    }
+    uint64_t t_io = stk__now_ns();
+    ld->st_plan_ns += t_io - t_plan;
+    stk__ld_span_add(ld, w, STK__EV_PLAN, t_plan, t_io, STK__EV_NONE, s->n);
+    return run_reads(ld, w, &r, err);
+}
+
+/* ---- a batch ---- */
+
+/* While the warm-up runs, waits until the bytes of a batch's samples are
+ * in (with the checksum blocks around them, which the checks read) rather
+ * than faulting them in one 2 MiB read at a time (see io/warm.c), and
+ * checks arrived blocks meanwhile. */
+static void warm_wait(stk_loader *ld, uint32_t n, const uint64_t *recs, const uint64_t *ts) {
+    uint64_t seen = 0;
+    for (uint32_t j = 0; j < n && !stk__warm_done(ld->warm); j++) {
+        size_t si;
+        uint64_t lo, hi;
+        stk__ld_sample_span(ld, recs[j], ts[j], ld->space.windows ? ts[j] + ld->space.L : 0, &si,
+                            &lo, &hi);
+        const stk__shard *sh = &ld->ds->shards[si];
+        if (ld->opt.verify && sh->block_size) {
+            uint64_t bs = sh->block_size;
+            lo = sh->data_off + (lo - sh->data_off) / bs * bs;
+            hi = STK__MIN(sh->data_off + stk__align_up(hi - sh->data_off, bs), sh->data_end);
+        }
+        while (!stk__warm_arrived(ld->warm, (uint32_t)si, lo, hi)) {
+            if (ld->warm_ranges && stk__ld_check_arrived_block(ld)) continue;
+            stk__warm_wait_piece(ld->warm, &seen);
+        }
+    }
+}
+
+static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error *err) {
+    uint64_t t0 = stk__ld_span_open(ld, STK__EV_PLAN);
+    uint32_t n = s->n;
+    uint64_t *recs = w->ids, *ts = recs + n, *gs = ts + n;
+    uint64_t first = s->b * ld->opt.batch_size;
+    stk__order_fill(&w->order, &w->deal, first, n, s->samples, ld->use_groups ? gs : NULL,
+                    ld->use_groups ? w->slots : NULL);
+    for (uint32_t j = 0; j < n; j++) stk__space_locate(&ld->space, s->samples[j], &recs[j], &ts[j]);
+    if (ld->warm && !stk__warm_done(ld->warm)) warm_wait(ld, n, recs, ts);
+    ld->st_plan_n += n;
+    uint64_t t1 = stk__now_ns();
+    ld->st_plan_ns += t1 - t0;
+    stk__ld_span_add(ld, w, STK__EV_PLAN, t0, t1, STK__EV_NONE, n);
+    int rc = 0;
+    /* Check before reading: the check brings the blocks into the page
+     * cache, and under on_error = skip a damaged sample is replaced before
+     * anything is read for it. */
+    if (ld->opt.verify && !ld->use_groups && !ld->rec_check) {
+        t1 = stk__ld_span_open(ld, STK__EV_VERIFY);
+        rc = stk__ld_check_before(ld, w, s, recs, ts, err);
+        stk__ld_span_add(ld, w, STK__EV_VERIFY, t1, stk__now_ns(), STK__EV_NONE, STK__EV_NONE);
+    }
+    if (rc == 0)
+        rc = ld->use_groups ? stk__ld_fill_groups(ld, w, s, recs, ts, gs, w->slots, gen, err)
+             : ld->gather   ? stk__ld_gather_records(ld, w, s, recs, ld->rec_check, err)
+                            : fill_direct(ld, w, s, recs, ts, err);
+    if (rc == 0 && ld->rec_check && !ld->gather) {
+        uint64_t tv = stk__ld_span_open(ld, STK__EV_VERIFY);
+        rc = stk__ld_check_records(ld, s, recs, err);
+        stk__ld_span_add(ld, w, STK__EV_VERIFY, tv, stk__now_ns(), STK__EV_NONE, n);
+    }
+    /* Block order reads each group's blocks whole and checks them as the
+     * group lands; through the mapping nothing was read, and the blocks a
+     * batch uses are checked here, once each per epoch. */
+    if (rc == 0 && ld->opt.verify && ld->use_groups && ld->backend == STK_BACKEND_MMAP) {
+        uint64_t tv = stk__ld_span_open(ld, STK__EV_VERIFY);
+        rc = stk__ld_verify_samples(ld, w, n, recs, ts, err);
+        stk__ld_span_add(ld, w, STK__EV_VERIFY, tv, stk__now_ns(), STK__EV_NONE, STK__EV_NONE);
+    }
+    if (rc == 0) {
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < ld->nf; i++)
+            bytes += ld->f[i].kind == F_RAGGED ? s->ragged_rows[i] * ld->f[i].fi->row_bytes
+                                               : n * ld->f[i].sample_bytes;
+        ld->st_asm_n++;
+        ld->st_asm_bytes += bytes;
+    }
+    return rc;
+}
+
+static uint32_t batch_len(const stk_loader *ld, uint64_t b) {
+    uint64_t first = b * ld->opt.batch_size;
+    return (uint32_t)STK__MIN((uint64_t)ld->opt.batch_size, ld->deal.per_rank - first);
+}
+
+static stk_batch *claim(stk_loader *ld) {
+    if (ld->failed || ld->next_fill >= ld->nbatches || ld->next_fill >= ld->next_take + ld->R)
+        return NULL;
+    for (uint32_t i = 0; i < ld->R; i++) {
+        stk_batch *s = &ld->slots[i];
+        if (s->state != S_FREE) continue;
+        s->state = S_FILLING;
+        s->b = ld->next_fill++;
+        s->gen = ld->gen;
+        s->n = batch_len(ld, s->b);
+        s->err = 0;
+        return s;
+    }
+    return NULL;
+}
+
+void *stk__ld_worker_main(void *arg) {
+    worker *w = arg;
+    stk_loader *ld = w->ld;
+    pthread_mutex_lock(&ld->mu);
+    while (!ld->stop) {
+        stk_batch *s = claim(ld);
+        if (!s) {
+            if (!ld->has_reader) stk__ld_group_prefetch(ld, w, 1, false);
+            if (ld->stop) break; /* closed while the group was read */
+            if (!(s = claim(ld))) {
+                pthread_cond_wait(&ld->cv, &ld->mu);
+                continue;
+            }
+        }
+        uint64_t gen = s->gen;
+        w->order = ld->order;
+        w->deal = ld->deal;
+        pthread_mutex_unlock(&ld->mu);
+        stk_error err = {0};
+        int depth = ld->nvtx ? stk__nvtx_depth() : 0;
+        uint64_t t_batch = stk__ld_span_open(ld, STK__EV_BATCH);
+        int rc = fill(ld, w, s, gen, &err);
+        stk__ld_span_add(ld, w, STK__EV_BATCH, t_batch, stk__now_ns(), s->b, s->n);
+        if (ld->nvtx) stk__nvtx_pop_to(depth); /* the batch, and any a failure left */
+        pthread_mutex_lock(&ld->mu);
+        /* (A group wait gives up with -ECANCELED only for these two; an
+         * -ECANCELED from a read is an error like any other.) */
+        if (s->gen != ld->gen || ld->stop) {
+            s->state = S_FREE; /* an old epoch's batch, or closing: discard */
+        } else {
+            s->state = S_READY;
+            s->err = rc;
+            if (rc) s->e = err;
+        }
+        pthread_cond_broadcast(&ld->cv);
+        if (ld->use_groups && !ld->stop && !ld->has_reader)
+            stk__ld_group_prefetch(ld, w, 1, false);
+    }
+    pthread_mutex_unlock(&ld->mu);
+    return NULL;
+}

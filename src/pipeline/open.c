@@ -1,0 +1,432 @@
+/*
+ * open.c: a loader's life from open to close.  Open checks the options,
+ * then takes its steps in order (fields, the sample space, the slots' layout,
+ * the backend and the files, the checksum bitmaps, the threads' count, the
+ * block groups' sizes, the read paths, the ring, the workers' memory and
+ * engines) and starts the threads last; any failure closes what was made.
+ * Stop joins the threads and gives back memory; close frees everything.
+ * Counting (stk_loader_count) takes only the first steps, up to the
+ * sample space and its dealing.
+ */
+#define _GNU_SOURCE
+#include "loader.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- open, step by step ---- */
+
+/* A loader with the options copied (less the caller's names, which the
+ * loader does not keep) and its locks made. */
+static stk_loader *loader_new(stk_dataset *ds, const stk_loader_options *opts, bool plan_only) {
+    stk_loader *ld = stk__calloc(1, sizeof *ld);
+    if (!ld) return NULL;
+    ld->ds = ds;
+    ld->plan_only = plan_only;
+    ld->nvtx = stk__nvtx_on();
+    ld->opt = *opts;
+    ld->opt.fields = NULL;
+    ld->opt.valid_field = NULL;
+    ld->opt.queue_depth = opts->queue_depth ? opts->queue_depth : 64;
+    pthread_mutex_init(&ld->mu, NULL);
+    pthread_mutex_init(&ld->chk_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ld->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    ld->st_t0 = stk__now_ns();
+    return ld;
+}
+
+/* The sample space over the fields stk__ld_pick_fields chose: records, or
+ * windows over the time fields (with the validity rule applied). */
+static int build_space(stk_loader *ld, const stk_loader_options *opts, stk_error *err) {
+    size_t *time_fields = stk__calloc(ld->nf, sizeof *time_fields);
+    if (!time_fields) return stk__err(err, -ENOMEM, "out of memory");
+    size_t ntime = 0;
+    for (size_t i = 0; i < ld->nf; i++)
+        if (ld->f[i].kind == F_TIME) time_fields[ntime++] = ld->f[i].dsf;
+    int rc;
+    if (opts->window && ntime == 0) {
+        rc = stk__err(err, -EINVAL,
+                      "window: none of the selected fields has a time axis (a ragged first "
+                      "dimension, or a fixed one of at least %llu rows)",
+                      (unsigned long long)opts->window);
+    } else {
+        stk__space_params sp = {
+            opts->window, opts->stride, time_fields, ntime,
+            opts->valid_field ? stk_dataset_find_field(ld->ds, opts->valid_field) : -1,
+            opts->valid};
+        ld->valid_dsf = sp.valid_field;
+        rc = stk__space_build(&ld->space, ld->ds, &sp, err);
+    }
+    stk__free(time_fields);
+    return rc;
+}
+
+/* Slot layout: per field, data then offsets, each 64-byte aligned.  A
+ * ragged field takes the batch size times its longest record. */
+static int lay_out_slots(stk_loader *ld, const stk_loader_options *o, stk_error *err) {
+    uint64_t *max_rows = stk__calloc(ld->nf, sizeof *max_rows);
+    if (!max_rows) return stk__err(err, -ENOMEM, "out of memory");
+    stk__ld_field_maxima(ld, max_rows);
+    uint64_t B = o->batch_size, pos = 0;
+    for (size_t i = 0; i < ld->nf; i++) {
+        lfield *lf = &ld->f[i];
+        lf->cap = lf->kind == F_RAGGED ? B * max_rows[i] * lf->fi->row_bytes : B * lf->sample_bytes;
+        lf->data_off = pos;
+        pos = stk__align_up(pos + lf->cap, 64);
+        if (lf->kind == F_RAGGED) {
+            lf->offs_off = pos;
+            pos = stk__align_up(pos + (B + 1) * 8, 64);
+        }
+    }
+    ld->slot_bytes = STK__MAX(pos, (uint64_t)64);
+    stk__free(max_rows);
+    return 0;
+}
+
+/* Opens the shards' files.  O_DIRECT the loader chose itself (block order
+ * over data that does not fit) falls back to the page cache on a file
+ * system that refuses it. */
+static int open_files(stk_loader *ld, stk_error *err) {
+    /* Read-ahead in random order.  When the data fits in memory, a small
+     * sample's read becomes a larger request whose extra bytes later
+     * samples of the epoch use (a windowed epoch read 0.65 of the
+     * sequential rate with it, 0.48 without); a large one (above half the
+     * kernel's 128 KiB default window) only gains the head of the next
+     * record, read again later as a fragment (100 KiB clips: 1.07 GB/s with
+     * it, 1.25 without).  When the data does not fit, the extra bytes are
+     * gone before a later sample could use them: each sample is one read of
+     * its own bytes. */
+    bool no_readahead = ld->opt.order == STK_ORDER_RANDOM &&
+                        (!ld->fits || stk__ld_mean_sample_bytes(ld) >= (64u << 10));
+    int rc = stk__files_open(&ld->files, ld->ds, ld->opt.direct != 0, no_readahead,
+                             ld->backend == STK_BACKEND_MMAP, ld->opt.max_open_files, err);
+    if (rc == -EINVAL && ld->auto_direct) { /* a file system without O_DIRECT */
+        stk__files_close(&ld->files);
+        ld->opt.direct = 0;
+        ld->auto_direct = false;
+        rc = stk__files_open(&ld->files, ld->ds, ld->opt.direct != 0, no_readahead,
+                             ld->backend == STK_BACKEND_MMAP, ld->opt.max_open_files, err);
+    }
+    return rc;
+}
+
+/* The workers (one per CPU by default, at most MAX_WORKERS) and whether a
+ * reader thread joins them; the descriptors and trace buffers are shared
+ * out among them. */
+static bool plan_threads(stk_loader *ld, const stk_loader_options *o) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    ld->nw = o->threads ? o->threads : (int)STK__MIN(STK__MAX(ncpu, 1L), (long)MAX_WORKERS);
+    /* Block order with real reads gets a thread that reads groups ahead. */
+    bool reader = o->order == STK_ORDER_BLOCK && !ld->plan_only && ld->backend != STK_BACKEND_MMAP;
+    stk__files_share(&ld->files, (unsigned)ld->nw + reader);
+    stk__trace_init(&ld->trace, ld->nw + 1 + reader, reader ? ld->nw : -1);
+    return reader;
+}
+
+/* The ring: R batch buffers in one block of memory (pipeline.h hands it
+ * out whole), each slot with room for its sample ids, ragged row counts
+ * and, for a planned loader, its plan. */
+static int alloc_ring(stk_loader *ld, uint64_t R, stk_error *err) {
+    uint64_t B = ld->opt.batch_size;
+    ld->R = (uint32_t)R;
+    ld->slots_cap = (uint32_t)R + MAX_EXTRA_SLOTS;
+    ld->slots = stk__calloc(ld->slots_cap, sizeof *ld->slots);
+    ld->slot_mem = stk__aligned_alloc(4096, (size_t)(R * stk__align_up(ld->slot_bytes, 4096)));
+    if (!ld->slots || !ld->slot_mem)
+        return stk__err(err, -ENOMEM, "out of memory for %llu batch buffers of %llu bytes",
+                        (unsigned long long)R, (unsigned long long)ld->slot_bytes);
+    for (uint32_t i = 0; i < R; i++) {
+        stk_batch *s = &ld->slots[i];
+        s->ld = ld;
+        s->mem = ld->slot_mem + i * stk__align_up(ld->slot_bytes, 4096);
+        s->samples = stk__calloc(B, sizeof *s->samples);
+        s->ragged_rows = stk__calloc(ld->nf, sizeof *s->ragged_rows);
+        if (ld->plan_only) s->plan = stk__calloc(B * ld->nf, sizeof *s->plan);
+        if (!s->samples || !s->ragged_rows || (ld->plan_only && !s->plan))
+            return stk__err(err, -ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+/* The ranges the warm-up brings in, in the order the first epoch first
+ * needs them: block order's blocks group by group; for the others the
+ * shards in turn (a sequential epoch reads them so, and a random one needs
+ * almost every byte within its first few batches anyway). */
+static int warm_up_start(stk_loader *ld, stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    stk__range *r = NULL;
+    size_t n = 0;
+    if (ld->use_groups) {
+        group *tmp = stk__calloc(1, sizeof *tmp);
+        if (!tmp) return stk__err(err, -ENOMEM, "out of memory");
+        for (uint64_t g = 0; g < ld->order.ngroups; g++)
+            for (uint64_t m = 0; m < stk__order_group_blocks(&ld->order, g); m++)
+                if (stk__ld_block_spans(ld, stk__order_group_block(&ld->order, g, m), tmp)) {
+                    stk__free(tmp->spans);
+                    stk__free(tmp);
+                    return stk__err(err, -ENOMEM, "out of memory");
+                }
+        r = stk__malloc((tmp->nspans ? tmp->nspans : 1) * sizeof *r);
+        for (size_t i = 0; r && i < tmp->nspans; i++)
+            r[n++] = (stk__range){tmp->spans[i].shard, tmp->spans[i].lo, tmp->spans[i].hi};
+        stk__free(tmp->spans);
+        stk__free(tmp);
+    } else {
+        r = stk__malloc((ds->nshards ? ds->nshards : 1) * sizeof *r);
+        for (size_t s = 0; r && s < ds->nshards; s++)
+            if (ds->shards[s].data_end > ds->shards[s].data_off)
+                r[n++] = (stk__range){(uint32_t)s, ds->shards[s].data_off, ds->shards[s].data_end};
+    }
+    if (!r) return stk__err(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) ld->warm_total += r[i].hi - r[i].lo;
+    int rc = stk__warm_start(ds, r, n, &ld->warm, err);
+    if (rc == 0 && ld->verified) {
+        ld->warm_ranges = r; /* kept: the workers check blocks in this order */
+        ld->nwarm_ranges = n;
+        ld->chk_block = UINT64_MAX;
+    } else {
+        stk__free(r);
+    }
+    return rc;
+}
+
+/* A worker's own memory (staging, the batch's ids, entries and shards, a
+ * checksum block) and its I/O engine. */
+static int open_worker(stk_loader *ld, worker *w, const stk_loader_options *o, uint64_t stage_cap,
+                       stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    uint64_t B = o->batch_size;
+    w->ld = ld;
+    w->stage_cap = stage_cap;
+    if (stage_cap && !(w->stage = stk__aligned_alloc(DIRECT_ALIGN, (size_t)stage_cap)))
+        return stk__err(err, -ENOMEM, "out of memory for staging");
+    w->ids = stk__malloc(3 * B * sizeof *w->ids);
+    w->ents = stk__malloc(B * sizeof *w->ents);
+    w->shs = stk__malloc(B * sizeof *w->shs);
+    w->slots = stk__malloc(B * sizeof *w->slots);
+    if (!w->ents || !w->shs || !w->slots) return stk__err(err, -ENOMEM, "out of memory");
+    if (o->verify && ds->block_size &&
+        !(w->blockbuf = stk__aligned_alloc(DIRECT_ALIGN, ds->block_size)))
+        return stk__err(err, -ENOMEM, "out of memory");
+    if (!w->ids || !(w->dctx = ZSTD_createDCtx())) return stk__err(err, -ENOMEM, "out of memory");
+    if (ld->backend == STK_BACKEND_URING)
+        return stk__io_uring_open(&ld->files, ld->opt.queue_depth, &w->io, err);
+    if (ld->backend == STK_BACKEND_POOL) return stk__io_pool_open(&ld->files, &w->io, err);
+    return stk__io_mmap_open(&ld->files, &w->io, err);
+}
+
+/* The threads, last: the workers, then the group reader. */
+static int start_threads(stk_loader *ld, bool reader, stk_error *err) {
+    int rc;
+    ld->has_reader = reader; /* (read by the workers from their start) */
+    for (int i = 0; i < ld->nw; i++) {
+        if ((rc = -pthread_create(&ld->w[i].tid, NULL, stk__ld_worker_main, &ld->w[i])))
+            return stk__err(err, rc, "cannot start a worker thread: %s", stk_strerror(rc));
+        ld->w[i].started = 1;
+    }
+    if (!reader) return 0;
+    worker *w = &ld->reader;
+    w->ld = ld;
+    rc = ld->backend == STK_BACKEND_URING
+             ? stk__io_uring_open(&ld->files, ld->opt.queue_depth, &w->io, err)
+             : stk__io_pool_open(&ld->files, &w->io, err);
+    if (rc) return rc;
+    if ((rc = -pthread_create(&w->tid, NULL, stk__ld_reader_main, w)))
+        return stk__err(err, rc, "cannot start the group reader thread: %s", stk_strerror(rc));
+    w->started = 1;
+    return 0;
+}
+
+/* Open's steps after the options are checked, in order (each may use
+ * what the ones before it decided); on failure the caller closes `ld`,
+ * which frees whatever was made. */
+static int set_up(stk_loader *ld, const stk_loader_options *o, stk_error *err) {
+    int rc;
+    if ((rc = stk__ld_pick_fields(ld, o, err)) || (rc = build_space(ld, o, err)) ||
+        (rc = lay_out_slots(ld, o, err)) || (rc = stk__ld_choose_backend(ld, o, err)) ||
+        (rc = open_files(ld, err)))
+        return rc;
+    if (o->verify && (rc = stk__ld_checks_init(ld, o, err))) return rc;
+    bool reader = plan_threads(ld, o);
+    uint64_t budget = stk__ld_budget(ld, o), groups_bytes = 0;
+    if (o->order == STK_ORDER_BLOCK &&
+        (rc = stk__ld_size_groups(ld, o, budget, &groups_bytes, err)))
+        return rc;
+    if ((rc = stk__ld_choose_paths(ld, o, err))) return rc;
+    uint64_t stage_cap = stk__ld_stage_bytes(ld, o), R;
+    if ((rc = stk__ld_ring_size(ld, o, budget, groups_bytes, stage_cap, &R, err)) ||
+        (rc = alloc_ring(ld, R, err)) || (rc = stk__ld_alloc_groups(ld, groups_bytes, err)))
+        return rc;
+    stk__ld_set_epoch_locked(ld, o->seed, o->epoch, 0);
+    ld->fingerprint = stk__ld_fingerprint(ld);
+    if (ld->warm_up && (rc = warm_up_start(ld, err))) return rc;
+    for (int i = 0; i < ld->nw; i++)
+        if ((rc = open_worker(ld, &ld->w[i], o, stage_cap, err))) return rc;
+    return start_threads(ld, reader, err);
+}
+
+static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool plan_only,
+                       stk_loader **out, stk_error *err) {
+    stk_loader_options defaults;
+    if (!opts) {
+        stk_loader_options_init(&defaults);
+        opts = &defaults;
+    }
+    if (!ds || !out) return stk__err(err, -EINVAL, "stk_loader_open: NULL argument");
+    *out = NULL;
+    int rc = stk__ld_check_options(ds, opts, err);
+    if (rc) return rc;
+    stk_loader_options in_place;
+    if ((ds->in_place || plan_only) && opts->verify) {
+        /* Users' own files carry no checksums to verify; a planned loader
+         * reads nothing (its caller checks what it reads). */
+        in_place = *opts;
+        in_place.verify = 0;
+        opts = &in_place;
+    }
+    stk_loader *ld = loader_new(ds, opts, plan_only);
+    if (!ld) return stk__err(err, -ENOMEM, "out of memory");
+    if ((rc = set_up(ld, opts, err))) {
+        stk_loader_close(ld);
+        return rc;
+    }
+    *out = ld;
+    return 0;
+}
+
+int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader **out,
+                    stk_error *err) {
+    return loader_open(ds, opts, false, out, err);
+}
+
+int stk__loader_open_planned(stk_dataset *ds, const stk_loader_options *opts, stk_loader **out,
+                             stk_error *err) {
+    return loader_open(ds, opts, true, out, err);
+}
+
+/* ---- counting without opening ---- */
+
+int stk_loader_count(stk_dataset *ds, const stk_loader_options *opts, uint64_t *epoch_samples,
+                     uint64_t *rank_samples, uint64_t *rank_batches, stk_error *err) {
+    stk_loader_options defaults;
+    if (!opts) {
+        stk_loader_options_init(&defaults);
+        opts = &defaults;
+    }
+    if (!ds) return stk__err(err, -EINVAL, "stk_loader_count: NULL argument");
+    int rc = stk__ld_check_options(ds, opts, err);
+    if (rc) return rc;
+    /* Only what the sample space and the dealing need: no files, buffers
+     * or threads. */
+    stk_loader *ld = stk__calloc(1, sizeof *ld);
+    if (!ld) return stk__err(err, -ENOMEM, "out of memory");
+    ld->ds = ds;
+    if (!(rc = stk__ld_pick_fields(ld, opts, err)) && !(rc = build_space(ld, opts, err))) {
+        stk__deal d;
+        stk__deal_init(&d, ld->space.n, 0, opts->world_size, opts->rank, opts->pad != 0);
+        stk__deal_split(&d, opts->batch_size, opts->split_count, opts->split_index);
+        if (epoch_samples) *epoch_samples = ld->space.n;
+        if (rank_samples) *rank_samples = d.per_rank;
+        if (rank_batches) *rank_batches = stk__ld_deal_batches(&d, opts);
+    }
+    stk__space_free(&ld->space);
+    stk__free(ld->f);
+    stk__free(ld);
+    return rc;
+}
+
+/* ---- stop, close ---- */
+
+/* Joins the threads once (stk_loader_stop, then stk_loader_close). */
+static void join_threads(stk_loader *ld) {
+    pthread_mutex_lock(&ld->mu);
+    ld->stop = true;
+    ld->gen++;
+    pthread_cond_broadcast(&ld->cv);
+    pthread_mutex_unlock(&ld->mu);
+    stk__warm_cancel(ld->warm);
+    for (int i = 0; i < ld->nw; i++)
+        if (ld->w[i].started) {
+            pthread_join(ld->w[i].tid, NULL);
+            ld->w[i].started = false;
+        }
+    if (ld->reader.started) {
+        pthread_join(ld->reader.tid, NULL);
+        ld->reader.started = false;
+    }
+}
+
+void stk_loader_stop(stk_loader *ld) {
+    if (!ld) return;
+    join_threads(ld);
+    /* Every buffer the caller does not hold: its pages go back (the
+     * mapping itself stays until close, which frees it). */
+    size_t stride = (size_t)stk__align_up(ld->slot_bytes, 4096);
+    for (uint32_t i = 0; ld->slots && ld->slot_mem && i < ld->R; i++) {
+        stk_batch *b = &ld->slots[i];
+        if (b->state == S_HELD || b->mem != ld->slot_mem + (size_t)i * stride) continue;
+        madvise(b->mem, stride, MADV_DONTNEED);
+        b->state = S_FREE;
+    }
+    /* And what the threads worked with. */
+    stk__free(ld->group_mem);
+    ld->group_mem = NULL;
+}
+
+void stk_loader_close(stk_loader *ld) {
+    if (!ld) return;
+    /* Workers waiting for the warm-up are let go when it stops; it is freed
+     * once they are gone, and before what its callback uses is. */
+    join_threads(ld);
+    stk__io_close(ld->reader.io);
+    stk__free(ld->reader.reqs);
+    stk__warm_stop(ld->warm);
+    for (int i = 0; i < ld->nw; i++) {
+        worker *w = &ld->w[i];
+        stk__io_close(w->io);
+        stk__free(w->reqs);
+        stk__free(w->posts);
+        stk__free(w->stage);
+        stk__free(w->chunk);
+        stk__free(w->ids);
+        stk__free((void *)w->ents);
+        stk__free(w->shs);
+        stk__free(w->slots);
+        stk__free(w->blockbuf);
+        ZSTD_freeDCtx(w->dctx);
+    }
+    for (int i = 0; i < ld->ngroups; i++) {
+        if (!ld->groups[i]) continue;
+        stk__free(ld->groups[i]->spans);
+        stk__free(ld->groups[i]);
+    }
+    stk__free(ld->group_mem);
+    if (ld->slots)
+        for (uint32_t i = 0; i < ld->R; i++) {
+            stk__free(ld->slots[i].samples);
+            stk__free(ld->slots[i].ragged_rows);
+            stk__free(ld->slots[i].own_mem);
+            stk__free(ld->slots[i].plan);
+        }
+    stk__free(ld->slots);
+    stk__free(ld->slot_mem);
+    stk__files_close(&ld->files);
+    stk__space_free(&ld->space);
+    stk__free((void *)ld->verified);
+    stk__free((void *)ld->bad);
+    stk__free(ld->verified_off);
+    stk__free(ld->f);
+    stk__free(ld->lf_of);
+    stk__trace_free(&ld->trace);
+    stk__free(ld->warm_ranges);
+    pthread_mutex_destroy(&ld->mu);
+    pthread_mutex_destroy(&ld->chk_mu);
+    pthread_cond_destroy(&ld->cv);
+    stk__free(ld);
+}

@@ -1,0 +1,420 @@
+/*
+ * options.c: the loader's options and what open decides from them.  The
+ * defaults and their checks, the fields a loader delivers and how each
+ * comes out (a window of rows, a value per sample, ragged), and the choices
+ * open makes before it allocates anything: the backend and the warm-up,
+ * the memory budget, the read paths (gathering, per-record checks), the
+ * staging area and the number of batch buffers.
+ */
+#define _GNU_SOURCE
+#include "loader.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+void stk_loader_options_init(stk_loader_options *o) {
+    memset(o, 0, sizeof *o);
+    o->batch_size = 32;
+    o->stride = 1;
+    o->valid = STK_VALID_ALL;
+    o->order = STK_ORDER_BLOCK;
+    o->block_bytes = 4u << 20;
+    o->block_group = 16;
+    o->world_size = 1;
+    o->split_count = 1;
+    o->backend = STK_BACKEND_AUTO;
+    o->queue_depth = 64;
+    o->memory_budget = 1ull << 30;
+    o->verify = 1;
+    o->on_error = STK_ON_ERROR_RAISE;
+    o->max_skips = 100;
+}
+
+const char *stk_backend_name(stk_backend b) {
+    switch (b) {
+    case STK_BACKEND_AUTO: return "auto";
+    case STK_BACKEND_URING: return "io_uring";
+    case STK_BACKEND_POOL: return "pool";
+    case STK_BACKEND_MMAP: return "mmap";
+    }
+    return "unknown";
+}
+
+/* ---- checks ---- */
+
+static int check_valid_field(const stk_dataset *ds, const stk_loader_options *o,
+                             stk_error *err) {
+    int k = stk_dataset_find_field(ds, o->valid_field);
+    if (k < 0)
+        return stk__err(err, -EINVAL, "valid_field: '%s' is not a field of %s", o->valid_field,
+                        ds->dir);
+    stk_dtype t = ds->fields[k].dtype;
+    if (o->valid == STK_VALID_NOT_NAN && t != STK_F16 && t != STK_BF16 && t != STK_F32 &&
+        t != STK_F64)
+        return stk__err(err, -EINVAL,
+                        "valid_field: '%s' is %s; the not-NaN rule needs a float field",
+                        o->valid_field, stk_dtype_name(t));
+    if (ds->fields[k].codec != STK_CODEC_NONE || ds->fields[k].ndim == 0)
+        return stk__err(err, -EINVAL,
+                        "valid_field: '%s' must be an uncompressed field with rows",
+                        o->valid_field);
+    return 0;
+}
+
+/* What an in-place index (users' own files) cannot do. */
+static int check_in_place(const stk_dataset *ds, const stk_loader_options *o, stk_error *err) {
+    if (o->direct)
+        return stk__err(err, -EINVAL,
+                        "direct: %s is an in-place index; its files are read through the "
+                        "page cache (their records are not aligned for O_DIRECT)",
+                        ds->dir);
+    if (o->on_error == STK_ON_ERROR_SKIP)
+        return stk__err(err, -EINVAL,
+                        "on_error: skipping damaged samples needs checksums, and the files "
+                        "of an in-place index have none");
+    if (o->backend == STK_BACKEND_MMAP && !ds->mapped)
+        return stk__err(err, -EINVAL,
+                        "backend: an index of more than %d files is not mapped; use "
+                        "uring or pool",
+                        STK_INDEX_MAP_MAX);
+    if (o->valid_field && !ds->mapped)
+        return stk__err(err, -EINVAL,
+                        "valid_field: needs the files mapped, and an index of more than "
+                        "%d files is not",
+                        STK_INDEX_MAP_MAX);
+    return 0;
+}
+
+int stk__ld_check_options(const stk_dataset *ds, const stk_loader_options *o, stk_error *err) {
+    if (o->batch_size == 0) return stk__err(err, -EINVAL, "batch_size: must be at least 1");
+    if (o->world_size == 0) return stk__err(err, -EINVAL, "world_size: must be at least 1");
+    if (o->queue_depth > 32768)
+        return stk__err(err, -EINVAL, "queue_depth: %u is more than io_uring takes (32768)",
+                        o->queue_depth);
+    if (o->split_count == 0) return stk__err(err, -EINVAL, "split_count: must be at least 1");
+    if (o->split_index >= o->split_count)
+        return stk__err(err, -EINVAL, "split_index: %u is not below split_count %u",
+                        o->split_index, o->split_count);
+    if (o->rank >= o->world_size)
+        return stk__err(err, -EINVAL, "rank: %u is not below world_size %u", o->rank,
+                        o->world_size);
+    if (o->order != STK_ORDER_SEQUENTIAL && o->order != STK_ORDER_RANDOM &&
+        o->order != STK_ORDER_BLOCK)
+        return stk__err(err, -EINVAL, "order: unknown value %d", (int)o->order);
+    if (o->backend < STK_BACKEND_AUTO || o->backend > STK_BACKEND_MMAP)
+        return stk__err(err, -EINVAL, "backend: unknown value %d", (int)o->backend);
+    if (o->direct && o->backend == STK_BACKEND_MMAP)
+        return stk__err(err, -EINVAL, "direct: O_DIRECT reads cannot use the mmap backend");
+    if (o->window && o->stride == 0) return stk__err(err, -EINVAL, "stride: must be at least 1");
+    if (!o->window && (o->valid != STK_VALID_ALL || o->valid_field))
+        return stk__err(err, -EINVAL, "valid: a validity rule needs windows (window > 0)");
+    if (o->valid != STK_VALID_ALL && !o->valid_field)
+        return stk__err(err, -EINVAL, "valid_field: the validity rule needs a field");
+    int rc;
+    if (o->valid_field && (rc = check_valid_field(ds, o, err))) return rc;
+    if (o->order == STK_ORDER_BLOCK && o->block_group == 0)
+        return stk__err(err, -EINVAL, "block_group: must be at least 1");
+    if (o->on_error != STK_ON_ERROR_RAISE && o->on_error != STK_ON_ERROR_SKIP)
+        return stk__err(err, -EINVAL, "on_error: unknown value %d", (int)o->on_error);
+    if (ds->in_place && (rc = check_in_place(ds, o, err))) return rc;
+    if (o->on_error == STK_ON_ERROR_SKIP && !o->verify)
+        return stk__err(err, -EINVAL,
+                        "on_error: skipping damaged samples needs verify (checksums) on");
+    if (o->on_error == STK_ON_ERROR_SKIP && o->max_skips == 0)
+        return stk__err(err, -EINVAL, "max_skips: must be at least 1");
+    if (o->threads < 0 || o->threads > MAX_WORKERS)
+        return stk__err(err, -EINVAL, "threads: %d is not in 0..%d", o->threads, MAX_WORKERS);
+    return 0;
+}
+
+/* ---- fields ---- */
+
+/* Whether dataset field k may join the i fields picked so far: each at
+ * most once, and never beside a field named like its offsets. */
+static int field_may_join(const stk_loader *ld, const stk_loader_options *o, size_t i, int k,
+                          stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    for (size_t j = 0; j < i; j++)
+        if (ld->f[j].dsf == (size_t)k)
+            return stk__err(err, -EINVAL, "fields: '%s' is listed twice", o->fields[i]);
+    /* A ragged field's offsets come out as "<name>_offsets": a field
+     * of that name beside it would be shadowed (datasets written before
+     * the writer refused such names). */
+    for (size_t j = 0; j < i; j++) {
+        const char *a = ds->fields[k].name, *b = ld->f[j].f->name;
+        size_t la = strlen(a), lb = strlen(b);
+        if ((la == lb + 8 && !strncmp(a, b, lb) && !strcmp(a + lb, "_offsets")) ||
+            (lb == la + 8 && !strncmp(b, a, la) && !strcmp(b + la, "_offsets")))
+            return stk__err(err, -EINVAL,
+                            "fields: '%s' and '%s' cannot be loaded together: a ragged "
+                            "field's offsets are delivered as '<name>_offsets'; select one "
+                            "of them (fields=)",
+                            a, b);
+    }
+    return 0;
+}
+
+/* How field lf comes out of a sample, and its bytes per sample. */
+static int field_kind(lfield *lf, const stk_loader_options *o, stk_error *err) {
+    bool ragged = lf->f->ndim > 0 && lf->f->shape[0] == STK_RAGGED;
+    if (o->window && lf->f->dtype == STK_BYTES) {
+        /* Bytes (a string id) are never rows of a series: delivered
+         * whole, once per sample. */
+        lf->kind = ragged ? F_RAGGED : F_DENSE;
+    } else if (o->window) {
+        bool timeable = lf->f->ndim > 0 &&
+                        (ragged || (uint64_t)lf->f->shape[0] >= o->window);
+        lf->kind = timeable ? F_TIME : F_DENSE;
+        if (lf->kind == F_TIME && lf->f->codec != STK_CODEC_NONE)
+            return stk__err(err, -EINVAL,
+                            "window: field '%s' is compressed; windows read row ranges and "
+                            "need uncompressed time fields (repack without --compress)",
+                            lf->f->name);
+    } else {
+        lf->kind = ragged ? F_RAGGED : F_DENSE;
+    }
+    if (lf->kind == F_TIME) lf->sample_bytes = o->window * lf->fi->row_bytes;
+    else if (lf->kind == F_DENSE) {
+        if (ragged)
+            return stk__err(err, -EINVAL,
+                            "window: field '%s' is ragged but is not a time field",
+                            lf->f->name);
+        lf->sample_bytes = (uint64_t)lf->fi->fixed_rows * lf->fi->row_bytes;
+    }
+    return 0;
+}
+
+int stk__ld_pick_fields(stk_loader *ld, const stk_loader_options *o, stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    size_t n = o->fields ? o->nfields : ds->nfields;
+    if (n == 0) return stk__err(err, -EINVAL, "fields: the list is empty");
+    ld->f = stk__calloc(n, sizeof *ld->f);
+    if (!ld->f) return stk__err(err, -ENOMEM, "out of memory");
+    ld->nf = n;
+    for (size_t i = 0; i < n; i++) {
+        int k = o->fields ? stk_dataset_find_field(ds, o->fields[i]) : (int)i;
+        if (k < 0) {
+            char names[256] = "";
+            size_t used = 0;
+            for (size_t j = 0; j < ds->nfields && used < sizeof names; j++)
+                used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", j ? ", " : "",
+                                         ds->fields[j].name);
+            return stk__err(err, -EINVAL, "fields: '%s' is not a field of %s (it has: %s)",
+                            o->fields[i] ? o->fields[i] : "(null)", ds->dir, names);
+        }
+        int rc = field_may_join(ld, o, i, k, err);
+        if (rc) return rc;
+        lfield *lf = &ld->f[i];
+        lf->dsf = (size_t)k;
+        lf->f = &ds->fields[k];
+        lf->fi = &ds->info[k];
+        if ((rc = field_kind(lf, o, err))) return rc;
+    }
+    return 0;
+}
+
+/* Largest stored size and rows per field, over the whole dataset. */
+void stk__ld_field_maxima(stk_loader *ld, uint64_t *max_rows) {
+    const stk_dataset *ds = ld->ds;
+    for (size_t i = 0; i < ld->nf; i++) max_rows[i] = 0;
+    for (size_t s = 0; s < ds->nshards; s++) {
+        const stk__shard *sh = &ds->shards[s];
+        for (uint64_t r = 0; r < sh->nrec; r++) {
+            const uint64_t *e = stk__entry(ds, sh, r);
+            for (size_t i = 0; i < ld->nf; i++) {
+                lfield *lf = &ld->f[i];
+                lf->max_stored = STK__MAX(lf->max_stored, e[2 + 3 * lf->dsf]);
+                max_rows[i] = STK__MAX(max_rows[i], e[3 + 3 * lf->dsf]);
+            }
+        }
+    }
+}
+
+uint64_t stk__ld_fingerprint(const stk_loader *ld) {
+    const stk_dataset *ds = ld->ds;
+    uint64_t h = stk__mix2(stk__schema_hash(ds->fields, ds->nfields), ds->nrec);
+    for (size_t s = 0; s < ds->nshards; s++) h = stk__mix2(h, ds->shards[s].size);
+    for (size_t i = 0; i < ld->nf; i++) h = stk__mix2(h, ld->f[i].dsf);
+    h = stk__mix2(h, ld->opt.window);
+    h = stk__mix2(h, ld->opt.stride);
+    h = stk__mix2(h, (uint64_t)ld->opt.valid);
+    if (ld->opt.valid != STK_VALID_ALL) h = stk__mix2(h, (uint64_t)ld->valid_dsf);
+    h = stk__mix2(h, (uint64_t)ld->opt.order);
+    h = stk__mix2(h, ld->space.n);
+    if (ld->opt.order == STK_ORDER_BLOCK) {
+        h = stk__mix2(h, ld->block_samples);
+        h = stk__mix2(h, ld->opt.block_group);
+    }
+    return h;
+}
+
+/* ---- backend and warm-up ---- */
+
+/* Bytes of shard data, the records' region of every shard. */
+static uint64_t data_bytes(const stk_dataset *ds) {
+    uint64_t total = 0;
+    for (size_t s = 0; s < ds->nshards; s++)
+        total += ds->shards[s].data_end - ds->shards[s].data_off;
+    return total;
+}
+
+/* Whether the bytes of shard data still outside the page cache (a share
+ * 1 - `resident` of it) fit in 3/4 of what the page cache may still take. */
+static bool fits_in_memory(const stk_dataset *ds, double resident) {
+    uint64_t missing = (uint64_t)((double)data_bytes(ds) * (1.0 - STK__MAX(resident, 0.0)));
+    return missing <= stk__mem_room() / 4 * 3;
+}
+
+/* Whether to warm up (see stk_warm_up): the data mostly outside the page
+ * cache (`resident`, the share of the files in it), every shard mapped,
+ * reads through the page cache, and, under AUTO, the mmap backend and room
+ * for it. */
+static bool want_warm_up(const stk_dataset *ds, const stk_loader_options *o, stk_backend backend,
+                         double resident, bool fits) {
+    if (o->warm_up == STK_WARM_UP_OFF || o->direct || resident >= 0.9) return false;
+    for (size_t s = 0; s < ds->nshards; s++)
+        if (!ds->shards[s].map) return false;
+    if (o->warm_up == STK_WARM_UP_ON) return true;
+    return (backend == STK_BACKEND_AUTO || backend == STK_BACKEND_MMAP) && fits;
+}
+
+/* Bytes a sample reads, on average: a window of every time field (plus the
+ * per-record fields), or a whole record. */
+uint64_t stk__ld_mean_sample_bytes(const stk_loader *ld) {
+    const stk_dataset *ds = ld->ds;
+    if (ld->space.windows) {
+        uint64_t b = 0;
+        for (size_t i = 0; i < ld->nf; i++)
+            b += ld->f[i].kind == F_TIME ? ld->space.L * ld->f[i].fi->stored_row_bytes
+                                         : ld->f[i].sample_bytes;
+        return b;
+    }
+    uint64_t total = 0;
+    for (size_t s = 0; s < ds->nshards; s++)
+        total += ds->shards[s].data_end - ds->shards[s].data_off;
+    return ds->nrec ? total / ds->nrec : 0;
+}
+
+/* The backend, whether the data fits and whether to warm up, and O_DIRECT
+ * where the loader chooses it.  A planned loader reads nothing: no
+ * descriptors, no rings. */
+int stk__ld_choose_backend(stk_loader *ld, const stk_loader_options *o, stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    bool plan_only = ld->plan_only;
+    ld->backend = plan_only ? STK_BACKEND_MMAP : o->backend;
+    double resident = plan_only ? 1.0 : stk_dataset_resident(ds);
+    ld->fits = resident >= 0.9 || fits_in_memory(ds, resident);
+    ld->warm_up = !plan_only && want_warm_up(ds, o, ld->backend, resident, ld->fits);
+    if (ld->backend == STK_BACKEND_AUTO) {
+        if (!o->direct && (resident >= 0.9 || ld->warm_up)) ld->backend = STK_BACKEND_MMAP;
+        else ld->backend = stk__io_uring_available() ? STK_BACKEND_URING : STK_BACKEND_POOL;
+    } else if (ld->backend == STK_BACKEND_URING && !stk__io_uring_available()) {
+        return stk__err(err, -ENOSYS, "backend: io_uring is not available on this system");
+    }
+    /* Block order over data that does not fit in memory reads its groups
+     * with O_DIRECT: nothing it reads stays in the page cache long enough
+     * to be read again, and under a memory limit (a cgroup) the page cache
+     * competes with the group buffers for the same bytes. */
+    if (o->order == STK_ORDER_BLOCK && !plan_only && !ld->fits && !o->direct &&
+        ld->backend != STK_BACKEND_MMAP && !ds->in_place) {
+        ld->opt.direct = 1;
+        ld->auto_direct = true;
+    }
+    return 0;
+}
+
+/* ---- memory ---- */
+
+/* The budget never takes more than half of what memory (and the
+ * process's cgroup) has room for: a loader that fills its cgroup with
+ * its own buffers leaves the page cache nothing to read into. */
+uint64_t stk__ld_budget(const stk_loader *ld, const stk_loader_options *o) {
+    uint64_t budget = o->memory_budget;
+    uint64_t room = ld->plan_only ? 0 : stk__mem_room();
+    if (room && budget > room / 2) budget = room / 2;
+    return budget;
+}
+
+/* Whether field i is stored plain: no codec, chunk filters or conversion. */
+static bool stored_plain(const stk_loader *ld, size_t i) {
+    return !(ld->f[i].f->codec != STK_CODEC_NONE || ld->f[i].fi->chunks || ld->f[i].fi->conv ||
+             ld->f[i].fi->conv_varies);
+}
+
+/* Whole records of plain fields: checked record by record (rec_check) when
+ * every field is loaded and checks raise, and gathered from the mapping
+ * (gather.c) under the mmap backend. */
+int stk__ld_choose_paths(stk_loader *ld, const stk_loader_options *o, stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    ld->rec_check = o->verify && !ld->use_groups && !ld->space.windows &&
+                    o->on_error == STK_ON_ERROR_RAISE && ld->nf == ds->nfields;
+    for (size_t i = 0; i < ld->nf && ld->rec_check; i++)
+        if (!stored_plain(ld, i)) ld->rec_check = false;
+    ld->gather = ld->backend == STK_BACKEND_MMAP && !ld->plan_only && !ld->use_groups &&
+                 !ld->space.windows;
+    for (size_t i = 0; i < ld->nf && ld->gather; i++)
+        if (!stored_plain(ld, i)) ld->gather = false;
+    if (ld->rec_check) {
+        ld->lf_of = stk__calloc(ds->nfields, sizeof *ld->lf_of);
+        if (!ld->lf_of) return stk__err(err, -ENOMEM, "out of memory");
+        for (size_t i = 0; i < ld->nf; i++) ld->lf_of[ld->f[i].dsf] = i;
+    }
+    return 0;
+}
+
+/* Bytes of a worker's staging area: compressed and narrowed fields, and
+ * O_DIRECT reads outside block order. */
+uint64_t stk__ld_stage_bytes(const stk_loader *ld, const stk_loader_options *o) {
+    uint64_t B = o->batch_size, stage_cap = 0;
+    for (size_t i = 0; i < ld->nf; i++)
+        if (ld->f[i].f->codec == STK_CODEC_ZSTD || ld->f[i].fi->chunks) {
+            stage_cap += B * stk__align_up(ld->f[i].max_stored + 2 * DIRECT_ALIGN, 64);
+        } else if (ld->f[i].fi->conv_varies ||
+                   stk__conv_in_size(ld->f[i].fi->conv) > ld->f[i].fi->itemsize) {
+            /* Narrowing conversions (f64 audio as f32) stage their stored
+             * bytes: a window's rows at 8 bytes a sample, or the record. */
+            uint64_t per = ld->f[i].kind == F_TIME
+                               ? ld->space.L * (ld->f[i].fi->row_bytes / 4 * 8)
+                               : ld->f[i].max_stored;
+            stage_cap += B * stk__align_up(per + 2 * DIRECT_ALIGN, 64);
+        }
+    if (o->direct && !ld->use_groups) stage_cap += ld->slot_bytes + B * ld->nf * 2 * DIRECT_ALIGN;
+    return stk__align_up(stage_cap, DIRECT_ALIGN);
+}
+
+/* Ring size from what the budget leaves after the group buffers and the
+ * workers' staging: as asked (prefetch), or as many batch buffers as fit,
+ * from 2 to 8 (or twice the workers). */
+int stk__ld_ring_size(const stk_loader *ld, const stk_loader_options *o, uint64_t budget,
+                      uint64_t groups_bytes, uint64_t stage_cap, uint64_t *out, stk_error *err) {
+    uint64_t fixed = groups_bytes + stage_cap * (uint64_t)ld->nw;
+    uint64_t R = o->prefetch;
+    if (!R) {
+        R = budget > fixed ? (budget - fixed) / ld->slot_bytes : 0;
+        R = STK__MIN(R, (uint64_t)STK__MAX(8, 2 * ld->nw));
+        if (R < 2)
+            return stk__err(err, -EINVAL,
+                            "memory_budget: %llu bytes%s cannot hold two batch buffers of %llu "
+                            "bytes%s%s (need at least %llu)%s",
+                            (unsigned long long)budget,
+                            budget < o->memory_budget
+                                ? " (half the memory this process has room for)"
+                                : "",
+                            (unsigned long long)ld->slot_bytes,
+                            groups_bytes ? " besides the block groups' buffers" : "",
+                            stage_cap ? " and staging" : "",
+                            (unsigned long long)(fixed + 2 * ld->slot_bytes),
+                            groups_bytes ? "; lower block_bytes or block_group (a group buffer "
+                                           "holds block_group blocks of block_bytes)"
+                                         : "");
+    } else if (fixed + R * ld->slot_bytes > budget) {
+        return stk__err(err, -EINVAL,
+                        "memory_budget: %llu bytes cannot hold %llu batch buffers of %llu bytes "
+                        "(prefetch) plus %llu for groups and staging",
+                        (unsigned long long)budget, (unsigned long long)R,
+                        (unsigned long long)ld->slot_bytes, (unsigned long long)fixed);
+    }
+    *out = R;
+    return 0;
+}

@@ -1,0 +1,318 @@
+/*
+ * ring.c: the consumer's side of the batch ring.  next takes the batches
+ * in order as the workers fill them, release and unget hand them back,
+ * add_buffer grows the ring while the consumer holds many; a batch's
+ * fields are read here.  Also the epoch state (set_epoch, save, restore:
+ * each a new generation) and what the GPU stage reads of the ring
+ * (pipeline.h).
+ */
+#define _GNU_SOURCE
+#include "loader.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- epochs ---- */
+
+/* Batches of a dealing: its samples in batches, a last partial one kept
+ * unless drop_last. */
+uint64_t stk__ld_deal_batches(const stk__deal *d, const stk_loader_options *o) {
+    uint64_t B = o->batch_size;
+    return o->drop_last ? d->per_rank / B : (d->per_rank + B - 1) / B;
+}
+
+void stk__ld_set_epoch_locked(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t start) {
+    ld->seed = seed;
+    ld->epoch = epoch;
+    stk__order_init(&ld->order, ld->opt.order, ld->space.n, seed, epoch, ld->block_samples,
+                    ld->opt.block_group);
+    stk__deal_init(&ld->deal, ld->space.n, start, ld->opt.world_size, ld->opt.rank,
+                   ld->opt.pad != 0);
+    stk__deal_split(&ld->deal, ld->opt.batch_size, ld->opt.split_count, ld->opt.split_index);
+    ld->nbatches = stk__ld_deal_batches(&ld->deal, &ld->opt);
+    ld->gen++;
+    atomic_store_explicit(&ld->warm_gen, ld->gen, memory_order_release);
+    ld->next_fill = ld->next_take = 0;
+}
+
+/* ---- the consumer ---- */
+
+int stk_loader_next(stk_loader *ld, stk_batch **out, stk_error *err) {
+    return stk_loader_next_timeout(ld, out, -1, err);
+}
+
+int stk_loader_next_timeout(stk_loader *ld, stk_batch **out, int64_t timeout_ms,
+                            stk_error *err) {
+    if (!ld || !out) return stk__err(err, -EINVAL, "stk_loader_next: NULL argument");
+    struct timespec deadline;
+    if (timeout_ms >= 0) stk__deadline(timeout_ms, &deadline);
+    *out = NULL;
+    uint64_t t0 = stk__ld_span_open(ld, STK__EV_NEXT);
+    int rc = 0;
+    pthread_mutex_lock(&ld->mu);
+    ld->st_wait_n++;
+    uint64_t ready = 0;
+    for (uint32_t i = 0; i < ld->R; i++)
+        ready += ld->slots[i].state == S_READY && ld->slots[i].gen == ld->gen;
+    ld->st_ready_sum += ready;
+    for (;;) {
+        if (ld->failed) {
+            rc = ld->failed;
+            if (err) *err = ld->ferr;
+            break;
+        }
+        if (ld->next_take >= ld->nbatches) {
+            rc = STK_END;
+            break;
+        }
+        stk_batch *found = NULL;
+        uint32_t held = 0;
+        for (uint32_t i = 0; i < ld->R; i++) {
+            stk_batch *s = &ld->slots[i];
+            held += s->state == S_HELD;
+            if (s->state == S_READY && s->gen == ld->gen && s->b == ld->next_take) found = s;
+        }
+        if (found) {
+            if (found->err) {
+                ld->failed = found->err;
+                ld->ferr = found->e;
+                found->state = S_FREE;
+                pthread_cond_broadcast(&ld->cv);
+                continue;
+            }
+            found->state = S_HELD;
+            ld->next_take++;
+            ld->st_batches++;
+            ld->st_samples += found->n;
+            *out = found;
+            pthread_cond_broadcast(&ld->cv);
+            break;
+        }
+        if (held == ld->R) {
+            rc = stk__err(err, -EBUSY,
+                          "every one of the %u batch buffers is held by the consumer; release "
+                          "one before asking for the next batch",
+                          ld->R);
+            break;
+        }
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&ld->cv, &ld->mu);
+        } else if (pthread_cond_timedwait(&ld->cv, &ld->mu, &deadline) == ETIMEDOUT) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&ld->mu);
+    uint64_t t1 = stk__now_ns();
+    ld->st_wait_ns += t1 - t0;
+    stk__ld_span_add(ld, NULL, STK__EV_NEXT, t0, t1, *out ? (*out)->b : STK__EV_NONE,
+                     STK__EV_NONE);
+    return rc;
+}
+
+int stk_loader_add_buffer(stk_loader *ld, stk_error *err) {
+    if (!ld) return stk__err(err, -EINVAL, "NULL loader");
+    pthread_mutex_lock(&ld->mu);
+    int rc = 0;
+    if (ld->R >= ld->slots_cap) {
+        rc = stk__err(err, -ENOSPC,
+                      "the consumer holds %u batches; at most %u more buffers can be added",
+                      ld->R, (unsigned)MAX_EXTRA_SLOTS);
+    } else {
+        stk_batch *s = &ld->slots[ld->R];
+        memset(s, 0, sizeof *s);
+        s->ld = ld;
+        s->own_mem = stk__aligned_alloc(4096, (size_t)stk__align_up(ld->slot_bytes, 4096));
+        s->samples = stk__calloc(ld->opt.batch_size, sizeof *s->samples);
+        s->ragged_rows = stk__calloc(ld->nf, sizeof *s->ragged_rows);
+        if (ld->plan_only)
+            s->plan = stk__calloc((size_t)ld->opt.batch_size * ld->nf, sizeof *s->plan);
+        if (!s->own_mem || !s->samples || !s->ragged_rows || (ld->plan_only && !s->plan)) {
+            stk__free(s->own_mem);
+            stk__free(s->samples);
+            stk__free(s->ragged_rows);
+            stk__free(s->plan);
+            rc = stk__err(err, -ENOMEM, "out of memory for one more batch buffer (%llu bytes)",
+                          (unsigned long long)ld->slot_bytes);
+        } else {
+            s->mem = s->own_mem;
+            s->state = S_FREE;
+            ld->R++;
+            pthread_cond_broadcast(&ld->cv);
+        }
+    }
+    pthread_mutex_unlock(&ld->mu);
+    return rc;
+}
+
+int stk_loader_unget(stk_loader *ld, stk_batch *b) {
+    if (!ld || !b) return -EINVAL;
+    pthread_mutex_lock(&ld->mu);
+    int rc = -EINVAL;
+    if (b->state == S_HELD && b->gen == ld->gen && b->b + 1 == ld->next_take) {
+        b->state = S_READY;
+        ld->next_take--;
+        rc = 0;
+    }
+    pthread_cond_broadcast(&ld->cv);
+    pthread_mutex_unlock(&ld->mu);
+    return rc;
+}
+
+void stk_loader_release(stk_loader *ld, stk_batch *b) {
+    if (!ld || !b) return;
+    pthread_mutex_lock(&ld->mu);
+    if (b->state == S_HELD) b->state = S_FREE;
+    pthread_cond_broadcast(&ld->cv);
+    pthread_mutex_unlock(&ld->mu);
+}
+
+/* ---- batches and fields ---- */
+
+uint32_t stk_batch_size(const stk_batch *b) { return b ? b->n : 0; }
+uint64_t stk_batch_index(const stk_batch *b) { return b ? b->b : 0; }
+const uint64_t *stk_batch_samples(const stk_batch *b) { return b ? b->samples : NULL; }
+
+int stk_batch_field_get(const stk_batch *b, size_t i, stk_batch_field *out) {
+    if (!b || !out || i >= b->ld->nf) return -EINVAL;
+    const stk_loader *ld = b->ld;
+    const lfield *lf = &ld->f[i];
+    const stk_field *f = lf->f;
+    memset(out, 0, sizeof *out);
+    out->name = f->name;
+    out->dtype = f->dtype;
+    out->data = b->mem + lf->data_off;
+    if (lf->kind == F_RAGGED) {
+        out->ndim = f->ndim;
+        out->shape[0] = (int64_t)b->ragged_rows[i];
+        for (int d = 1; d < f->ndim; d++) out->shape[d] = f->shape[d];
+        out->bytes = b->ragged_rows[i] * lf->fi->row_bytes;
+        out->offsets = (const int64_t *)(b->mem + lf->offs_off);
+        return 0;
+    }
+    out->shape[0] = b->n;
+    if (lf->kind == F_TIME) {
+        out->ndim = f->ndim + 1;
+        out->shape[1] = (int64_t)ld->space.L;
+        for (int d = 1; d < f->ndim; d++) out->shape[d + 1] = f->shape[d];
+    } else {
+        out->ndim = f->ndim + 1;
+        for (int d = 0; d < f->ndim; d++) out->shape[d + 1] = f->shape[d];
+    }
+    out->bytes = (uint64_t)b->n * lf->sample_bytes;
+    return 0;
+}
+
+size_t stk_loader_num_fields(const stk_loader *ld) { return ld ? ld->nf : 0; }
+
+int stk_loader_find_field(const stk_loader *ld, const char *name) {
+    if (!ld || !name) return -EINVAL;
+    for (size_t i = 0; i < ld->nf; i++)
+        if (strcmp(ld->f[i].f->name, name) == 0) return (int)i;
+    return -ENOENT;
+}
+
+const stk_field *stk_loader_field(const stk_loader *ld, size_t i) {
+    return ld && i < ld->nf ? ld->f[i].f : NULL;
+}
+
+uint64_t stk_loader_epoch_samples(const stk_loader *ld) { return ld ? ld->space.n : 0; }
+uint64_t stk_loader_rank_samples(const stk_loader *ld) { return ld ? ld->deal.per_rank : 0; }
+uint64_t stk_loader_rank_batches(const stk_loader *ld) { return ld ? ld->nbatches : 0; }
+stk_backend stk_loader_backend(const stk_loader *ld) { return ld ? ld->backend : STK_BACKEND_AUTO; }
+
+stk_order stk_loader_order(const stk_loader *ld) {
+    return ld ? ld->opt.order : STK_ORDER_SEQUENTIAL;
+}
+
+uint64_t stk_loader_sample_bytes(const stk_loader *ld) {
+    return ld ? stk__ld_mean_sample_bytes(ld) : 0;
+}
+
+/* ---- save, restore ---- */
+
+/* Moves to a new (seed, epoch, start); waits for no worker. */
+static int reposition(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t start,
+                      stk_error *err) {
+    pthread_mutex_lock(&ld->mu);
+    int rc = ld->failed;
+    if (rc) {
+        if (err) *err = ld->ferr;
+        pthread_mutex_unlock(&ld->mu);
+        return rc;
+    }
+    for (uint32_t i = 0; i < ld->R; i++)
+        if (ld->slots[i].state == S_READY) ld->slots[i].state = S_FREE;
+    /* Every block is checked again in the new epoch. */
+    atomic_store(&ld->any_verified, false);
+    for (uint64_t i = 0; i < ld->verified_words; i++) atomic_store(&ld->verified[i], 0);
+    stk__ld_set_epoch_locked(ld, seed, epoch, start);
+    pthread_cond_broadcast(&ld->cv);
+    pthread_mutex_unlock(&ld->mu);
+    return 0;
+}
+
+int stk_loader_set_epoch(stk_loader *ld, uint64_t epoch, stk_error *err) {
+    if (!ld) return stk__err(err, -EINVAL, "NULL loader");
+    return reposition(ld, ld->seed, epoch, 0, err);
+}
+
+void stk_loader_save(const stk_loader *ld, stk_loader_state *st) {
+    stk_loader *l = (stk_loader *)ld;
+    pthread_mutex_lock(&l->mu);
+    uint64_t taken = ld->next_take;
+    pthread_mutex_unlock(&l->mu);
+    stk__loader_save_at(ld, taken, st);
+}
+
+void stk__loader_save_at(const stk_loader *ld, uint64_t taken, stk_loader_state *st) {
+    stk_loader *l = (stk_loader *)ld;
+    pthread_mutex_lock(&l->mu);
+    /* Rank-level samples consumed: with a split of the batches, the
+     * batches of the other parts before this one's next are counted too,
+     * so that restoring (with the same split) resumes at this part's next
+     * batch. */
+    uint64_t consumed = ld->deal.parts > 1
+                            ? taken * ld->deal.parts * ld->opt.batch_size
+                            : STK__MIN(taken * ld->opt.batch_size, ld->deal.per_rank);
+    st->seed = ld->seed;
+    st->epoch = ld->epoch;
+    st->position =
+        STK__MIN(ld->deal.start + STK__MIN(consumed, ld->deal.rank_count) * ld->deal.world,
+                 ld->space.n);
+    st->fingerprint = ld->fingerprint;
+    pthread_mutex_unlock(&l->mu);
+}
+
+int stk_loader_restore(stk_loader *ld, const stk_loader_state *st, stk_error *err) {
+    if (!ld || !st) return stk__err(err, -EINVAL, "NULL argument");
+    if (st->fingerprint != ld->fingerprint)
+        return stk__err(err, -EINVAL,
+                        "state: it was saved by a loader over other data or with another "
+                        "sample space or order (fingerprint %016llx, this loader %016llx)",
+                        (unsigned long long)st->fingerprint, (unsigned long long)ld->fingerprint);
+    if (st->position > ld->space.n)
+        return stk__err(err, -EINVAL, "state: position %llu is past the epoch's %llu samples",
+                        (unsigned long long)st->position, (unsigned long long)ld->space.n);
+    return reposition(ld, st->seed, st->epoch, st->position, err);
+}
+
+/* ---- for the GPU stage (pipeline.h) ---- */
+
+const stk__plan *stk__batch_plan(const stk_batch *b, size_t *n) {
+    *n = b ? b->nplan : 0;
+    return b ? b->plan : NULL;
+}
+
+uint8_t *stk__batch_mem(const stk_batch *b) { return b ? b->mem : NULL; }
+
+void stk__loader_ring(const stk_loader *ld, void **mem, size_t *bytes) {
+    /* The buffers made at open; those added later (add_buffer) own theirs. */
+    uint32_t made = ld->slots_cap - MAX_EXTRA_SLOTS;
+    *mem = ld->slot_mem;
+    *bytes = (size_t)made * (size_t)stk__align_up(ld->slot_bytes, 4096);
+}
+
+uint64_t stk__loader_slot_bytes(const stk_loader *ld) { return ld->slot_bytes; }
+size_t stk__loader_field_dsf(const stk_loader *ld, size_t i) { return ld->f[i].dsf; }

@@ -1,0 +1,89 @@
+/*
+ * stats.c: what the loader tells about its work.  The statistics per stage
+ * (counted by the workers and the consumer as they go), the last sample
+ * replaced under on_error = skip, and the trace: its start, stop, the
+ * caller's own spans and the Chrome trace file (trace/trace.c writes it).
+ * The names of the NVTX ranges the stages open live here too.
+ */
+#define _GNU_SOURCE
+#include "loader.h"
+
+#include <errno.h>
+#include <string.h>
+
+const char *const stk__ld_nvtx_names[STK__EV_KINDS] = {
+    "stoker batch", "stoker plan", "stoker verify", "stoker read", "stoker assemble",
+    "stoker group load", "", "stoker next", ""};
+
+/* ---- tracing ---- */
+
+uint64_t stk_now_ns(void) { return stk__now_ns(); }
+
+int stk_loader_trace_start(stk_loader *ld, uint32_t max_spans, stk_error *err) {
+    if (!ld) return stk__err(err, -EINVAL, "stk_loader_trace_start: NULL loader");
+    return stk__trace_start(&ld->trace, max_spans, err);
+}
+
+void stk_loader_trace_stop(stk_loader *ld) {
+    if (ld) stk__trace_stop(&ld->trace);
+}
+
+int stk_loader_trace_span(stk_loader *ld, const char *name, uint64_t t0_ns, uint64_t t1_ns) {
+    if (!ld || !name || t1_ns < t0_ns) return -EINVAL;
+    if (stk__tracing(&ld->trace))
+        stk__trace_add(&ld->trace, ld->trace.nbufs - 1, STK__EV_USER, t0_ns, t1_ns, STK__EV_NONE,
+                       STK__EV_NONE, name);
+    return 0;
+}
+
+int stk_loader_trace_write(stk_loader *ld, const char *path, stk_error *err) {
+    if (!ld) return stk__err(err, -EINVAL, "stk_loader_trace_write: NULL loader");
+    return stk__trace_write(&ld->trace, path, err);
+}
+
+/* ---- statistics ---- */
+
+void stk_loader_stats_get(const stk_loader *ld, stk_loader_stats *o) {
+    memset(o, 0, sizeof *o);
+    if (!ld) return;
+    o->plan = (stk_stage_stats){ld->st_plan_n, 0, ld->st_plan_ns};
+    o->io = (stk_stage_stats){ld->st_io_n, ld->st_io_bytes, ld->st_io_ns};
+    o->assemble = (stk_stage_stats){ld->st_asm_n, ld->st_asm_bytes, ld->st_asm_ns};
+    o->wait = (stk_stage_stats){ld->st_wait_n, 0, ld->st_wait_ns};
+    o->verify = (stk_stage_stats){ld->st_ver_n, ld->st_ver_bytes, ld->st_ver_ns};
+    o->skipped = ld->st_skipped;
+    o->batches = ld->st_batches;
+    o->samples = ld->st_samples;
+    o->elapsed_ns = stk__now_ns() - ld->st_t0;
+    o->ready_sum = ld->st_ready_sum;
+    o->ring_slots = ld->R;
+    o->threads = (uint32_t)ld->nw;
+    o->groups_loaded = ld->st_groups;
+    uint64_t m = 0;
+    for (int i = 0; i < ld->nw; i++)
+        if (ld->w[i].io) m = STK__MAX(m, ld->w[i].io->max_inflight);
+    o->max_inflight = m;
+    bool done;
+    stk__warm_stats(ld->warm, &o->warm_up.count, &o->warm_up.bytes, &o->warm_up.busy_ns, &done);
+    o->warm_up_bytes = ld->warm_total;
+    o->warm_up_done = done;
+}
+
+uint64_t stk_loader_last_skip(stk_loader *ld, stk_error *out) {
+    if (!ld) return 0;
+    pthread_mutex_lock(&ld->mu);
+    if (out) *out = ld->last_skip;
+    uint64_t n = ld->st_skipped;
+    pthread_mutex_unlock(&ld->mu);
+    return n;
+}
+
+void stk_loader_stats_reset(stk_loader *ld) {
+    if (!ld) return;
+    ld->st_plan_n = ld->st_plan_ns = ld->st_io_n = ld->st_io_bytes = ld->st_io_ns = 0;
+    ld->st_asm_n = ld->st_asm_bytes = ld->st_asm_ns = ld->st_wait_n = ld->st_wait_ns = 0;
+    ld->st_batches = ld->st_samples = ld->st_ready_sum = ld->st_groups = 0;
+    ld->st_ver_n = ld->st_ver_bytes = ld->st_ver_ns = 0;
+    ld->st_skipped = 0;
+    ld->st_t0 = stk__now_ns();
+}
