@@ -78,6 +78,8 @@ int stk__write_file_atomic(const char *dir, const char *name, const void *data,
                            size_t len, bool sync);
 /* Joins dir and name with one '/' into a buffer from stk__malloc. */
 char *stk__path_join(const char *dir, const char *name);
+/* The directory part of `path` ("." when it has none), from stk__malloc. */
+char *stk__path_dir(const char *path);
 
 /* ---- memory (core/mem.c) ---- */
 

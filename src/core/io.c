@@ -117,6 +117,18 @@ char *stk__path_join(const char *dir, const char *name) {
     return p;
 }
 
+char *stk__path_dir(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return stk__strdup(".");
+    if (slash == path) return stk__strdup("/");
+    char *d = stk__malloc((size_t)(slash - path) + 1);
+    if (d) {
+        memcpy(d, path, (size_t)(slash - path));
+        d[slash - path] = 0;
+    }
+    return d;
+}
+
 int stk__write_file_atomic(const char *dir, const char *name, const void *data,
                            size_t len, bool sync) {
     /* The temporary file must be a new file of ours: created exclusively,

@@ -210,7 +210,7 @@ struct stk_dataset {
     char *attrs;
     uint32_t align;
     uint32_t block_size;
-    /* An in-place index (sources/index.c): the shards are the users' own
+    /* An in-place index (sources/index_open.c): the shards are the users' own
      * files; there are no checksums (block_size 0) and, past a number of
      * files, no mappings. */
     bool in_place;

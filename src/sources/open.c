@@ -1,6 +1,6 @@
 /*
  * open.c: opening a path, whichever it holds: a dataset of stoker shards
- * (format/dataset.c) or an in-place index of users' files (index.c).  The
+ * (format/dataset.c) or an in-place index of users' files (index_open.c).  The
  * dispatch lives here, above both, so that the format layer knows nothing
  * of in-place sources.
  */

@@ -1,5 +1,5 @@
 /*
- * sources.h: what the in-place index (index.c) needs of the readers of
+ * sources.h: what the in-place index (index_build.c) needs of the readers of
  * other formats.
  */
 #ifndef STK_SOURCES_H
@@ -35,7 +35,14 @@ typedef struct stk__h5info {
 int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_error *err);
 void stk__h5info_free(stk__h5info *h);
 
-/* ---- in-place indexes (index.c) ---- */
+/* ---- in-place indexes (index_build.c, index_open.c) ---- */
+
+#define STK__INDEX_FORMAT "stoker-index"
+#define STK__INDEX_VERSION 1
+/* Version 2: some file names its own encoding ("stored" in its entry),
+ * which a reader of version 1 would misread; written only then. */
+#define STK__INDEX_VERSION_OWN_CONV 2
+
 
 /* Whether the file at `path` starts like an index (checks a few bytes). */
 bool stk__is_index_file(const char *path);
