@@ -1,9 +1,10 @@
 /*
  * index_build.c: in-place sources, and writing their index.  `stoker
  * index` maps the records of users' own files (.npy, .wav, HDF5, any file
- * taken whole) to byte ranges once, and stk_dataset_open turns such an index into an ordinary dataset whose
- * "shards" are those files, so the loader reads them with everything it
- * has: orders, windows, ranks, resume, io_uring.
+ * taken whole) to byte ranges once, and stk_dataset_open turns such an
+ * index into an ordinary dataset whose "shards" are those files, so the
+ * loader reads them with everything it has: orders, windows, ranks,
+ * resume, io_uring.
  *
  * The index is a JSON file (docs/FORMAT.md, "In-place index"):
  *
