@@ -259,4 +259,29 @@ static inline void stk__record_span(const stk_dataset *ds, const uint64_t *e,
 /* Files a dataset directory may hold. */
 bool stk__is_stoker_file(const char *name);
 
+/* ---- a dataset's directory (dir.c) ---- */
+
+/* The lock file every writer of a directory takes (a part's own is
+ * .stoker-part-NNNNN.lock). */
+#define STK__LOCK_NAME ".stoker.lock"
+int stk__mkdir_p(const char *path);
+bool stk__exists_in(const char *dir, const char *name);
+/* 1 when entry `name` of directory fd `dfd` is a file stoker wrote (by its
+ * contents), 0 when not, a negated errno when it cannot be told. */
+int stk__is_ours(int dfd, const char *name);
+/* 0 when `dir` holds only stoker's files (those of `prefix`, and
+ * part_manifest), else an error naming what else is there. */
+int stk__check_replaceable(const char *dir, const char *prefix, const char *part_manifest,
+                           stk_error *err);
+/* Locks `name` in dir, exclusive or shared, failing at once (-EBUSY) when
+ * another writer holds it; *out is the lock's descriptor. */
+int stk__take_lock(const char *dir, const char *name, bool exclusive, int *out,
+                   stk_error *err);
+/* Removes stoker's files of `dir` whose names start with `prefix` (or
+ * counts them, only_count); returns how many matched, or a negated errno. */
+int stk__remove_files(const char *dir, const char *prefix, bool only_count);
+/* Writes manifest m as `name` in dir, atomically. */
+int stk__publish(const char *dir, const char *name, const stk__manifest *m, bool sync,
+                 stk_error *err);
+
 #endif

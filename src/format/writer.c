@@ -101,186 +101,6 @@ void stk_writer_options_init(stk_writer_options *o) {
     o->inputs = NULL;
 }
 
-bool stk__is_stoker_file(const char *name) {
-    size_t n = strlen(name);
-    if (strcmp(name, STK__MANIFEST) == 0) return true;
-    if (strncmp(name, ".packing", 8) == 0) return true;
-    if (n > 4 && strcmp(name + n - 4, STK__SHARD_EXT) == 0) return true;
-    if (strncmp(name, "part-", 5) == 0 && n > 5 && strcmp(name + n - 5, ".json") == 0)
-        return true;
-    return false;
-}
-
-static int mkdir_p(const char *path) {
-    char *p = stk__strdup(path);
-    if (!p) return -ENOMEM;
-    int rc = 0;
-    for (char *s = p + 1;; s++) {
-        if (*s == '/' || *s == '\0') {
-            char c = *s;
-            *s = '\0';
-            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-                rc = -errno;
-                break;
-            }
-            *s = c;
-            if (!c) break;
-        }
-    }
-    stk__free(p);
-    if (rc == 0) {
-        struct stat st;
-        if (stat(path, &st) != 0) return -errno;
-        if (!S_ISDIR(st.st_mode)) return -ENOTDIR;
-    }
-    return rc;
-}
-
-static bool exists_in(const char *dir, const char *name) {
-    char *p = stk__path_join(dir, name);
-    struct stat st;
-    bool e = p && stat(p, &st) == 0;
-    stk__free(p);
-    return e;
-}
-
-/* ---- what in a directory is ours ---- */
-
-#define LOCK_NAME ".stoker.lock"
-
-static bool starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
-
-/* Whether entry `name` of directory fd `dfd` is a file stoker wrote: a
- * regular file (never a link, a directory or a pipe) whose contents say so
- * (a shard's magic, a manifest that parses, our journal), or one of our
- * lock files and temporary files.  A user's own manifest.json, notes.stk
- * or part-7.json is not. */
-static int is_ours(int dfd, const char *name) {
-    struct stat st;
-    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) return 0;
-    if (!strcmp(name, LOCK_NAME) || (starts_with(name, ".stoker-part-") && strstr(name, ".lock")))
-        return 1;
-    if (name[0] == '.' && strstr(name, ".tmp.")) return 1; /* our atomic writes' */
-    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return 0;
-    int ours = 0;
-    size_t n = strlen(name);
-    char head[32] = {0};
-    ssize_t got = pread(fd, head, sizeof head - 1, 0);
-    if (n > 4 && !strcmp(name + n - 4, STK__SHARD_EXT)) {
-        /* A shard cut short right after its creation may hold only part
-         * of the magic, or nothing: nothing of anyone's is lost with it. */
-        ours = got >= 0 && memcmp(head, STK__MAGIC, (size_t)(got < 8 ? got : 8)) == 0;
-    } else if (starts_with(name, ".packing")) {
-        ours = got > 0 && starts_with(head, "stoker pack in progress");
-    } else if (!strcmp(name, STK__MANIFEST) || (starts_with(name, "part-") && n > 5 &&
-                                                !strcmp(name + n - 5, ".json"))) {
-        if (st.st_size > 0 && st.st_size < (64 << 20)) {
-            char *text = stk__malloc((size_t)st.st_size + 1);
-            stk__manifest m;
-            memset(&m, 0, sizeof m);
-            int prc = -ENOMEM;
-            if (text && pread(fd, text, (size_t)st.st_size, 0) == st.st_size)
-                prc = stk__manifest_parse(text, (size_t)st.st_size, name, &m, NULL);
-            if (prc == 0) {
-                ours = 1;
-                stk__manifest_clear(&m);
-            } else if (prc == -ENOMEM) {
-                ours = -ENOMEM; /* cannot tell */
-            }
-            stk__free(text);
-        }
-    }
-    close(fd);
-    return ours;
-}
-
-/* Refuses to replace anything in `dir` that stoker did not write: with
- * `prefix` "" every entry of the directory must be ours (replacing a
- * dataset takes the whole directory); with a part's prefix, only the
- * files that part would remove. */
-static int check_replaceable(const char *dir, const char *prefix, const char *part_manifest,
-                             stk_error *err) {
-    DIR *d = opendir(dir);
-    if (!d) return stk__err(err, -errno, "%s: %s", dir, stk_strerror(-errno));
-    char list[512] = "";
-    size_t used = 0, nforeign = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        if (*prefix && !starts_with(e->d_name, prefix) &&
-            !(part_manifest && !strcmp(e->d_name, part_manifest)))
-            continue;
-        int ours = is_ours(dirfd(d), e->d_name);
-        if (ours < 0) {
-            closedir(d);
-            return stk__err(err, ours, "%s: %s", dir, stk_strerror(ours));
-        }
-        if (ours) continue;
-        if (nforeign++ < 6 && used < sizeof list - 80)
-            used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", used ? ", " : "",
-                                     e->d_name);
-    }
-    closedir(d);
-    if (!nforeign) return 0;
-    return stk__err(err, -EEXIST,
-                    "%s: holds %zu file%s stoker did not write (%s%s); replacing a dataset "
-                    "removes only a dataset's own files, so move them away or write the "
-                    "dataset elsewhere",
-                    dir, nforeign, nforeign == 1 ? "" : "s", list, nforeign > 6 ? ", ..." : "");
-}
-
-/* Takes `name` in dir for this writer: exclusive (LOCK_EX) or shared; a
- * writer already holding it makes this fail at once.  The lock file stays
- * (empty): removing it would let two writers lock two different files. */
-static int take_lock(const char *dir, const char *name, bool exclusive, int *out,
-                     stk_error *err) {
-    char *p = stk__path_join(dir, name);
-    if (!p) return stk__err(err, -ENOMEM, "out of memory");
-    int fd = stk__open(p, O_RDWR | O_CREAT | O_NOFOLLOW, 0644);
-    stk__free(p);
-    if (fd < 0)
-        return stk__err(err, fd, "%s: cannot open its lock %s: %s", dir, name, stk_strerror(fd));
-    if (flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0) {
-        int e = errno;
-        close(fd);
-        if (e != EWOULDBLOCK)
-            return stk__err(err, -e, "%s: cannot lock %s: %s", dir, name, stk_strerror(-e));
-        return stk__err(err, -EBUSY,
-                        "%s: another writer is writing this dataset (it holds %s); wait for "
-                        "it to finish (two writers at once would leave a damaged dataset)",
-                        dir, name);
-    }
-    *out = fd;
-    return 0;
-}
-
-/* Removes the stoker files of `dir` whose names start with `prefix` (all of
- * them when prefix is ""), except `keep`.  Returns how many remain that
- * would have matched, or a negated errno. */
-static int remove_files(const char *dir, const char *prefix, bool only_count) {
-    DIR *d = opendir(dir);
-    if (!d) return -errno;
-    int count = 0, rc = 0;
-    struct dirent *e;
-    size_t plen = strlen(prefix);
-    while ((e = readdir(d)) != NULL) {
-        if (!stk__is_stoker_file(e->d_name)) continue;
-        if (plen && strncmp(e->d_name, prefix, plen) != 0) continue;
-        if (only_count) {
-            count++;
-            continue;
-        }
-        if (is_ours(dirfd(d), e->d_name) != 1) continue; /* refused before, by check_replaceable */
-        if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT) {
-            rc = -errno;
-            break;
-        }
-    }
-    closedir(d);
-    return rc ? rc : count;
-}
-
 static int werr(stk_writer *w, stk_error *err, int code, const char *fmt, ...)
     STK__PRINTF(4, 5);
 static int werr(stk_writer *w, stk_error *err, int code, const char *fmt, ...) {
@@ -497,21 +317,21 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
         return stk__err(err, -ENOMEM, "out of memory");
     }
 
-    if ((rc = mkdir_p(path)) != 0) {
+    if ((rc = stk__mkdir_p(path)) != 0) {
         stk_writer_free(w);
         return stk__err(err, rc, "%s: cannot create the dataset directory: %s", path,
                         stk_strerror(rc));
     }
     /* One writer at a time: a dataset's writer holds its lock exclusively;
      * the writers of its parts share it and hold their part's. */
-    if ((rc = take_lock(path, LOCK_NAME, !part, &w->lock_fd, err))) {
+    if ((rc = stk__take_lock(path, STK__LOCK_NAME, !part, &w->lock_fd, err))) {
         stk_writer_free(w);
         return rc;
     }
     if (part) {
         char ln[48];
         snprintf(ln, sizeof ln, ".stoker-part-%05u.lock", opts->part_index);
-        if ((rc = take_lock(path, ln, true, &w->part_lock_fd, err))) {
+        if ((rc = stk__take_lock(path, ln, true, &w->part_lock_fd, err))) {
             stk_writer_free(w);
             return rc;
         }
@@ -519,9 +339,9 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
     char partman[32];
     snprintf(partman, sizeof partman, "part-%05u.json", opts->part_index);
     const char *own_manifest = part ? partman : STK__MANIFEST;
-    bool merged = exists_in(path, STK__MANIFEST);
-    int leftovers = remove_files(path, part ? w->prefix : "", true);
-    if (opts->resume && !merged && !exists_in(path, own_manifest) && exists_in(path, w->marker)) {
+    bool merged = stk__exists_in(path, STK__MANIFEST);
+    int leftovers = stk__remove_files(path, part ? w->prefix : "", true);
+    if (opts->resume && !merged && !stk__exists_in(path, own_manifest) && stk__exists_in(path, w->marker)) {
         if ((rc = resume_journal(w, err))) {
             stk_writer_free(w);
             return rc;
@@ -534,16 +354,16 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
         if (merged)
             why = part ? "a merged dataset already exists there"
                        : "a dataset already exists there";
-        else if (exists_in(path, own_manifest))
+        else if (stk__exists_in(path, own_manifest))
             why = "this part was already written";
-        else if (leftovers > 0 || exists_in(path, w->marker))
+        else if (leftovers > 0 || stk__exists_in(path, w->marker))
             why = "it holds files of an interrupted pack";
         if (why) {
             stk_writer_free(w);
             return stk__err(err, -EEXIST, "%s: %s (pass overwrite / --force to replace it)",
                             path, why);
         }
-    } else if ((rc = check_replaceable(path, part && !merged ? w->prefix : "",
+    } else if ((rc = stk__check_replaceable(path, part && !merged ? w->prefix : "",
                                        part && !merged ? partman : NULL, err))) {
         stk_writer_free(w);
         return rc;
@@ -566,7 +386,7 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
         stk__free(m);
         if (!rc && opts->sync) rc = stk__fsync_dir(path);
         if (!rc) {
-            int r = remove_files(path, part && !merged ? w->prefix : "", false);
+            int r = stk__remove_files(path, part && !merged ? w->prefix : "", false);
             rc = r < 0 ? r : 0;
         }
         if (rc) {
@@ -923,26 +743,13 @@ static void drop_replaced(stk_writer *w) {
     while ((e = readdir(d)) != NULL) {
         size_t n = strlen(e->d_name);
         bool shard = n > 4 && !strcmp(e->d_name + n - 4, STK__SHARD_EXT);
-        bool part = starts_with(e->d_name, "part-") && n > 5 && !strcmp(e->d_name + n - 5, ".json");
+        bool part = strncmp(e->d_name, "part-", 5) == 0 && n > 5 && !strcmp(e->d_name + n - 5, ".json");
         if (!shard && !part) continue;
         bool named = false;
         for (size_t i = 0; i < w->nshards && !named; i++) named = !strcmp(w->shards[i].file, e->d_name);
-        if (!named && is_ours(dirfd(d), e->d_name) == 1) unlinkat(dirfd(d), e->d_name, 0);
+        if (!named && stk__is_ours(dirfd(d), e->d_name) == 1) unlinkat(dirfd(d), e->d_name, 0);
     }
     closedir(d);
-}
-
-static int publish(const char *dir, const char *name, const stk__manifest *m,
-                   bool sync, stk_error *err) {
-    char *text = NULL;
-    size_t len = 0;
-    int rc = stk__manifest_dump(m, &text, &len, err);
-    if (rc) return rc;
-    rc = stk__write_file_atomic(dir, name, text, len, sync);
-    stk__free(text);
-    if (rc)
-        return stk__err(err, rc, "%s: cannot write %s: %s", dir, name, stk_strerror(rc));
-    return 0;
 }
 
 int stk_writer_finish(stk_writer *w, stk_error *err) {
@@ -976,7 +783,7 @@ int stk_writer_finish(stk_writer *w, stk_error *err) {
     char name[32];
     if (m.is_part) snprintf(name, sizeof name, "part-%05u.json", w->opt.part_index);
     else snprintf(name, sizeof name, "%s", STK__MANIFEST);
-    if ((rc = publish(w->dir, name, &m, w->opt.sync, err))) {
+    if ((rc = stk__publish(w->dir, name, &m, w->opt.sync, err))) {
         w->failed = true;
         return rc;
     }
@@ -1011,151 +818,4 @@ void stk_writer_free(stk_writer *w) {
     stk__free(w->zbuf);
     ZSTD_freeCCtx(w->cctx);
     stk__free(w);
-}
-
-/* ---- merging parts ---- */
-
-static int merge_locked(const char *path, stk_error *err);
-
-int stk_merge(const char *path, stk_error *err) {
-    if (!path) return stk__err(err, -EINVAL, "stk_merge: NULL path");
-    /* No part may be written while the parts are merged. */
-    int lock = -1;
-    int rc = take_lock(path, LOCK_NAME, true, &lock, err);
-    if (rc) return rc;
-    rc = merge_locked(path, err);
-    close(lock);
-    return rc;
-}
-
-static int merge_locked(const char *path, stk_error *err) {
-    if (exists_in(path, STK__MANIFEST))
-        return stk__err(err, -EEXIST, "%s: already holds a merged dataset", path);
-    DIR *d = opendir(path);
-    if (!d) return stk__err(err, -errno, "%s: %s", path, stk_strerror(-errno));
-    stk__manifest *parts = NULL;
-    size_t nparts = 0, cap = 0;
-    int rc = 0;
-    struct dirent *e;
-    char unfinished[64] = "";
-    while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, ".packing", 8) == 0 && !unfinished[0])
-            snprintf(unfinished, sizeof unfinished, "%s", e->d_name);
-        size_t n = strlen(e->d_name);
-        if (strncmp(e->d_name, "part-", 5) != 0 || n < 6 ||
-            strcmp(e->d_name + n - 5, ".json") != 0)
-            continue;
-        if (nparts == cap) {
-            cap = cap ? cap * 2 : 16;
-            stk__manifest *p = stk__realloc(parts, cap * sizeof *p);
-            if (!p) {
-                rc = stk__err(err, -ENOMEM, "out of memory");
-                break;
-            }
-            parts = p;
-        }
-        char *file = stk__path_join(path, e->d_name);
-        char *text = NULL;
-        size_t len = 0;
-        rc = file ? stk__read_file(file, &text, &len) : -ENOMEM;
-        if (rc) {
-            stk__err(err, rc, "%s: %s", file ? file : path, stk_strerror(rc));
-        } else {
-            rc = stk__manifest_parse(text, len, file, &parts[nparts], err);
-            if (!rc && !parts[nparts].is_part) {
-                stk__manifest_clear(&parts[nparts]);
-                rc = stk__err(err, STK_ECORRUPT, "%s: is not a part manifest", file);
-            }
-            if (!rc) nparts++;
-        }
-        stk__free(text);
-        stk__free(file);
-        if (rc) break;
-    }
-    closedir(d);
-    if (!rc && nparts == 0)
-        rc = stk__err(err, unfinished[0] ? STK_EINCOMPLETE : -ENOENT,
-                      "%s: no finished parts to merge%s%s", path,
-                      unfinished[0] ? "; an unfinished pack left " : "", unfinished);
-    uint32_t count = nparts ? parts[0].part_count : 0;
-    if (!rc) {
-        /* Sort by part index (insertion sort: parts are few). */
-        for (size_t i = 1; i < nparts; i++)
-            for (size_t j = i; j > 0 && parts[j - 1].part_index > parts[j].part_index; j--) {
-                stk__manifest t = parts[j];
-                parts[j] = parts[j - 1];
-                parts[j - 1] = t;
-            }
-        for (size_t i = 0; i < nparts && !rc; i++) {
-            if (parts[i].part_count != count)
-                rc = stk__err(err, STK_ESCHEMA,
-                              "%s: part %u says there are %u parts, part %u says %u",
-                              path, parts[i].part_index, parts[i].part_count,
-                              parts[0].part_index, count);
-            else if (i && parts[i].part_index == parts[i - 1].part_index)
-                rc = stk__err(err, STK_ECORRUPT, "%s: part %u appears twice", path,
-                              parts[i].part_index);
-            else if ((parts[i].inputs || parts[0].inputs) &&
-                     (!parts[i].inputs || !parts[0].inputs ||
-                      strcmp(parts[i].inputs, parts[0].inputs) != 0))
-                rc = stk__err(err, STK_EMISMATCH,
-                              "%s: part %u was packed from other inputs than part %u (%s): "
-                              "pack every part from the same files with the same options",
-                              path, parts[i].part_index, parts[0].part_index,
-                              parts[i].inputs && parts[0].inputs ? "their inputs differ"
-                                                                 : "only one recorded them");
-            else if (stk__schema_hash(parts[i].fields, parts[i].nfields) !=
-                         stk__schema_hash(parts[0].fields, parts[0].nfields) ||
-                     parts[i].align != parts[0].align ||
-                     parts[i].block_size != parts[0].block_size)
-                rc = stk__err(err, STK_ESCHEMA,
-                              "%s: part %u has a different schema or layout than "
-                              "part %u",
-                              path, parts[i].part_index, parts[0].part_index);
-        }
-        if (!rc && nparts != count) {
-            uint32_t missing = 0;
-            for (size_t i = 0; i < nparts; i++, missing++)
-                if (parts[i].part_index != missing) break;
-            rc = stk__err(err, STK_EINCOMPLETE,
-                          "%s: %zu of %u parts are finished; part %u "
-                          "(part-%05u.json) is missing",
-                          path, nparts, count, missing, missing);
-        }
-    }
-    if (!rc) {
-        stk__manifest m = parts[0];
-        m.is_part = 0;
-        m.part_index = 0;
-        m.part_count = 1;
-        m.records = 0;
-        m.nshards = 0;
-        for (size_t i = 0; i < nparts; i++) {
-            m.records += parts[i].records;
-            m.nshards += parts[i].nshards;
-        }
-        m.shards = stk__calloc(m.nshards ? m.nshards : 1, sizeof *m.shards);
-        if (!m.shards) {
-            rc = stk__err(err, -ENOMEM, "out of memory");
-        } else {
-            size_t k = 0;
-            for (size_t i = 0; i < nparts; i++)
-                for (size_t j = 0; j < parts[i].nshards; j++) m.shards[k++] = parts[i].shards[j];
-            rc = publish(path, STK__MANIFEST, &m, true, err);
-            stk__free(m.shards);
-        }
-        if (!rc) {
-            for (uint32_t i = 0; i < count; i++) {
-                char name[32];
-                snprintf(name, sizeof name, "part-%05u.json", i);
-                char *p = stk__path_join(path, name);
-                if (p) unlink(p);
-                stk__free(p);
-            }
-            stk__fsync_dir(path);
-        }
-    }
-    for (size_t i = 0; i < nparts; i++) stk__manifest_clear(&parts[i]);
-    stk__free(parts);
-    return rc;
 }
