@@ -460,7 +460,7 @@ bool stk__ld_group_prefetch(stk_loader *ld, worker *w, uint64_t ahead, bool firs
 /* Block order with real reads (not the mapping): a thread of its own reads
  * groups ahead into free buffers, so that the workers only cut batches and
  * never stop to read (a worker that read the next group left one worker to
- * cut batches: 0.4 of the device's sequential rate beyond memory). */
+ * cut batches, and the run far below the device's sequential rate). */
 void *stk__ld_reader_main(void *arg) {
     worker *w = arg;
     stk_loader *ld = w->ld;

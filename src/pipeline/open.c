@@ -95,11 +95,11 @@ static int lay_out_slots(stk_loader *ld, const stk_loader_options *o, stk_error 
 static int open_files(stk_loader *ld, stk_error *err) {
     /* Read-ahead in random order.  When the data fits in memory, a small
      * sample's read becomes a larger request whose extra bytes later
-     * samples of the epoch use (a windowed epoch read 0.65 of the
-     * sequential rate with it, 0.48 without); a large one (above half the
-     * kernel's 128 KiB default window) only gains the head of the next
-     * record, read again later as a fragment (100 KiB clips: 1.07 GB/s with
-     * it, 1.25 without).  When the data does not fit, the extra bytes are
+     * samples of the epoch use; a large one (above half the kernel's
+     * 128 KiB default window) only gains the head of the next record, read
+     * again later as a fragment (docs/BENCHMARKS.md, "Figures behind design
+     * choices", has both measurements).  When the data does not fit, the
+     * extra bytes are
      * gone before a later sample could use them: each sample is one read of
      * its own bytes. */
     bool no_readahead = ld->opt.order == STK_ORDER_RANDOM &&
