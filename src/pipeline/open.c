@@ -99,9 +99,8 @@ static int open_files(stk_loader *ld, stk_error *err) {
      * 128 KiB default window) only gains the head of the next record, read
      * again later as a fragment (docs/BENCHMARKS.md, "Figures behind design
      * choices", has both measurements).  When the data does not fit, the
-     * extra bytes are
-     * gone before a later sample could use them: each sample is one read of
-     * its own bytes. */
+     * extra bytes are gone before a later sample could use them: each
+     * sample is one read of its own bytes. */
     bool no_readahead = ld->opt.order == STK_ORDER_RANDOM &&
                         (!ld->fits || stk__ld_mean_sample_bytes(ld) >= (64u << 10));
     int rc = stk__files_open(&ld->files, ld->ds, ld->opt.direct != 0, no_readahead,
