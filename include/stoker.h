@@ -14,9 +14,9 @@
  *    Functions that take an `stk_error *err` fill it with the same code and a
  *    message naming the file, shard and record concerned; `err` may be NULL.
  *    Nothing in the library aborts the process on bad input.
- *    The exceptions: stk_loader_next and stk_gpu_next return STK_END (1,
- *    positive) at the end of an epoch; functions named for what they give
- *    (stk_dataset_num_records, stk_loader_backend, the *_name functions)
+ *    The exceptions: stk_loader_next and stk_loader_next_timeout return
+ *    STK_END (1, positive) at the end of an epoch; functions named for what
+ *    they give (stk_dataset_num_records, stk_loader_backend, the *_name functions)
  *    return it directly and say what a NULL or out-of-range argument gives;
  *    the *_parse functions return the value or -EINVAL; void functions
  *    cannot fail.
@@ -652,6 +652,14 @@ typedef struct stk_loader_options {
                                 * memory.max above the process).  Never with
                                 * `direct`, nor for an in-place index whose
                                 * files are not mapped.  Default AUTO */
+    int device;                /* where batches are delivered: -1 (default)
+                                * host memory; N >= 0 CUDA device N (see "Batches on
+                                * a GPU" below) */
+    uint32_t device_buffers;   /* device >= 0: batch buffers on the device;
+                                * default 3, >= 2 */
+    uint64_t device_resident_budget; /* device >= 0: bytes of GPU memory a
+                                * device-resident copy of the selected fields
+                                * may take; 0 (default): never resident */
 } stk_loader_options;
 
 /* Fills `opts` with the defaults above. */
@@ -667,7 +675,9 @@ STK_API void stk_loader_options_init(stk_loader_options *opts);
  *             compressed time field, a budget below what one batch needs...);
  *             the message names the option and says why;
  *   STK_ESCHEMA  time fields whose row counts differ in some record (named);
- *   -ENOMEM, -EMFILE, or errors from opening the shard files.
+ *   -ENOMEM, -EMFILE, or errors from opening the shard files;
+ *   with a device: STK_ENOGPU (no plugin, driver or device: the message
+ *             says which), -EINVAL (no such device), STK_ECUDA.
  * Thread-safety: a loader is driven by one consumer thread at a time; its
  * own threads are internal.
  */
@@ -682,7 +692,8 @@ STK_API int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts,
  * and the record.  After an error every call returns it again; close the
  * loader.  Returns -EBUSY if the consumer holds every batch buffer.
  * The batch stays valid, and its memory untouched, until
- * stk_loader_release(); hold several at once if needed.
+ * stk_loader_release(); hold several at once if needed.  With a device,
+ * the batch's fields are in device memory (see "Batches on a GPU").
  */
 STK_API int stk_loader_next(stk_loader *ld, stk_batch **out, stk_error *err);
 
@@ -694,21 +705,36 @@ STK_API int stk_loader_next_timeout(stk_loader *ld, stk_batch **out, int64_t tim
 
 /* Adds one batch buffer to the ring, beyond the memory budget: for a
  * consumer that keeps batches (next returned -EBUSY) and wants to go on.
- * At most 1024 buffers can be added.  Returns 0, -ENOSPC or -ENOMEM. */
+ * At most 1024 buffers can be added.  Returns 0, -ENOSPC or -ENOMEM;
+ * -ENOTSUP with a device (device buffers are fixed at open). */
 STK_API int stk_loader_add_buffer(stk_loader *ld, stk_error *err);
 
 /* Gives a batch's buffer back for reuse.  Accepts NULL.  The batch and every
- * pointer into it are invalid afterwards. */
+ * pointer into it are invalid afterwards.  A device batch must no longer be
+ * read by any GPU work (use stk_loader_release_after otherwise). */
 STK_API void stk_loader_release(stk_loader *ld, stk_batch *b);
+/* As stk_loader_release, for a batch that GPU work queued on CUDA stream
+ * `stream` (a cudaStream_t) may still read: its device buffer is refilled
+ * only after that work is done; the host does not wait.  A host batch is
+ * simply released. */
+STK_API void stk_loader_release_after(stk_loader *ld, stk_batch *b, uintptr_t stream);
 
 /* Puts back the batch the last stk_loader_next gave, undelivered: the next
  * call gives it again and the saved state counts it as not taken (a caller
  * interrupted before it could use the batch loses nothing).  -EINVAL when
- * `b` is not that batch (another was taken since, or the epoch moved). */
+ * `b` is not that batch (another was taken since, or the epoch moved), or
+ * with a device. */
 STK_API int stk_loader_unget(stk_loader *ld, stk_batch *b);
 
 /* Samples in the batch (batch_size, or fewer for a last partial batch). */
 STK_API uint32_t stk_batch_size(const stk_batch *b);
+/* Where the batch's fields are: -1 host memory, else the CUDA device. */
+STK_API int stk_batch_device(const stk_batch *b);
+/* Makes CUDA stream `stream` (a cudaStream_t; 1 and 2 are the legacy and
+ * per-thread default streams) wait until a device batch is on the device;
+ * the host does not wait.  Call it before queueing work that reads the
+ * batch.  Returns 0 (at once for a host batch) or STK_ECUDA. */
+STK_API int stk_batch_wait(const stk_batch *b, uintptr_t stream, stk_error *err);
 /* The batch's number within this rank's stream since the epoch began or the
  * state was last restored, from 0. */
 STK_API uint64_t stk_batch_index(const stk_batch *b);
@@ -725,6 +751,8 @@ typedef struct stk_batch_field {
     uint64_t bytes;    /* size of data */
     const int64_t *offsets; /* ragged: [n + 1] offsets in rows; else NULL */
 } stk_batch_field;
+/* `data` and `offsets` are in the memory stk_batch_device names; the shape,
+ * sizes and the batch's sample ids are always on the host. */
 
 /* Describes field `i` (in the loader's field order).  Returns 0 or -EINVAL. */
 STK_API int stk_batch_field_get(const stk_batch *b, size_t i, stk_batch_field *out);
@@ -990,119 +1018,57 @@ STK_API void stk_loader_close(stk_loader *ld);
 /* For a caller that must close while it still holds batches: stops the
  * threads and gives the memory of every batch buffer it does not hold back
  * to the system; the batches held stay valid (release them, then call
- * stk_loader_close).  No batch can be taken after it.  Not for a loader
- * under a GPU stage (its buffers may be registered with the driver).
- * Accepts NULL; a second call does nothing. */
+ * stk_loader_close).  No batch can be taken after it.  With a device, the
+ * copies in flight finish and device batches held stay valid.  Accepts
+ * NULL; a second call does nothing. */
 STK_API void stk_loader_stop(stk_loader *ld);
 
 /* ------------------------------------------------------------------------ */
-/* The GPU stage                                                             */
+/* Batches on a GPU                                                         */
 /* ------------------------------------------------------------------------ */
 
 /*
- * Batches on an NVIDIA GPU.  stoker's CUDA code lives in a plugin,
- * libstoker_cuda.so, built when the CUDA toolkit is found at build time and
- * loaded when a GPU feature is first used; it needs the NVIDIA driver
- * (libcuda.so.1) at run time and nothing else.  Without plugin, driver or
- * device every call below fails with STK_ENOGPU and a message saying which
- * is missing; the rest of the library is unaffected.  The plugin is looked
- * for at $STOKER_CUDA_PLUGIN, then beside the library or program that
- * holds libstoker, then on the loader's search path.
+ * Batches on an NVIDIA GPU.  A loader opened with `device` >= 0 delivers
+ * batches whose fields are in that device's memory; everything else about
+ * it (next, release, epochs, save and restore, stats, tracing) is the same
+ * calls.  stoker's CUDA code lives in a plugin, libstoker_cuda.so, built
+ * when the CUDA toolkit is found at build time and loaded when a GPU
+ * feature is first used; it needs the NVIDIA driver (libcuda.so.1) at run
+ * time and nothing else.  Without plugin, driver or device, opening such a
+ * loader fails with STK_ENOGPU and a message saying which is missing; the
+ * rest of the library is unaffected.  The plugin is looked for at
+ * $STOKER_CUDA_PLUGIN, then beside the library or program that holds
+ * libstoker, then on the loader's search path.
  *
- * A stage owns a loader whose batch buffers it page-locks.  A thread of the
- * stage takes each finished batch and copies it, on stoker's own CUDA
- * stream, into the next free buffer of a ring of device buffers, recording
- * an event per batch; the host buffer goes back to the loader as soon as
- * the copy is done.  The consumer takes device batches in order; before
- * its stream touches one it calls stk_gpu_batch_wait (its stream waits for
- * the event: the host never blocks), and it gives the batch back with the
- * stream its work ran on: the buffer is refilled only after that work is
- * done (the next copy into it waits on an event recorded on that stream).
+ * The host batch buffers are page-locked.  A thread of the loader takes
+ * each finished batch and copies it, on stoker's own CUDA stream, into the
+ * next free buffer of a ring of `device_buffers` device buffers, recording
+ * an event per batch; the host buffer is reused as soon as the copy is
+ * done.  The consumer takes device batches in order; before its stream
+ * touches one it calls stk_batch_wait (its stream waits for the event: the
+ * host never blocks), and it gives the batch back with
+ * stk_loader_release_after and the stream its work ran on: the buffer is
+ * refilled only after that work is done (the next copy into it waits on an
+ * event recorded on that stream).  stk_loader_save counts the batches the
+ * consumer has taken, not those read ahead.
  *
- * Device-resident datasets: when `resident_budget` allows and every
+ * Device-resident datasets: when `device_resident_budget` allows and every
  * selected field is stored plain, the selected fields of every record are
  * uploaded once at open (checked against their record checksums on the
  * way unless verify is off), and each batch is then assembled on the GPU
  * by a gather kernel from a plan the loader's workers compute (records,
  * windows, ragged offsets): no host I/O and no host copy per batch.
  */
-typedef struct stk_gpu stk_gpu;
-typedef struct stk_gpu_batch stk_gpu_batch;
 
 /* The number of CUDA devices in *count; 0, or STK_ENOGPU saying why none
  * can be used. */
 STK_API int stk_gpu_count(int *count, stk_error *err);
 
-typedef struct stk_gpu_options {
-    int device;               /* CUDA device ordinal; default 0 */
-    uint32_t slots;           /* device batch buffers; default 3 (>= 2) */
-    uint64_t resident_budget; /* bytes of GPU memory a device-resident copy of
-                               * the selected fields may take; 0 (default):
-                               * never resident */
-} stk_gpu_options;
-
-STK_API void stk_gpu_options_init(stk_gpu_options *o);
-
-/*
- * Opens a loader over `ds` with `lo` (see stk_loader_open; `ds` must stay
- * open until the stage is closed) and a GPU stage on it.  Returns 0, an
- * error of stk_loader_open, STK_ENOGPU, STK_ECUDA (out of device memory,
- * say), or -EINVAL for bad options.
- */
-STK_API int stk_gpu_open(stk_dataset *ds, const stk_loader_options *lo,
-                         const stk_gpu_options *go, stk_gpu **out, stk_error *err);
-
-/* The stage's loader, for stats, counts and tracing; never call next,
- * set_epoch, save or restore on it (the stage does). */
-STK_API stk_loader *stk_gpu_loader(stk_gpu *g);
-/* Whether the dataset is device-resident (1) or batches are copied (0). */
-STK_API int stk_gpu_resident(const stk_gpu *g);
-/* Device memory the resident copy of the dataset takes. */
-STK_API uint64_t stk_gpu_resident_bytes(const stk_gpu *g);
-
-/*
- * The next device batch of this rank.  Returns 0, STK_END at the end of
- * the epoch, or an error (the loader's, or STK_ECUDA).  The batch stays
- * valid until stk_gpu_release.  -EBUSY if the consumer holds every device
- * buffer.
- */
-STK_API int stk_gpu_next(stk_gpu *g, stk_gpu_batch **out, stk_error *err);
-/* As stk_gpu_next, giving up after `timeout_ms` (negative: never) with
- * -ETIMEDOUT, changing nothing. */
-STK_API int stk_gpu_next_timeout(stk_gpu *g, stk_gpu_batch **out, int64_t timeout_ms,
-                                 stk_error *err);
-
-/* Makes CUDA stream `stream` (a cudaStream_t; 1 and 2 are the legacy and
- * per-thread default streams) wait until the batch is on the device.
- * Returns 0 or STK_ECUDA. */
-STK_API int stk_gpu_batch_wait(stk_gpu_batch *b, uintptr_t stream, stk_error *err);
-
-/* Gives a batch back.  Its buffer is refilled only after the work queued on
- * `stream` so far is done; pass UINTPTR_MAX when no GPU work reads it any
- * more (after a synchronize). */
-STK_API void stk_gpu_release(stk_gpu *g, stk_gpu_batch *b, uintptr_t stream);
-
-STK_API uint32_t stk_gpu_batch_size(const stk_gpu_batch *b);
-STK_API uint64_t stk_gpu_batch_index(const stk_gpu_batch *b);
-/* The batch's global sample ids, in host memory; valid until release. */
-STK_API const uint64_t *stk_gpu_batch_samples(const stk_gpu_batch *b);
-/* Field i, as stk_batch_field_get describes it, with `data` and `offsets`
- * pointing into device memory.  Returns 0 or -EINVAL. */
-STK_API int stk_gpu_batch_field(const stk_gpu_batch *b, size_t i, stk_batch_field *out);
-/* The device the batch is on. */
-STK_API int stk_gpu_device(const stk_gpu *g);
-
-/* As the loader's set_epoch, save and restore, for the batches the
- * consumer has taken from the stage (the stage reads ahead).  Device batches
- * still held stay valid. */
-STK_API int stk_gpu_set_epoch(stk_gpu *g, uint64_t epoch, stk_error *err);
-STK_API void stk_gpu_save(const stk_gpu *g, stk_loader_state *out);
-STK_API int stk_gpu_restore(stk_gpu *g, const stk_loader_state *st, stk_error *err);
-
-/* Stops the stage, waits for its copies, frees device memory, closes its
- * loader.  Device batches still held must not be used afterwards.  Accepts
- * NULL. */
-STK_API void stk_gpu_close(stk_gpu *g);
+/* The device a loader delivers batches to, or -1 (host memory). */
+STK_API int stk_loader_device(const stk_loader *ld);
+/* Device memory the loader's device-resident copy of the dataset takes; 0
+ * when batches are copied from the host (or it has no device). */
+STK_API uint64_t stk_loader_resident_bytes(const stk_loader *ld);
 
 /* ------------------------------------------------------------------------ */
 /* Writing from Arrow (the Arrow C stream interface)                         */

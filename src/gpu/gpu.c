@@ -1,5 +1,6 @@
 /*
- * gpu.c: the GPU stage (stoker.h, "The GPU stage").
+ * gpu.c: the GPU stage of a loader opened with a device (stoker.h,
+ * "Batches on a GPU"); src/api sends such a loader's calls here.
  *
  *   loader ring (page-locked) --copy on stoker's stream--> device ring --> consumer
  *   or, device-resident:  plan (host) --gather kernel--> device ring --> consumer
@@ -13,7 +14,7 @@
  * (or the plan's upload and the gather), records the buffer's "copied"
  * event, and queues a host callback that gives the host batch back to the
  * loader once the copy is done.  The consumer takes device batches in
- * order; stk_gpu_batch_wait makes its stream wait on "copied", so neither
+ * order; stk_batch_wait makes its stream wait on "copied", so neither
  * side ever blocks the host on the GPU.
  *
  * Epoch changes and restores park the feeder outside the loader (a pause
@@ -69,27 +70,19 @@ int stk_gpu_count(int *count, stk_error *err) {
 
 enum { D_FREE, D_FILLING, D_READY, D_HELD };
 
-struct stk_gpu_batch {
-    stk_gpu *g;
-    uint32_t slot;
-    uint32_t n;
-    uint64_t index;
-    uint64_t *samples;        /* batch_size, host */
-    stk_batch_field *fields;  /* per loader field; data, offsets on the device */
-};
-
 typedef struct dslot {
     int state;
     uint8_t *dev;
     void *copied, *released;
     bool release_pending; /* `released` was recorded on the consumer's stream */
     bool plan_in_use;     /* plan_host was handed to a copy not known done */
-    stk_gpu_batch b;
+    stk_batch *view; /* the batch the consumer gets: the host batch's
+                      * layout at `dev` (its samples on the host) */
     stk_cuda_copy *plan_host; /* resident: the gather's copies (page-locked) */
     stk_cuda_copy *plan_dev;
 } dslot;
 
-struct stk_gpu {
+struct stk__gpu {
     stk_dataset *ds;
     stk_loader *ld;
     int device;
@@ -119,24 +112,8 @@ struct stk_gpu {
     uint64_t **fstart;   /* [shard * F + field]: where each record's bytes start */
 };
 
-void stk_gpu_options_init(stk_gpu_options *o) {
-    memset(o, 0, sizeof *o);
-    o->slots = 3;
-}
-
-stk_loader *stk_gpu_loader(stk_gpu *g) { return g ? g->ld : NULL; }
-int stk_gpu_resident(const stk_gpu *g) { return g && g->resident; }
-uint64_t stk_gpu_resident_bytes(const stk_gpu *g) { return g ? g->resident_bytes : 0; }
-int stk_gpu_device(const stk_gpu *g) { return g ? g->device : -1; }
-uint32_t stk_gpu_batch_size(const stk_gpu_batch *b) { return b ? b->n : 0; }
-uint64_t stk_gpu_batch_index(const stk_gpu_batch *b) { return b ? b->index : 0; }
-const uint64_t *stk_gpu_batch_samples(const stk_gpu_batch *b) { return b ? b->samples : NULL; }
-
-int stk_gpu_batch_field(const stk_gpu_batch *b, size_t i, stk_batch_field *out) {
-    if (!b || !out || i >= b->g->nf) return -EINVAL;
-    *out = b->fields[i];
-    return 0;
-}
+uint64_t stk__gpu_resident_bytes(const stk__gpu *g) { return g->resident ? g->resident_bytes : 0; }
+int stk__gpu_device(const stk__gpu *g) { return g->device; }
 
 typedef struct host_release {
     stk_loader *ld;
@@ -147,28 +124,18 @@ typedef struct host_release {
  * done; calls no CUDA. */
 static void give_back_host(void *arg) {
     host_release *r = arg;
-    stk_loader_release(r->ld, r->b);
+    stk__loader_release(r->ld, r->b);
     stk__free(r);
 }
 
 /* Queues batch hb's way onto device buffer d.  On failure the host batch
  * has been given back. */
-static int submit(stk_gpu *g, uint32_t d, stk_batch *hb, stk_error *err) {
+static int submit(stk__gpu *g, uint32_t d, stk_batch *hb, stk_error *err) {
     dslot *sl = &g->slots[d];
     const stk_dataset *ds = g->ds;
     uint8_t *hmem = stk__batch_mem(hb);
-    sl->b.n = stk_batch_size(hb);
-    sl->b.index = stk_batch_index(hb);
-    memcpy(sl->b.samples, stk_batch_samples(hb), (size_t)sl->b.n * sizeof *sl->b.samples);
-    for (size_t i = 0; i < g->nf; i++) {
-        stk_batch_field bf;
-        stk_batch_field_get(hb, i, &bf);
-        sl->b.fields[i] = bf;
-        sl->b.fields[i].data = sl->dev + ((uint8_t *)bf.data - hmem);
-        if (bf.offsets)
-            sl->b.fields[i].offsets =
-                (const int64_t *)(sl->dev + ((const uint8_t *)bf.offsets - hmem));
-    }
+    uint32_t n = stk_batch_size(hb);
+    stk__batch_view_set(sl->view, hb);
     int rc = 0;
     const char *what = "";
     if (sl->release_pending) {
@@ -196,24 +163,25 @@ static int submit(stk_gpu *g, uint32_t d, stk_batch *hb, stk_error *err) {
         }
         /* Ragged offsets were computed on the host. */
         for (size_t i = 0; rc == 0 && i < g->nf; i++) {
-            stk_batch_field bf;
+            stk_batch_field bf, df;
             stk_batch_field_get(hb, i, &bf);
+            stk_batch_field_get(sl->view, i, &df);
             if (!bf.offsets) continue;
             what = "copying offsets";
-            rc = cu->copy_to_device_async((void *)sl->b.fields[i].offsets, bf.offsets,
-                                          ((size_t)sl->b.n + 1) * sizeof(int64_t), g->stream);
+            rc = cu->copy_to_device_async((void *)df.offsets, bf.offsets,
+                                          ((size_t)n + 1) * sizeof(int64_t), g->stream);
         }
     } else if (rc == 0) {
         for (size_t i = 0; rc == 0 && i < g->nf; i++) {
-            stk_batch_field bf;
+            stk_batch_field bf, df;
             stk_batch_field_get(hb, i, &bf);
+            stk_batch_field_get(sl->view, i, &df);
             what = "copying a batch to the device";
-            if (bf.bytes) rc = cu->copy_to_device_async(sl->b.fields[i].data, bf.data,
-                                                        (size_t)bf.bytes, g->stream);
+            if (bf.bytes)
+                rc = cu->copy_to_device_async(df.data, bf.data, (size_t)bf.bytes, g->stream);
             if (rc == 0 && bf.offsets)
-                rc = cu->copy_to_device_async((void *)sl->b.fields[i].offsets, bf.offsets,
-                                              ((size_t)sl->b.n + 1) * sizeof(int64_t),
-                                              g->stream);
+                rc = cu->copy_to_device_async((void *)df.offsets, bf.offsets,
+                                              ((size_t)n + 1) * sizeof(int64_t), g->stream);
         }
     }
     if (rc == 0) {
@@ -223,7 +191,7 @@ static int submit(stk_gpu *g, uint32_t d, stk_batch *hb, stk_error *err) {
     host_release *r = rc == 0 ? stk__malloc(sizeof *r) : NULL;
     if (rc == 0 && !r) {
         cu->stream_sync(g->stream);
-        stk_loader_release(g->ld, hb);
+        stk__loader_release(g->ld, hb);
         return stk__err(err, -ENOMEM, "out of memory");
     }
     if (rc == 0) {
@@ -234,20 +202,20 @@ static int submit(stk_gpu *g, uint32_t d, stk_batch *hb, stk_error *err) {
     }
     if (rc) {
         cu->stream_sync(g->stream); /* nothing may still read the host batch */
-        stk_loader_release(g->ld, hb);
+        stk__loader_release(g->ld, hb);
         return cuda_fail(err, rc, what);
     }
     return 0;
 }
 
-static int free_slot(const stk_gpu *g) {
+static int free_slot(const stk__gpu *g) {
     for (uint32_t i = 0; i < g->nslots; i++)
         if (g->slots[i].state == D_FREE) return (int)i;
     return -1;
 }
 
 static void *feeder_main(void *arg) {
-    stk_gpu *g = arg;
+    stk__gpu *g = arg;
     int rc0 = cu->set_device(g->device);
     pthread_mutex_lock(&g->mu);
     if (rc0) {
@@ -274,7 +242,7 @@ static void *feeder_main(void *arg) {
         stk_error e = {0};
         int rc;
         for (;;) {
-            rc = stk_loader_next_timeout(g->ld, &hb, 50, &e);
+            rc = stk__loader_next(g->ld, &hb, 50, &e);
             if (rc != -ETIMEDOUT || atomic_load(&g->stop) || atomic_load(&g->pause)) break;
         }
         if (rc == -EBUSY) {
@@ -307,12 +275,7 @@ static void *feeder_main(void *arg) {
     return NULL;
 }
 
-int stk_gpu_next(stk_gpu *g, stk_gpu_batch **out, stk_error *err) {
-    return stk_gpu_next_timeout(g, out, -1, err);
-}
-
-int stk_gpu_next_timeout(stk_gpu *g, stk_gpu_batch **out, int64_t timeout_ms, stk_error *err) {
-    if (!g || !out) return stk__err(err, -EINVAL, "stk_gpu_next: NULL argument");
+int stk__gpu_next(stk__gpu *g, stk_batch **out, int64_t timeout_ms, stk_error *err) {
     *out = NULL;
     struct timespec deadline;
     if (timeout_ms >= 0) stk__deadline(timeout_ms, &deadline);
@@ -324,13 +287,13 @@ int stk_gpu_next_timeout(stk_gpu *g, stk_gpu_batch **out, int64_t timeout_ms, st
         for (uint32_t i = 0; i < g->nslots; i++) {
             dslot *sl = &g->slots[i];
             held += sl->state == D_HELD;
-            if (sl->state == D_READY && sl->b.index == g->next_index) found = sl;
+            if (sl->state == D_READY && stk_batch_index(sl->view) == g->next_index) found = sl;
         }
         if (found) {
             found->state = D_HELD;
             g->next_index++;
             g->taken++;
-            *out = &found->b;
+            *out = found->view;
             pthread_cond_broadcast(&g->cv);
             break;
         }
@@ -364,18 +327,24 @@ int stk_gpu_next_timeout(stk_gpu *g, stk_gpu_batch **out, int64_t timeout_ms, st
 /* The consumer's thread calls these with its own device current; a stream
  * may wait on another device's event and an event is recorded on its own
  * stream's device, so the current device is left alone. */
-int stk_gpu_batch_wait(stk_gpu_batch *b, uintptr_t stream, stk_error *err) {
-    if (!b) return stk__err(err, -EINVAL, "stk_gpu_batch_wait: NULL batch");
-    stk_gpu *g = b->g;
-    int rc = cu->stream_wait_event((void *)stream, g->slots[b->slot].copied);
+/* The slot whose view is b, or NULL. */
+static dslot *slot_of(const stk__gpu *g, const stk_batch *b) {
+    for (uint32_t i = 0; i < g->nslots; i++)
+        if (g->slots[i].view == b) return &g->slots[i];
+    return NULL;
+}
+
+int stk__gpu_wait(stk__gpu *g, const stk_batch *b, uintptr_t stream, stk_error *err) {
+    dslot *sl = slot_of(g, b);
+    if (!sl) return stk__err(err, -EINVAL, "stk_batch_wait: not a batch of this loader");
+    int rc = cu->stream_wait_event((void *)stream, sl->copied);
     return rc ? cuda_fail(err, rc, "making the consumer's stream wait for a batch") : 0;
 }
 
-void stk_gpu_release(stk_gpu *g, stk_gpu_batch *b, uintptr_t stream) {
-    if (!g || !b) return;
+void stk__gpu_release(stk__gpu *g, stk_batch *b, uintptr_t stream) {
     pthread_mutex_lock(&g->mu);
-    dslot *sl = &g->slots[b->slot];
-    if (sl->state == D_HELD) {
+    dslot *sl = slot_of(g, b);
+    if (sl && sl->state == D_HELD) {
         sl->release_pending = false;
         if (stream != UINTPTR_MAX && cu->event_record(sl->released, (void *)stream) == 0)
             sl->release_pending = true;
@@ -388,19 +357,19 @@ void stk_gpu_release(stk_gpu *g, stk_gpu_batch *b, uintptr_t stream) {
 }
 
 /* Parks the feeder outside the loader; called and returns with mu held. */
-static void park(stk_gpu *g) {
+static void park(stk__gpu *g) {
     atomic_store(&g->pause, true);
     pthread_cond_broadcast(&g->cv);
     while (g->feeder_started && !g->paused) pthread_cond_wait(&g->cv, &g->mu);
 }
 
-static void unpark(stk_gpu *g) {
+static void unpark(stk__gpu *g) {
     atomic_store(&g->pause, false);
     pthread_cond_broadcast(&g->cv);
 }
 
 /* Drops the device batches read ahead; the consumer's stay valid. */
-static void drop_ahead(stk_gpu *g) {
+static void drop_ahead(stk__gpu *g) {
     for (uint32_t i = 0; i < g->nslots; i++)
         if (g->slots[i].state == D_READY) g->slots[i].state = D_FREE;
     g->ended = false;
@@ -410,7 +379,7 @@ static void drop_ahead(stk_gpu *g) {
 
 /* Parks the feeder, drops what it read ahead, and moves the loader to
  * epoch `epoch` from its start (st NULL) or to state *st. */
-static int reposition(stk_gpu *g, uint64_t epoch, const stk_loader_state *st, stk_error *err) {
+static int reposition(stk__gpu *g, uint64_t epoch, const stk_loader_state *st, stk_error *err) {
     pthread_mutex_lock(&g->mu);
     park(g);
     drop_ahead(g);
@@ -418,28 +387,26 @@ static int reposition(stk_gpu *g, uint64_t epoch, const stk_loader_state *st, st
     if (rc) {
         if (err) *err = g->ferr;
     } else {
-        rc = st ? stk_loader_restore(g->ld, st, err) : stk_loader_set_epoch(g->ld, epoch, err);
+        rc = st ? stk__loader_restore(g->ld, st, err) : stk__loader_set_epoch(g->ld, epoch, err);
     }
     unpark(g);
     pthread_mutex_unlock(&g->mu);
     return rc;
 }
 
-int stk_gpu_set_epoch(stk_gpu *g, uint64_t epoch, stk_error *err) {
-    if (!g) return stk__err(err, -EINVAL, "NULL stage");
+int stk__gpu_set_epoch(stk__gpu *g, uint64_t epoch, stk_error *err) {
     return reposition(g, epoch, NULL, err);
 }
 
-void stk_gpu_save(const stk_gpu *g, stk_loader_state *out) {
-    stk_gpu *m = (stk_gpu *)g;
+void stk__gpu_save(const stk__gpu *g, stk_loader_state *out) {
+    stk__gpu *m = (stk__gpu *)g;
     pthread_mutex_lock(&m->mu);
     uint64_t taken = g->taken;
     pthread_mutex_unlock(&m->mu);
     stk__loader_save_at(g->ld, taken, out);
 }
 
-int stk_gpu_restore(stk_gpu *g, const stk_loader_state *st, stk_error *err) {
-    if (!g || !st) return stk__err(err, -EINVAL, "NULL argument");
+int stk__gpu_restore(stk__gpu *g, const stk_loader_state *st, stk_error *err) {
     return reposition(g, 0, st, err);
 }
 
@@ -515,7 +482,7 @@ static int read_bytes(const stk__shard *sh, int *fd, uint64_t off, uint64_t len,
 /* Uploads the selected fields of every record, each field of a shard as one
  * image, through a host staging buffer; checks each record's checksum on
  * the way when `verify` (shards only: an index has none). */
-static int upload(stk_gpu *g, const bool *sel, const uint64_t *sizes, bool verify,
+static int upload(stk__gpu *g, const bool *sel, const uint64_t *sizes, bool verify,
                   stk_error *err) {
     const stk_dataset *ds = g->ds;
     size_t F = ds->nfields, n = ds->nshards * F;
@@ -585,42 +552,34 @@ static int upload(stk_gpu *g, const bool *sel, const uint64_t *sizes, bool verif
     return rc;
 }
 
-/* ---- open and close ---- */
+/* ---- open, stop and close ---- */
 
-static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, const stk_gpu_options *go,
-                    stk_gpu **out, stk_error *err);
+static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, stk__gpu **out,
+                    stk_error *err);
+static void gpu_free(stk__gpu *g);
 
-int stk_gpu_open(stk_dataset *ds, const stk_loader_options *lo, const stk_gpu_options *go,
-                 stk_gpu **out, stk_error *err) {
-    stk_gpu_options gdef;
-    stk_loader_options ldef;
-    if (!go) {
-        stk_gpu_options_init(&gdef);
-        go = &gdef;
-    }
-    if (!lo) {
-        stk_loader_options_init(&ldef);
-        lo = &ldef;
-    }
-    if (!ds || !out) return stk__err(err, -EINVAL, "stk_gpu_open: NULL argument");
-    *out = NULL;
-    if (go->slots < 2) return stk__err(err, -EINVAL, "slots: at least 2 device buffers");
+int stk__gpu_open(stk_dataset *ds, const stk_loader_options *lo, stk_loader **out,
+                  stk_error *err) {
     int count = 0, rc = stk_gpu_count(&count, err);
     if (rc) return rc;
-    if (go->device < 0 || go->device >= count)
-        return stk__err(err, -EINVAL, "device: cuda:%d does not exist (%d device%s)", go->device,
+    if (lo->device >= count)
+        return stk__err(err, -EINVAL, "device: cuda:%d does not exist (%d device%s)", lo->device,
                         count, count == 1 ? "" : "s");
     /* The caller's current device is put back before returning. */
     int prev = 0;
     if ((rc = cu->get_device(&prev))) return cuda_fail(err, rc, "reading the current device");
-    if ((rc = cu->set_device(go->device))) return cuda_fail(err, rc, "selecting the device");
-    rc = gpu_open(ds, lo, go, out, err);
+    if ((rc = cu->set_device(lo->device))) return cuda_fail(err, rc, "selecting the device");
+    stk__gpu *g = NULL;
+    rc = gpu_open(ds, lo, &g, err);
     cu->set_device(prev);
-    return rc;
+    if (rc) return rc;
+    stk__loader_set_gpu(g->ld, g);
+    *out = g->ld;
+    return 0;
 }
 
-static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, const stk_gpu_options *go,
-                    stk_gpu **out, stk_error *err) {
+static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, stk__gpu **out,
+                    stk_error *err) {
     int rc;
 
     /* Which dataset fields the loader will deliver. */
@@ -631,15 +590,15 @@ static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, const stk_gpu
         int f = stk_dataset_find_field(ds, lo->fields[i]);
         if (f >= 0) sel[f] = true; /* an unknown name fails in the loader's open */
     }
-    stk_gpu *g = stk__calloc(1, sizeof *g);
+    stk__gpu *g = stk__calloc(1, sizeof *g);
     uint64_t *sizes = NULL;
     if (!g) {
         stk__free(sel);
         return stk__err(err, -ENOMEM, "out of memory");
     }
     g->ds = ds;
-    g->device = go->device;
-    g->nslots = go->slots;
+    g->device = lo->device;
+    g->nslots = lo->device_buffers;
     pthread_mutex_init(&g->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -652,7 +611,7 @@ static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, const stk_gpu
      * device; their layout, made here to know their size, is kept. */
     size_t nimg = ds->nshards * ds->nfields;
     bool resident = false;
-    if (go->resident_budget && can_reside(ds, sel)) {
+    if (lo->device_resident_budget && can_reside(ds, sel)) {
         g->fstart = stk__calloc(nimg ? nimg : 1, sizeof *g->fstart);
         sizes = stk__calloc(nimg ? nimg : 1, sizeof *sizes);
         if (!g->fstart || !sizes || stk__resident_layout(ds, sel, g->fstart, sizes)) {
@@ -662,7 +621,7 @@ static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, const stk_gpu
         uint64_t need = 0;
         for (size_t i = 0; i < nimg; i++) need += sizes[i];
         size_t free_b = 0, total_b = 0;
-        resident = need <= go->resident_budget && cu->mem_info(&free_b, &total_b) == 0 &&
+        resident = need <= lo->device_resident_budget && cu->mem_info(&free_b, &total_b) == 0 &&
                    need + (64u << 20) < free_b;
         if (!resident) {
             for (size_t i = 0; i < nimg; i++) stk__free(g->fstart[i]);
@@ -671,7 +630,8 @@ static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, const stk_gpu
         }
     }
     g->resident = resident;
-    rc = resident ? stk__loader_open_planned(ds, lo, &g->ld, err) : stk_loader_open(ds, lo, &g->ld, err);
+    rc = resident ? stk__loader_open_planned(ds, lo, &g->ld, err)
+                  : stk__loader_open(ds, lo, &g->ld, err);
     if (rc) goto fail;
     g->nf = stk_loader_num_fields(g->ld);
     g->batch_size = lo->batch_size ? lo->batch_size : 32;
@@ -710,16 +670,12 @@ static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, const stk_gpu
     }
     for (uint32_t i = 0; c == 0 && i < g->nslots; i++) {
         dslot *sl = &g->slots[i];
-        sl->b.g = g;
-        sl->b.slot = i;
-        sl->b.samples = stk__calloc(g->batch_size, sizeof *sl->b.samples);
-        sl->b.fields = stk__calloc(g->nf ? g->nf : 1, sizeof *sl->b.fields);
-        if (!sl->b.samples || !sl->b.fields) {
+        what = "allocating device batch buffers";
+        c = cu->device_alloc((void **)&sl->dev, (size_t)g->slot_bytes);
+        if (c == 0 && !(sl->view = stk__batch_view_new(g->ld, g->device, sl->dev))) {
             rc = stk__err(err, -ENOMEM, "out of memory");
             goto fail;
         }
-        what = "allocating device batch buffers";
-        c = cu->device_alloc((void **)&sl->dev, (size_t)g->slot_bytes);
         if (c == 0) {
             what = "creating events";
             c = cu->event_create(&sl->copied);
@@ -748,29 +704,51 @@ static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, const stk_gpu
 fail:
     stk__free(sel);
     stk__free(sizes);
-    stk_gpu_close(g);
+    stk_loader *ld = g->ld;
+    gpu_free(g);
+    stk__loader_close(ld);
     return rc;
 }
 
-void stk_gpu_close(stk_gpu *g) {
-    if (!g) return;
+/* Stops and joins the feeder, then waits for the copies it queued (whose
+ * callbacks give the host batches back).  Safe to call twice. */
+static void stop_feeder(stk__gpu *g) {
     pthread_mutex_lock(&g->mu);
     atomic_store(&g->stop, true);
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
-    if (g->feeder_started) pthread_join(g->feeder, NULL);
+    if (g->feeder_started) {
+        pthread_join(g->feeder, NULL);
+        g->feeder_started = false;
+    }
+    if (g->stream) {
+        int prev = -1;
+        if (cu->get_device(&prev) == 0) cu->set_device(g->device);
+        cu->stream_sync(g->stream);
+        if (prev >= 0) cu->set_device(prev);
+    }
+}
+
+void stk__gpu_stop(stk__gpu *g) {
+    stop_feeder(g);
+    /* The host buffers stay: they are registered with the driver until
+     * close, and no batch of theirs is held. */
+    stk__loader_join(g->ld);
+}
+
+/* Everything of the stage but its loader. */
+static void gpu_free(stk__gpu *g) {
+    if (!g) return;
+    stop_feeder(g);
     int prev = -1;
     if (cu && cu->get_device(&prev) == 0) cu->set_device(g->device);
-    /* Every queued copy and host callback finishes before anything goes. */
-    if (g->stream) cu->stream_sync(g->stream);
     for (uint32_t i = 0; g->slots && i < g->nslots; i++) {
         dslot *sl = &g->slots[i];
         if (sl->dev) cu->device_free(sl->dev);
         if (sl->plan_dev) cu->device_free(sl->plan_dev);
         if (sl->copied) cu->event_destroy(sl->copied);
         if (sl->released) cu->event_destroy(sl->released);
-        stk__free(sl->b.samples);
-        stk__free(sl->b.fields);
+        stk__batch_view_free(sl->view);
     }
     stk__free(g->slots);
     if (g->plans) {
@@ -786,9 +764,15 @@ void stk_gpu_close(stk_gpu *g) {
     }
     stk__free(g->img);
     stk__free(g->fstart);
-    stk_loader_close(g->ld);
     if (prev >= 0) cu->set_device(prev);
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
     stk__free(g);
+}
+
+void stk__gpu_close(stk_loader *ld) {
+    stk__gpu *g = stk__loader_gpu(ld);
+    stk__loader_set_gpu(ld, NULL);
+    gpu_free(g);
+    stk__loader_close(ld);
 }

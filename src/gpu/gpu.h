@@ -1,5 +1,7 @@
 /*
- * gpu.h: the CUDA plugin as the rest of libstoker reaches it.
+ * gpu.h: the GPU stage, as src/api reaches it for a loader opened with a
+ * device, and the host arithmetic of device-resident datasets (tested
+ * without a GPU).
  */
 #ifndef STK_GPU_H
 #define STK_GPU_H
@@ -10,6 +12,29 @@
 struct stk_cuda_api;
 struct stk_cuda_copy;
 struct stk__plan;
+
+typedef struct stk__gpu stk__gpu;
+
+/* Opens a host loader over `ds` with `lo` (lo->device >= 0, options already
+ * checked) and the stage on it; *out is the loader, which knows its stage
+ * (stk__loader_gpu).  Returns 0, STK_ENOGPU, STK_ECUDA, -EINVAL (no such
+ * device) or an error of the loader's open. */
+int stk__gpu_open(stk_dataset *ds, const stk_loader_options *lo, stk_loader **out,
+                  stk_error *err);
+/* The calls of stoker.h for such a loader: next (timeout_ms < 0: no
+ * limit), stk_batch_wait, release (stream UINTPTR_MAX: no GPU work reads
+ * the batch any more), set_epoch, save, restore, stop. */
+int stk__gpu_next(stk__gpu *g, stk_batch **out, int64_t timeout_ms, stk_error *err);
+int stk__gpu_wait(stk__gpu *g, const stk_batch *b, uintptr_t stream, stk_error *err);
+void stk__gpu_release(stk__gpu *g, stk_batch *b, uintptr_t stream);
+int stk__gpu_set_epoch(stk__gpu *g, uint64_t epoch, stk_error *err);
+void stk__gpu_save(const stk__gpu *g, stk_loader_state *out);
+int stk__gpu_restore(stk__gpu *g, const stk_loader_state *st, stk_error *err);
+void stk__gpu_stop(stk__gpu *g);
+/* Closes the stage and then its loader. */
+void stk__gpu_close(stk_loader *ld);
+int stk__gpu_device(const stk__gpu *g);
+uint64_t stk__gpu_resident_bytes(const stk__gpu *g);
 
 /* Device-resident datasets, the host arithmetic (gpu.c): each selected
  * field of each shard becomes one image holding the field's bytes of every

@@ -91,6 +91,8 @@ typedef struct lfield {
 
 struct stk_batch {
     stk_loader *ld;
+    int device;  /* -1: a buffer of the ring; else a device batch's view
+                  * (stk__batch_view_new), whose mem is device memory */
     int state;
     uint64_t b;
     uint64_t gen;
@@ -177,6 +179,8 @@ typedef struct worker {
 
 struct stk_loader {
     stk_dataset *ds;
+    struct stk__gpu *gpu; /* device >= 0: the GPU stage batches go through;
+                           * set by src/gpu, used by src/api, never here */
     stk_loader_options opt;
     lfield *f;
     size_t nf;
@@ -363,7 +367,6 @@ static STK__ALWAYS_INLINE uint8_t *stk__ld_place(const stk_loader *ld, const lfi
 
 /* ---- options.c ---- */
 
-int stk__ld_check_options(const stk_dataset *ds, const stk_loader_options *o, stk_error *err);
 int stk__ld_pick_fields(stk_loader *ld, const stk_loader_options *o, stk_error *err);
 void stk__ld_field_maxima(stk_loader *ld, uint64_t *max_rows);
 uint64_t stk__ld_fingerprint(const stk_loader *ld);

@@ -143,6 +143,7 @@ static int alloc_ring(stk_loader *ld, uint64_t R, stk_error *err) {
     for (uint32_t i = 0; i < R; i++) {
         stk_batch *s = &ld->slots[i];
         s->ld = ld;
+        s->device = -1;
         s->mem = ld->slot_mem + i * stk__align_up(ld->slot_bytes, 4096);
         s->samples = stk__calloc(B, sizeof *s->samples);
         s->ragged_rows = stk__calloc(ld->nf, sizeof *s->ragged_rows);
@@ -279,7 +280,7 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
     }
     if (!ds || !out) return stk__err(err, -EINVAL, "stk_loader_open: NULL argument");
     *out = NULL;
-    int rc = stk__ld_check_options(ds, opts, err);
+    int rc = stk__loader_check(ds, opts, err);
     if (rc) return rc;
     stk_loader_options in_place;
     if ((ds->in_place || plan_only) && opts->verify) {
@@ -292,14 +293,14 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
     stk_loader *ld = loader_new(ds, opts, plan_only);
     if (!ld) return stk__err(err, -ENOMEM, "out of memory");
     if ((rc = set_up(ld, opts, err))) {
-        stk_loader_close(ld);
+        stk__loader_close(ld);
         return rc;
     }
     *out = ld;
     return 0;
 }
 
-int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader **out,
+int stk__loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader **out,
                     stk_error *err) {
     return loader_open(ds, opts, false, out, err);
 }
@@ -319,7 +320,7 @@ int stk_loader_count(stk_dataset *ds, const stk_loader_options *opts, uint64_t *
         opts = &defaults;
     }
     if (!ds) return stk__err(err, -EINVAL, "stk_loader_count: NULL argument");
-    int rc = stk__ld_check_options(ds, opts, err);
+    int rc = stk__loader_check(ds, opts, err);
     if (rc) return rc;
     /* Only what the sample space and the dealing need: no files, buffers
      * or threads. */
@@ -343,7 +344,7 @@ int stk_loader_count(stk_dataset *ds, const stk_loader_options *opts, uint64_t *
 /* ---- stop, close ---- */
 
 /* Joins the threads once (stk_loader_stop, then stk_loader_close). */
-static void join_threads(stk_loader *ld) {
+void stk__loader_join(stk_loader *ld) {
     pthread_mutex_lock(&ld->mu);
     ld->stop = true;
     ld->gen++;
@@ -361,9 +362,9 @@ static void join_threads(stk_loader *ld) {
     }
 }
 
-void stk_loader_stop(stk_loader *ld) {
+void stk__loader_stop(stk_loader *ld) {
     if (!ld) return;
-    join_threads(ld);
+    stk__loader_join(ld);
     /* Every buffer the caller does not hold: its pages go back (the
      * mapping itself stays until close, which frees it). */
     size_t stride = (size_t)stk__align_up(ld->slot_bytes, 4096);
@@ -378,11 +379,11 @@ void stk_loader_stop(stk_loader *ld) {
     ld->group_mem = NULL;
 }
 
-void stk_loader_close(stk_loader *ld) {
+void stk__loader_close(stk_loader *ld) {
     if (!ld) return;
     /* Workers waiting for the warm-up are let go when it stops; it is freed
      * once they are gone, and before what its callback uses is. */
-    join_threads(ld);
+    stk__loader_join(ld);
     stk__io_close(ld->reader.io);
     stk__free(ld->reader.reqs);
     stk__warm_stop(ld->warm);

@@ -29,6 +29,8 @@ void stk_loader_options_init(stk_loader_options *o) {
     o->verify = 1;
     o->on_error = STK_ON_ERROR_RAISE;
     o->max_skips = 100;
+    o->device = -1;
+    o->device_buffers = 3;
 }
 
 const char *stk_backend_name(stk_backend b) {
@@ -86,9 +88,15 @@ static int check_in_place(const stk_dataset *ds, const stk_loader_options *o, st
     return 0;
 }
 
-int stk__ld_check_options(const stk_dataset *ds, const stk_loader_options *o, stk_error *err) {
+int stk__loader_check(const stk_dataset *ds, const stk_loader_options *o, stk_error *err) {
     if (o->batch_size == 0) return stk__err(err, -EINVAL, "batch_size: must be at least 1");
     if (o->world_size == 0) return stk__err(err, -EINVAL, "world_size: must be at least 1");
+    if (o->device < -1)
+        return stk__err(err, -EINVAL, "device: %d is neither -1 (host) nor a CUDA ordinal",
+                        o->device);
+    if (o->device >= 0 && o->device_buffers < 2)
+        return stk__err(err, -EINVAL, "device_buffers: at least 2 device buffers, not %u",
+                        o->device_buffers);
     if (o->queue_depth > 32768)
         return stk__err(err, -EINVAL, "queue_depth: %u is more than io_uring takes (32768)",
                         o->queue_depth);

@@ -1,8 +1,12 @@
 /*
- * pipeline.h: what the loader shows the rest of libstoker and no user: the
- * GPU stage (src/gpu) needs the batch ring's memory to page-lock it, each
- * batch's buffer to copy it, and, for a device-resident dataset, a loader
- * that plans batches without reading them.
+ * pipeline.h: what the loader shows the rest of libstoker and no user.  The
+ * public calls that differ between host and device batches (open, next,
+ * release, epochs, state, stop, close) are src/api's, which calls the host
+ * versions below or the GPU stage's (src/gpu).  The GPU stage needs the
+ * batch ring's memory to page-lock it, each batch's buffer to copy it,
+ * batch views to hand device memory out as stk_batch, and, for a
+ * device-resident dataset, a loader that plans batches without reading
+ * them.
  */
 #ifndef STK_PIPELINE_H
 #define STK_PIPELINE_H
@@ -17,6 +21,38 @@ typedef struct stk__plan {
     uint64_t rec, off, len;
     uint8_t *dst;
 } stk__plan;
+
+/* The host loader: stk_loader_* of stoker.h, for batches in host memory. */
+int stk__loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader **out,
+                     stk_error *err);
+int stk__loader_next(stk_loader *ld, stk_batch **out, int64_t timeout_ms, stk_error *err);
+void stk__loader_release(stk_loader *ld, stk_batch *b);
+int stk__loader_unget(stk_loader *ld, stk_batch *b);
+int stk__loader_add_buffer(stk_loader *ld, stk_error *err);
+int stk__loader_set_epoch(stk_loader *ld, uint64_t epoch, stk_error *err);
+void stk__loader_save(const stk_loader *ld, stk_loader_state *out);
+int stk__loader_restore(stk_loader *ld, const stk_loader_state *st, stk_error *err);
+void stk__loader_stop(stk_loader *ld);
+void stk__loader_close(stk_loader *ld);
+/* The checks stk__loader_open makes of `opts` before anything else. */
+int stk__loader_check(const stk_dataset *ds, const stk_loader_options *opts, stk_error *err);
+/* Stops and joins the threads, keeping every buffer (stk__loader_stop
+ * also gives back the pages of those not held). */
+void stk__loader_join(stk_loader *ld);
+/* The batch's loader. */
+stk_loader *stk__batch_loader(const stk_batch *b);
+
+/* The GPU stage a loader's batches go through, or NULL (host batches). */
+struct stk__gpu *stk__loader_gpu(const stk_loader *ld);
+void stk__loader_set_gpu(stk_loader *ld, struct stk__gpu *g);
+
+/* A batch that is a view of a host batch's buffer at another address
+ * (device memory): stk_batch_field_get gives the same fields at `mem`.
+ * stk__batch_view_set copies the host batch's size, number, sample ids
+ * and ragged rows into it.  NULL when out of memory. */
+stk_batch *stk__batch_view_new(stk_loader *ld, int device, uint8_t *mem);
+void stk__batch_view_set(stk_batch *view, const stk_batch *host);
+void stk__batch_view_free(stk_batch *view);
 
 /* Opens a loader that plans every batch (order, records, windows, ragged
  * offsets into the buffer) but reads nothing: each batch carries its plan

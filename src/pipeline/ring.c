@@ -38,12 +38,7 @@ void stk__ld_set_epoch_locked(stk_loader *ld, uint64_t seed, uint64_t epoch, uin
 
 /* ---- the consumer ---- */
 
-int stk_loader_next(stk_loader *ld, stk_batch **out, stk_error *err) {
-    return stk_loader_next_timeout(ld, out, -1, err);
-}
-
-int stk_loader_next_timeout(stk_loader *ld, stk_batch **out, int64_t timeout_ms,
-                            stk_error *err) {
+int stk__loader_next(stk_loader *ld, stk_batch **out, int64_t timeout_ms, stk_error *err) {
     if (!ld || !out) return stk__err(err, -EINVAL, "stk_loader_next: NULL argument");
     struct timespec deadline;
     if (timeout_ms >= 0) stk__deadline(timeout_ms, &deadline);
@@ -111,7 +106,7 @@ int stk_loader_next_timeout(stk_loader *ld, stk_batch **out, int64_t timeout_ms,
     return rc;
 }
 
-int stk_loader_add_buffer(stk_loader *ld, stk_error *err) {
+int stk__loader_add_buffer(stk_loader *ld, stk_error *err) {
     if (!ld) return stk__err(err, -EINVAL, "NULL loader");
     pthread_mutex_lock(&ld->mu);
     int rc = 0;
@@ -123,6 +118,7 @@ int stk_loader_add_buffer(stk_loader *ld, stk_error *err) {
         stk_batch *s = &ld->slots[ld->R];
         memset(s, 0, sizeof *s);
         s->ld = ld;
+        s->device = -1;
         s->own_mem = stk__aligned_alloc(4096, (size_t)stk__align_up(ld->slot_bytes, 4096));
         s->samples = stk__calloc(ld->opt.batch_size, sizeof *s->samples);
         s->ragged_rows = stk__calloc(ld->nf, sizeof *s->ragged_rows);
@@ -146,7 +142,7 @@ int stk_loader_add_buffer(stk_loader *ld, stk_error *err) {
     return rc;
 }
 
-int stk_loader_unget(stk_loader *ld, stk_batch *b) {
+int stk__loader_unget(stk_loader *ld, stk_batch *b) {
     if (!ld || !b) return -EINVAL;
     pthread_mutex_lock(&ld->mu);
     int rc = -EINVAL;
@@ -160,7 +156,7 @@ int stk_loader_unget(stk_loader *ld, stk_batch *b) {
     return rc;
 }
 
-void stk_loader_release(stk_loader *ld, stk_batch *b) {
+void stk__loader_release(stk_loader *ld, stk_batch *b) {
     if (!ld || !b) return;
     pthread_mutex_lock(&ld->mu);
     if (b->state == S_HELD) b->state = S_FREE;
@@ -171,6 +167,7 @@ void stk_loader_release(stk_loader *ld, stk_batch *b) {
 /* ---- batches and fields ---- */
 
 uint32_t stk_batch_size(const stk_batch *b) { return b ? b->n : 0; }
+int stk_batch_device(const stk_batch *b) { return b ? b->device : -1; }
 uint64_t stk_batch_index(const stk_batch *b) { return b ? b->b : 0; }
 const uint64_t *stk_batch_samples(const stk_batch *b) { return b ? b->samples : NULL; }
 
@@ -253,12 +250,12 @@ static int reposition(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t st
     return 0;
 }
 
-int stk_loader_set_epoch(stk_loader *ld, uint64_t epoch, stk_error *err) {
+int stk__loader_set_epoch(stk_loader *ld, uint64_t epoch, stk_error *err) {
     if (!ld) return stk__err(err, -EINVAL, "NULL loader");
     return reposition(ld, ld->seed, epoch, 0, err);
 }
 
-void stk_loader_save(const stk_loader *ld, stk_loader_state *st) {
+void stk__loader_save(const stk_loader *ld, stk_loader_state *st) {
     stk_loader *l = (stk_loader *)ld;
     pthread_mutex_lock(&l->mu);
     uint64_t taken = ld->next_take;
@@ -285,7 +282,7 @@ void stk__loader_save_at(const stk_loader *ld, uint64_t taken, stk_loader_state 
     pthread_mutex_unlock(&l->mu);
 }
 
-int stk_loader_restore(stk_loader *ld, const stk_loader_state *st, stk_error *err) {
+int stk__loader_restore(stk_loader *ld, const stk_loader_state *st, stk_error *err) {
     if (!ld || !st) return stk__err(err, -EINVAL, "NULL argument");
     if (st->fingerprint != ld->fingerprint)
         return stk__err(err, -EINVAL,
@@ -315,4 +312,37 @@ void stk__loader_ring(const stk_loader *ld, void **mem, size_t *bytes) {
 }
 
 uint64_t stk__loader_slot_bytes(const stk_loader *ld) { return ld->slot_bytes; }
+stk_loader *stk__batch_loader(const stk_batch *b) { return b->ld; }
+struct stk__gpu *stk__loader_gpu(const stk_loader *ld) { return ld ? ld->gpu : NULL; }
+void stk__loader_set_gpu(stk_loader *ld, struct stk__gpu *g) { ld->gpu = g; }
+
+stk_batch *stk__batch_view_new(stk_loader *ld, int device, uint8_t *mem) {
+    stk_batch *v = stk__calloc(1, sizeof *v);
+    if (!v) return NULL;
+    v->ld = ld;
+    v->device = device;
+    v->state = S_HELD;
+    v->mem = mem;
+    v->samples = stk__calloc(ld->opt.batch_size, sizeof *v->samples);
+    v->ragged_rows = stk__calloc(ld->nf ? ld->nf : 1, sizeof *v->ragged_rows);
+    if (!v->samples || !v->ragged_rows) {
+        stk__batch_view_free(v);
+        return NULL;
+    }
+    return v;
+}
+
+void stk__batch_view_set(stk_batch *v, const stk_batch *host) {
+    v->b = host->b;
+    v->n = host->n;
+    memcpy(v->samples, host->samples, (size_t)host->n * sizeof *v->samples);
+    memcpy(v->ragged_rows, host->ragged_rows, v->ld->nf * sizeof *v->ragged_rows);
+}
+
+void stk__batch_view_free(stk_batch *v) {
+    if (!v) return;
+    stk__free(v->samples);
+    stk__free(v->ragged_rows);
+    stk__free(v);
+}
 size_t stk__loader_field_dsf(const stk_loader *ld, size_t i) { return ld->f[i].dsf; }

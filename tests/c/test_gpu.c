@@ -1,9 +1,12 @@
 /*
- * test_gpu.c: the GPU stage.  Without a GPU (no CUDA build, driver or
- * device) every entry point says so with STK_ENOGPU and the reason, and the
- * rest of the test is skipped (exit 77).  With one: device batches equal
- * the host loader's byte for byte, copied or device-resident, windows and
- * records; epochs and resume give the same stream as the host loader; many
+ * test_gpu.c: loaders with a device.  Always: the device options are
+ * checked before any question of a GPU, and host batches answer the device
+ * calls as host batches.  Without a GPU (no CUDA build, driver or device)
+ * opening a loader with a device says so with STK_ENOGPU and the reason,
+ * and the rest of the test is skipped (exit 77).  With one: device batches
+ * equal the host loader's byte for byte, copied or device-resident, windows
+ * and records; epochs and resume give the same stream as the host loader;
+ * the calls a device loader refuses say so; stop keeps held batches; many
  * epochs leave device memory where it was.
  */
 #include "test_loader_common.h"
@@ -14,9 +17,9 @@
 static const stk_cuda_api *cu;
 
 /* Field i of device batch b against host batch c, byte for byte. */
-static void same_field(stk_gpu_batch *b, stk_batch *c, size_t i) {
+static void same_field(stk_batch *b, stk_batch *c, size_t i) {
     stk_batch_field df, hf;
-    CHECK(stk_gpu_batch_field(b, i, &df) == 0);
+    CHECK(stk_batch_field_get(b, i, &df) == 0);
     CHECK(stk_batch_field_get(c, i, &hf) == 0);
     CHECK(df.dtype == hf.dtype && df.ndim == hf.ndim && df.bytes == hf.bytes);
     for (int k = 0; k < df.ndim; k++) CHECK(df.shape[k] == hf.shape[k]);
@@ -33,83 +36,148 @@ static void same_field(stk_gpu_batch *b, stk_batch *c, size_t i) {
     }
 }
 
-/* Runs `epochs` epochs of a stage and a host loader side by side. */
+/* Runs `epochs` epochs of a loader on device 0 and a host loader side by
+ * side. */
 static void compare(stk_dataset *ds, const stk_loader_options *o, uint64_t budget, int epochs,
                     int want_resident) {
     stk_error err = {0};
-    stk_gpu_options go;
-    stk_gpu_options_init(&go);
-    go.resident_budget = budget;
-    stk_gpu *g = NULL;
-    CHECK_OK(stk_gpu_open(ds, o, &go, &g, &err));
-    CHECK(stk_gpu_resident(g) == want_resident);
+    stk_loader_options go = *o;
+    go.device = 0;
+    go.device_resident_budget = budget;
+    stk_loader *g = NULL;
+    CHECK_OK(stk_loader_open(ds, &go, &g, &err));
+    CHECK(stk_loader_device(g) == 0);
+    CHECK((stk_loader_resident_bytes(g) > 0) == want_resident);
     stk_loader *host = NULL;
     CHECK_OK(stk_loader_open(ds, o, &host, &err));
+    CHECK(stk_loader_num_fields(g) == stk_loader_num_fields(host));
     for (int e = 0; e < epochs; e++) {
         if (e) {
-            CHECK_OK(stk_gpu_set_epoch(g, (uint64_t)e, &err));
+            CHECK_OK(stk_loader_set_epoch(g, (uint64_t)e, &err));
             CHECK_OK(stk_loader_set_epoch(host, (uint64_t)e, &err));
         }
         for (;;) {
-            stk_gpu_batch *b;
+            stk_batch *b;
             stk_batch *c;
-            int r1 = stk_gpu_next(g, &b, &err), r2 = stk_loader_next(host, &c, &err);
+            int r1 = stk_loader_next(g, &b, &err), r2 = stk_loader_next(host, &c, &err);
             CHECK(r1 == r2);
             if (r1 == STK_END) break;
             CHECK_OK(r1);
-            CHECK(stk_gpu_batch_size(b) == stk_batch_size(c));
-            CHECK(stk_gpu_batch_index(b) == stk_batch_index(c));
-            CHECK(!memcmp(stk_gpu_batch_samples(b), stk_batch_samples(c),
+            CHECK(stk_batch_device(b) == 0 && stk_batch_device(c) == -1);
+            CHECK(stk_batch_size(b) == stk_batch_size(c));
+            CHECK(stk_batch_index(b) == stk_batch_index(c));
+            CHECK(!memcmp(stk_batch_samples(b), stk_batch_samples(c),
                           stk_batch_size(c) * sizeof(uint64_t)));
-            CHECK_OK(stk_gpu_batch_wait(b, 1, &err)); /* the legacy default stream */
+            CHECK_OK(stk_batch_wait(b, 1, &err)); /* the legacy default stream */
             for (size_t i = 0; i < stk_loader_num_fields(host); i++) same_field(b, c, i);
-            stk_gpu_release(g, b, 1);
+            stk_loader_release_after(g, b, 1);
             stk_loader_release(host, c);
         }
     }
-    /* Resume: the state after 3 batches, restored into a new stage. */
-    CHECK_OK(stk_gpu_set_epoch(g, 7, &err));
+    /* Resume: the state after 3 batches, restored into a new loader. */
+    CHECK_OK(stk_loader_set_epoch(g, 7, &err));
     for (int k = 0; k < 3; k++) {
-        stk_gpu_batch *b;
-        CHECK_OK(stk_gpu_next(g, &b, &err));
-        stk_gpu_release(g, b, UINTPTR_MAX);
+        stk_batch *b;
+        CHECK_OK(stk_loader_next(g, &b, &err));
+        stk_loader_release(g, b);
     }
     stk_loader_state st;
-    stk_gpu_save(g, &st);
-    stk_gpu_batch *want;
-    CHECK_OK(stk_gpu_next(g, &want, &err));
-    stk_gpu *g2 = NULL;
-    CHECK_OK(stk_gpu_open(ds, o, &go, &g2, &err));
-    CHECK_OK(stk_gpu_restore(g2, &st, &err));
-    stk_gpu_batch *got;
-    CHECK_OK(stk_gpu_next(g2, &got, &err));
-    CHECK(stk_gpu_batch_size(got) == stk_gpu_batch_size(want));
-    CHECK(!memcmp(stk_gpu_batch_samples(got), stk_gpu_batch_samples(want),
-                  stk_gpu_batch_size(want) * sizeof(uint64_t)));
-    stk_gpu_release(g2, got, UINTPTR_MAX);
-    stk_gpu_release(g, want, UINTPTR_MAX);
-    stk_gpu_close(g2);
-    stk_gpu_close(g);
+    stk_loader_save(g, &st);
+    stk_batch *want;
+    CHECK_OK(stk_loader_next(g, &want, &err));
+    stk_loader *g2 = NULL;
+    CHECK_OK(stk_loader_open(ds, &go, &g2, &err));
+    CHECK_OK(stk_loader_restore(g2, &st, &err));
+    stk_batch *got;
+    CHECK_OK(stk_loader_next(g2, &got, &err));
+    CHECK(stk_batch_size(got) == stk_batch_size(want));
+    CHECK(!memcmp(stk_batch_samples(got), stk_batch_samples(want),
+                  stk_batch_size(want) * sizeof(uint64_t)));
+    /* What a device loader refuses. */
+    CHECK(stk_loader_unget(g2, got) == -EINVAL);
+    CHECK(stk_loader_add_buffer(g2, &err) == -ENOTSUP);
+    stk_loader_release(g2, got);
+    /* Stop with a batch held: it stays readable until close. */
+    stk_loader_stop(g);
+    stk_batch_field f;
+    CHECK_OK(stk_batch_field_get(want, 0, &f));
+    uint8_t *tmp = malloc(f.bytes + 1);
+    CHECK(cu->copy_to_host(tmp, f.data, (size_t)f.bytes) == 0);
+    free(tmp);
+    stk_loader_release(g, want);
+    stk_loader_close(g2);
+    stk_loader_close(g);
     stk_loader_close(host);
+}
+
+/* What holds without a GPU: option checks come first, and host batches
+ * answer the device calls. */
+static void host_answers(stk_dataset *ds) {
+    stk_error err = {0};
+    stk_loader_options o;
+    stk_loader_options_init(&o);
+    CHECK(o.device == -1 && o.device_buffers == 3 && o.device_resident_budget == 0);
+    stk_loader *ld = (stk_loader *)1;
+    o.device = 0;
+    o.batch_size = 0;
+    CHECK(stk_loader_open(ds, &o, &ld, &err) == -EINVAL && ld == NULL);
+    CHECK(strstr(err.message, "batch_size") != NULL);
+    o.batch_size = 4;
+    o.device_buffers = 1;
+    CHECK(stk_loader_open(ds, &o, &ld, &err) == -EINVAL);
+    CHECK(strstr(err.message, "device_buffers") != NULL);
+    o.device_buffers = 3;
+    o.device = -2;
+    CHECK(stk_loader_open(ds, &o, &ld, &err) == -EINVAL);
+    CHECK(strstr(err.message, "device") != NULL);
+    o.device = -1;
+    CHECK_OK(stk_loader_open(ds, &o, &ld, &err));
+    CHECK(stk_loader_device(ld) == -1 && stk_loader_resident_bytes(ld) == 0);
+    stk_batch *b;
+    CHECK_OK(stk_loader_next(ld, &b, &err));
+    CHECK(stk_batch_device(b) == -1);
+    CHECK(stk_batch_wait(b, 1, &err) == 0);
+    CHECK(stk_batch_wait(NULL, 1, &err) == -EINVAL);
+    stk_loader_release_after(ld, b, 1); /* a host batch: released */
+    uint64_t n = 1;
+    while (stk_loader_next(ld, &b, &err) == 0) {
+        stk_loader_release(ld, b);
+        n++;
+    }
+    CHECK(n == stk_loader_rank_batches(ld));
+    stk_loader_close(ld);
 }
 
 int main(void) {
     test_watchdog(280);
     stk_error err = {0};
+    {
+        tds d;
+        tds_init(&d, TDS_RECORDS, 20);
+        tds_write(&d, "gpu-host");
+        stk_dataset *ds = NULL;
+        CHECK_OK(stk_dataset_open(d.dir, &ds, &err));
+        host_answers(ds);
+        stk_dataset_close(ds);
+        tds_free(&d);
+    }
     int n = 0;
     int rc = stk_gpu_count(&n, &err);
     if (rc) {
         CHECK(rc == STK_ENOGPU && err.code == STK_ENOGPU);
         CHECK(strncmp(err.message, "no GPU available: ", 18) == 0 && strlen(err.message) > 24);
-        /* Opening a stage says the same, and leaks nothing. */
+        /* Opening a loader with a device says the same, and leaks nothing. */
         tds d;
         tds_init(&d, TDS_RECORDS, 20);
         tds_write(&d, "gpu-none");
         stk_dataset *ds = NULL;
         CHECK_OK(stk_dataset_open(d.dir, &ds, &err));
-        stk_gpu *g = (stk_gpu *)1;
+        stk_loader *g = (stk_loader *)1;
         stk_error e2 = {0};
-        CHECK(stk_gpu_open(ds, NULL, NULL, &g, &e2) == STK_ENOGPU && g == NULL);
+        stk_loader_options o;
+        stk_loader_options_init(&o);
+        o.device = 0;
+        CHECK(stk_loader_open(ds, &o, &g, &e2) == STK_ENOGPU && g == NULL);
         CHECK(strcmp(e2.message, err.message) == 0);
         stk_dataset_close(ds);
         tds_free(&d);

@@ -16,7 +16,6 @@ BatchObject *batch_new(LoaderObject *loader) {
     Py_INCREF(loader);
     bo->loader = loader;
     bo->b = NULL;
-    bo->gb = NULL;
     bo->stream = 0;
     bo->streamed = 0;
     loader->live++;
@@ -27,12 +26,12 @@ static void batch_dealloc(BatchObject *self) {
     LoaderObject *l = self->loader;
     if (l) {
         if (l->last == self) l->last = NULL;
-        if (l->gpu && self->gb && l->pid == getpid())
-            /* Refilled only after the work queued on the consumer's stream
-             * so far is done (or at once when no stream was given). */
-            stk_gpu_release(l->gpu, self->gb, self->streamed ? self->stream : UINTPTR_MAX);
-        else if (l->ld && self->b && l->pid == getpid())
-            stk_loader_release(l->ld, self->b);
+        if (l->ld && self->b && l->pid == getpid())
+            /* A device batch is refilled only after the work queued on the
+             * consumer's stream so far is done (or at once when no stream
+             * was given). */
+            stk_loader_release_after(l->ld, self->b,
+                                     self->streamed ? self->stream : UINTPTR_MAX);
         l->live--;
         if (l->closing && l->live == 0) loader_teardown(l);
         Py_DECREF(l);
@@ -42,21 +41,17 @@ static void batch_dealloc(BatchObject *self) {
 
 static PyObject *batch_index(BatchObject *self, void *c) {
     (void)c;
-    return PyLong_FromUnsignedLongLong(self->gb ? stk_gpu_batch_index(self->gb)
-                                                : stk_batch_index(self->b));
+    return PyLong_FromUnsignedLongLong(stk_batch_index(self->b));
 }
 
 /* <stoker.Batch 3 of 256 samples cpu>; a batch put back (unget_last) owns
  * no buffer any more. */
 static PyObject *batch_repr(BatchObject *self) {
-    if (self->gb)
-        return PyUnicode_FromFormat("<stoker.Batch %llu of %u samples cuda>",
-                                    (unsigned long long)stk_gpu_batch_index(self->gb),
-                                    (unsigned)stk_gpu_batch_size(self->gb));
     if (self->b)
-        return PyUnicode_FromFormat("<stoker.Batch %llu of %u samples cpu>",
+        return PyUnicode_FromFormat("<stoker.Batch %llu of %u samples %s>",
                                     (unsigned long long)stk_batch_index(self->b),
-                                    (unsigned)stk_batch_size(self->b));
+                                    (unsigned)stk_batch_size(self->b),
+                                    stk_batch_device(self->b) < 0 ? "cpu" : "cuda");
     return PyUnicode_FromString("<stoker.Batch put back>");
 }
 

@@ -111,7 +111,7 @@ static int dlpack_stream(ArrayObject *self, PyObject *stream) {
     if (sv == -1) return 0;
     BatchObject *b = self->batch;
     stk_error err = {0};
-    int rc = stk_gpu_batch_wait(b->gb, (uintptr_t)sv, &err);
+    int rc = stk_batch_wait(b->b, (uintptr_t)sv, &err);
     if (rc) {
         raise_stk(rc, &err);
         return -1;

@@ -65,22 +65,22 @@ typedef struct BatchObject_ BatchObject;
 typedef struct {
     PyObject_HEAD
     stk_dataset *ds;
-    stk_loader *ld;    /* the stage's own when gpu is set */
-    stk_gpu *gpu;      /* device="cuda": the GPU stage, which owns ld */
+    stk_loader *ld;
+    int device;        /* -1: batches in host memory; else the CUDA ordinal */
     pid_t pid;
     Py_ssize_t live;   /* Batch objects alive */
     int closing;       /* close() called while batches were alive */
-    BatchObject *last; /* the last host batch given (borrowed; cleared when
-                        * it goes), for unget_last() */
+    BatchObject *last; /* the last batch given (borrowed; cleared when it
+                        * goes), for unget_last() */
     PyObject *names;   /* tuple of field names */
 } LoaderObject;
 
 struct BatchObject_ {
     PyObject_HEAD
     LoaderObject *loader;
-    stk_batch *b;          /* a host batch, or */
-    stk_gpu_batch *gb;     /* a device batch; neither once put back */
-    uintptr_t stream;      /* the last CUDA stream a consumer used it on */
+    stk_batch *b;          /* NULL once put back */
+    uintptr_t stream;      /* a device batch: the last CUDA stream a consumer
+                            * used it on */
     int streamed;
 };
 
@@ -101,8 +101,8 @@ extern PyTypeObject LoaderType, BatchType, ArrayType, WriterType;
 
 /* ---- loader.c ---- */
 
-/* Closes the C loader, its GPU stage and the dataset, in the process that
- * opened them (a forked child only forgets them). */
+/* Closes the C loader and the dataset, in the process that opened them (a
+ * forked child only forgets them). */
 void loader_teardown(LoaderObject *self);
 /* 0 when the loader may be used here and now, else -1 with an exception:
  * RuntimeError in a process other than the one that opened it,
@@ -117,7 +117,6 @@ typedef struct {
     const char *path;
     stk_open_options open;
     stk_loader_options lo;
-    stk_gpu_options gpu;           /* device < 0: no GPU stage */
     const char *field_names[256];  /* lo.fields points here */
 } loader_config;
 

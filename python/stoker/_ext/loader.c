@@ -1,9 +1,10 @@
 /*
- * loader.c: the Loader type, around stk_loader (or, with a device, the
- * stk_gpu stage that owns one) and the stk_dataset it reads: opening it,
- * handing out batches (waiting with the GIL released, in slices so that
- * Ctrl-C is seen), epochs, the resume state, and closing it while batches
- * may still be alive.  Its counters and tracing are in stats.c.
+ * loader.c: the Loader type, around stk_loader (batches in host memory or
+ * on a device, through the same calls) and the stk_dataset it reads:
+ * opening it, handing out batches (waiting with the GIL released, in
+ * slices so that Ctrl-C is seen), epochs, the resume state, and closing it
+ * while batches may still be alive.  Its counters and tracing are in
+ * stats.c.
  */
 #include "ext.h"
 
@@ -11,16 +12,11 @@
 #include <unistd.h>
 
 void loader_teardown(LoaderObject *self) {
-    if (self->gpu && self->pid == getpid()) {
-        Py_BEGIN_ALLOW_THREADS
-        stk_gpu_close(self->gpu); /* closes its loader */
-        Py_END_ALLOW_THREADS
-    } else if (self->ld && self->pid == getpid()) {
+    if (self->ld && self->pid == getpid()) {
         Py_BEGIN_ALLOW_THREADS
         stk_loader_close(self->ld);
         Py_END_ALLOW_THREADS
     }
-    self->gpu = NULL;
     if (self->ds && self->pid == getpid()) stk_dataset_close(self->ds);
     self->ld = NULL;
     self->ds = NULL;
@@ -45,23 +41,17 @@ int check_process(LoaderObject *self) {
 
 /* ---- open ---- */
 
-/* Opens the dataset and the loader (or GPU stage) of `c` with the GIL
- * released.  Returns 0, or -1 with an exception set. */
+/* Opens the dataset and the loader of `c` with the GIL released.  Returns
+ * 0, or -1 with an exception set. */
 static int loader_open(LoaderObject *self, const loader_config *c) {
     stk_error err = {0};
     int rc;
     stk_dataset *ds = NULL;
     stk_loader *ld = NULL;
-    stk_gpu *gpu = NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = stk_dataset_open_with(c->path, &c->open, &ds, &err);
     if (rc == 0) {
-        if (c->gpu.device >= 0) {
-            rc = stk_gpu_open(ds, &c->lo, &c->gpu, &gpu, &err);
-            if (rc == 0) ld = stk_gpu_loader(gpu);
-        } else {
-            rc = stk_loader_open(ds, &c->lo, &ld, &err);
-        }
+        rc = stk_loader_open(ds, &c->lo, &ld, &err);
         if (rc) {
             stk_dataset_close(ds);
             ds = NULL;
@@ -74,7 +64,7 @@ static int loader_open(LoaderObject *self, const loader_config *c) {
     }
     self->ds = ds;
     self->ld = ld;
-    self->gpu = gpu;
+    self->device = stk_loader_device(ld);
     self->pid = getpid();
     return 0;
 }
@@ -112,19 +102,20 @@ static void loader_dealloc(LoaderObject *self) {
 
 /* ---- batches ---- */
 
-/* The next host batch, waiting with the GIL released, in slices, so that
+/* The next batch, waiting with the GIL released, in slices, so that
  * signals (Ctrl-C) are seen.  Returns 0 with *out set, STK_END, or -1 with
  * an exception. */
-static int next_host_batch(LoaderObject *self, stk_batch **out) {
+static int next_c_batch(LoaderObject *self, stk_batch **out) {
     stk_error err = {0};
     int rc;
     for (;;) {
         Py_BEGIN_ALLOW_THREADS
         rc = stk_loader_next_timeout(self->ld, out, 100, &err);
         Py_END_ALLOW_THREADS
-        if (rc == -EBUSY) {
+        if (rc == -EBUSY && self->device < 0) {
             /* The caller keeps every batch it was given; that is allowed
-             * (arrays are views that must stay valid), so the ring grows. */
+             * (arrays are views that must stay valid), so the ring grows.
+             * Device buffers cannot: their -EBUSY is raised. */
             int r2;
             Py_BEGIN_ALLOW_THREADS
             r2 = stk_loader_add_buffer(self->ld, &err);
@@ -143,11 +134,14 @@ static int next_host_batch(LoaderObject *self, stk_batch **out) {
     return -1;
 }
 
-/* The host path: (dict of Array, sample ids), None at the end of the
- * epoch, or NULL with an exception. */
-static PyObject *host_next_batch(LoaderObject *self) {
+/* next_batch(): (dict of Array, sample ids), None at the end of the epoch,
+ * or NULL with an exception.  The arrays of a device batch are in device
+ * memory; the sample ids are always on the host. */
+static PyObject *loader_next_batch(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (check_process(self)) return NULL;
     stk_batch *b = NULL;
-    int rc = next_host_batch(self, &b);
+    int rc = next_c_batch(self, &b);
     if (rc == STK_END) Py_RETURN_NONE;
     if (rc) return NULL;
     BatchObject *bo = batch_new(self);
@@ -164,49 +158,11 @@ static PyObject *host_next_batch(LoaderObject *self) {
         return PyErr_NoMemory();
     }
     for (size_t i = 0; i < nf; i++) stk_batch_field_get(b, i, &f[i]);
-    PyObject *r = batch_result(bo, f, nf, stk_batch_size(b), stk_batch_samples(b), kDLCPU, 0);
+    int dev = stk_batch_device(b);
+    PyObject *r = batch_result(bo, f, nf, stk_batch_size(b), stk_batch_samples(b),
+                               dev < 0 ? kDLCPU : kDLCUDA, dev < 0 ? 0 : dev);
     PyMem_Free(f);
     return r;
-}
-
-/* The device path: batches from the GPU stage, fields in device memory, the
- * sample ids in host memory. */
-static PyObject *gpu_next_batch(LoaderObject *self) {
-    stk_gpu_batch *b = NULL;
-    stk_error err = {0};
-    int rc;
-    for (;;) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = stk_gpu_next_timeout(self->gpu, &b, 100, &err);
-        Py_END_ALLOW_THREADS
-        if (rc != -ETIMEDOUT) break;
-        if (PyErr_CheckSignals()) return NULL;
-    }
-    if (rc == STK_END) Py_RETURN_NONE;
-    if (rc) return raise_stk(rc, &err); /* -EBUSY too: device buffers cannot grow */
-    BatchObject *bo = batch_new(self);
-    if (!bo) {
-        stk_gpu_release(self->gpu, b, UINTPTR_MAX);
-        return NULL;
-    }
-    bo->gb = b;
-    size_t nf = stk_loader_num_fields(self->ld);
-    stk_batch_field *f = PyMem_Calloc(nf ? nf : 1, sizeof *f);
-    if (!f) {
-        Py_DECREF(bo);
-        return PyErr_NoMemory();
-    }
-    for (size_t i = 0; i < nf; i++) stk_gpu_batch_field(b, i, &f[i]);
-    PyObject *r = batch_result(bo, f, nf, stk_gpu_batch_size(b), stk_gpu_batch_samples(b),
-                               kDLCUDA, stk_gpu_device(self->gpu));
-    PyMem_Free(f);
-    return r;
-}
-
-static PyObject *loader_next_batch(LoaderObject *self, PyObject *unused) {
-    (void)unused;
-    if (check_process(self)) return NULL;
-    return self->gpu ? gpu_next_batch(self) : host_next_batch(self);
 }
 
 /* unget_last(): puts back the last batch given (an interrupt came before
@@ -216,7 +172,7 @@ static PyObject *loader_unget_last(LoaderObject *self, PyObject *unused) {
     (void)unused;
     if (check_process(self)) return NULL;
     BatchObject *bo = self->last;
-    if (!bo || !bo->b || self->gpu) Py_RETURN_FALSE;
+    if (!bo || !bo->b || self->device >= 0) Py_RETURN_FALSE;
     if (stk_loader_unget(self->ld, bo->b) != 0) Py_RETURN_FALSE;
     bo->b = NULL;
     self->last = NULL;
@@ -232,8 +188,7 @@ static PyObject *loader_set_epoch(LoaderObject *self, PyObject *arg) {
     stk_error err = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = self->gpu ? stk_gpu_set_epoch(self->gpu, e, &err)
-                   : stk_loader_set_epoch(self->ld, e, &err);
+    rc = stk_loader_set_epoch(self->ld, e, &err);
     Py_END_ALLOW_THREADS
     if (rc) return raise_stk(rc, &err);
     Py_RETURN_NONE;
@@ -243,8 +198,7 @@ static PyObject *loader_save(LoaderObject *self, PyObject *unused) {
     (void)unused;
     if (check_process(self)) return NULL;
     stk_loader_state st;
-    if (self->gpu) stk_gpu_save(self->gpu, &st);
-    else stk_loader_save(self->ld, &st);
+    stk_loader_save(self->ld, &st);
     return Py_BuildValue("{sKsKsKsK}", "seed", st.seed, "epoch", st.epoch, "position",
                          st.position, "fingerprint", st.fingerprint);
 }
@@ -261,8 +215,7 @@ static PyObject *loader_restore(LoaderObject *self, PyObject *args) {
     stk_error err = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = self->gpu ? stk_gpu_restore(self->gpu, &st, &err)
-                   : stk_loader_restore(self->ld, &st, &err);
+    rc = stk_loader_restore(self->ld, &st, &err);
     Py_END_ALLOW_THREADS
     if (rc) return raise_stk(rc, &err);
     Py_RETURN_NONE;
@@ -275,9 +228,9 @@ static PyObject *loader_counts(LoaderObject *self, PyObject *unused) {
                          "rank_samples", stk_loader_rank_samples(self->ld), "rank_batches",
                          stk_loader_rank_batches(self->ld), "backend",
                          stk_backend_name(stk_loader_backend(self->ld)), "device",
-                         self->gpu ? stk_gpu_device(self->gpu) : -1, "resident",
-                         self->gpu ? stk_gpu_resident(self->gpu) : 0, "resident_bytes",
-                         (unsigned long long)(self->gpu ? stk_gpu_resident_bytes(self->gpu) : 0));
+                         stk_loader_device(self->ld), "resident",
+                         stk_loader_resident_bytes(self->ld) > 0, "resident_bytes",
+                         (unsigned long long)stk_loader_resident_bytes(self->ld));
 }
 
 /* ---- close ---- */
@@ -287,7 +240,6 @@ static PyObject *loader_close(LoaderObject *self, PyObject *unused) {
     if (self->pid != getpid()) {
         /* A forked child owns none of the parent's threads: forget them. */
         self->ld = NULL;
-        self->gpu = NULL;
         self->ds = NULL;
         Py_RETURN_NONE;
     }
@@ -295,7 +247,7 @@ static PyObject *loader_close(LoaderObject *self, PyObject *unused) {
         /* Batches still alive: the threads stop and every buffer not held
          * goes back now; the rest when the last batch goes. */
         self->closing = 1;
-        if (self->ld && !self->gpu) {
+        if (self->ld) {
             Py_BEGIN_ALLOW_THREADS
             stk_loader_stop(self->ld);
             Py_END_ALLOW_THREADS

@@ -1,7 +1,7 @@
 /*
  * options.c: a Loader's arguments, as stoker/__init__.py passes them
  * (checked there, in this order, positionally), turned into libstoker's
- * options: stk_open_options, stk_loader_options and stk_gpu_options.  The
+ * options: stk_open_options and stk_loader_options.  The
  * same arguments give count(): a loader's counts without opening it.
  */
 #include "ext.h"
@@ -113,10 +113,9 @@ int loader_config_parse(PyObject *args, PyObject *kw, loader_config *c) {
     if (a.valid_field != Py_None && !(c->lo.valid_field = PyUnicode_AsUTF8(a.valid_field)))
         return -1;
     if (config_fields(c, a.fields)) return -1;
-    stk_gpu_options_init(&c->gpu);
-    c->gpu.device = a.device;
-    c->gpu.slots = a.gpu_slots;
-    c->gpu.resident_budget = a.resident;
+    c->lo.device = a.device;
+    c->lo.device_buffers = a.gpu_slots;
+    c->lo.device_resident_budget = a.resident;
     return 0;
 }
 

@@ -1,0 +1,110 @@
+/*
+ * loader.c: the public loader calls whose work differs between batches in
+ * host memory (src/pipeline) and batches on a GPU (src/gpu).  One loader
+ * type and one batch type: a loader opened with a device carries its GPU
+ * stage, and every call here sends the work to the stage when it has one.
+ * The calls that read the same either way (fields, counts, stats, tracing,
+ * a batch's size and fields) are the pipeline's own.
+ */
+#include "../gpu/gpu.h"
+#include "../pipeline/pipeline.h"
+
+#include <errno.h>
+
+int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader **out,
+                    stk_error *err) {
+    stk_loader_options defaults;
+    if (!opts) {
+        stk_loader_options_init(&defaults);
+        opts = &defaults;
+    }
+    if (!ds || !out) return stk__err(err, -EINVAL, "stk_loader_open: NULL argument");
+    *out = NULL;
+    if (opts->device < 0) return stk__loader_open(ds, opts, out, err);
+    /* Bad options are said as such, before any question of a GPU. */
+    int rc = stk__loader_check(ds, opts, err);
+    return rc ? rc : stk__gpu_open(ds, opts, out, err);
+}
+
+int stk_loader_next(stk_loader *ld, stk_batch **out, stk_error *err) {
+    return stk_loader_next_timeout(ld, out, -1, err);
+}
+
+int stk_loader_next_timeout(stk_loader *ld, stk_batch **out, int64_t timeout_ms,
+                            stk_error *err) {
+    if (!ld || !out) return stk__err(err, -EINVAL, "stk_loader_next: NULL argument");
+    stk__gpu *g = stk__loader_gpu(ld);
+    return g ? stk__gpu_next(g, out, timeout_ms, err) : stk__loader_next(ld, out, timeout_ms, err);
+}
+
+void stk_loader_release(stk_loader *ld, stk_batch *b) {
+    stk_loader_release_after(ld, b, UINTPTR_MAX);
+}
+
+void stk_loader_release_after(stk_loader *ld, stk_batch *b, uintptr_t stream) {
+    if (!ld || !b) return;
+    stk__gpu *g = stk__loader_gpu(ld);
+    if (g) stk__gpu_release(g, b, stream);
+    else stk__loader_release(ld, b);
+}
+
+int stk_batch_wait(const stk_batch *b, uintptr_t stream, stk_error *err) {
+    if (!b) return stk__err(err, -EINVAL, "stk_batch_wait: NULL batch");
+    if (stk_batch_device(b) < 0) return 0;
+    return stk__gpu_wait(stk__loader_gpu(stk__batch_loader(b)), b, stream, err);
+}
+
+int stk_loader_unget(stk_loader *ld, stk_batch *b) {
+    if (!ld || !b || stk__loader_gpu(ld)) return -EINVAL;
+    return stk__loader_unget(ld, b);
+}
+
+int stk_loader_add_buffer(stk_loader *ld, stk_error *err) {
+    if (!ld) return stk__err(err, -EINVAL, "NULL loader");
+    if (stk__loader_gpu(ld))
+        return stk__err(err, -ENOTSUP,
+                        "device buffers are fixed when the loader opens (device_buffers); "
+                        "release a batch before asking for the next");
+    return stk__loader_add_buffer(ld, err);
+}
+
+int stk_loader_set_epoch(stk_loader *ld, uint64_t epoch, stk_error *err) {
+    if (!ld) return stk__err(err, -EINVAL, "NULL loader");
+    stk__gpu *g = stk__loader_gpu(ld);
+    return g ? stk__gpu_set_epoch(g, epoch, err) : stk__loader_set_epoch(ld, epoch, err);
+}
+
+void stk_loader_save(const stk_loader *ld, stk_loader_state *out) {
+    stk__gpu *g = stk__loader_gpu(ld);
+    if (g) stk__gpu_save(g, out);
+    else stk__loader_save(ld, out);
+}
+
+int stk_loader_restore(stk_loader *ld, const stk_loader_state *st, stk_error *err) {
+    if (!ld || !st) return stk__err(err, -EINVAL, "stk_loader_restore: NULL argument");
+    stk__gpu *g = stk__loader_gpu(ld);
+    return g ? stk__gpu_restore(g, st, err) : stk__loader_restore(ld, st, err);
+}
+
+int stk_loader_device(const stk_loader *ld) {
+    stk__gpu *g = ld ? stk__loader_gpu(ld) : NULL;
+    return g ? stk__gpu_device(g) : -1;
+}
+
+uint64_t stk_loader_resident_bytes(const stk_loader *ld) {
+    stk__gpu *g = ld ? stk__loader_gpu(ld) : NULL;
+    return g ? stk__gpu_resident_bytes(g) : 0;
+}
+
+void stk_loader_stop(stk_loader *ld) {
+    if (!ld) return;
+    stk__gpu *g = stk__loader_gpu(ld);
+    if (g) stk__gpu_stop(g);
+    else stk__loader_stop(ld);
+}
+
+void stk_loader_close(stk_loader *ld) {
+    if (!ld) return;
+    if (stk__loader_gpu(ld)) stk__gpu_close(ld);
+    else stk__loader_close(ld);
+}
