@@ -33,6 +33,18 @@
  *    in later versions keep their defaults.
  *  - Threads.  Functions on distinct objects may run concurrently.  Whether
  *    one object may be used from several threads at once is stated per type.
+ *  - Names.  stk_<object>_<verb>, where the object may be a part of
+ *    another (stk_loader_stats_get, stk_batch_field_get, stk_loader_trace_start)
+ *    and the verb may take its complement (stk_loader_set_epoch,
+ *    stk_dataset_find_field); a getter is named for what it gives
+ *    (stk_loader_rank_batches); actions on no object are stk_<verb>
+ *    (stk_merge, stk_diagnose, stk_measure_read).  Options structs are
+ *    stk_<object>_options, filled by stk_<object>_options_init, and passed
+ *    as `opts`.  Counts, sizes, ids and flag sets are fixed-width unsigned
+ *    (uint32_t, uint64_t), sizes in memory size_t; booleans and small
+ *    values that may be negative or are bounded by the machine (ndim,
+ *    codec levels, thread counts, a device ordinal or -1) are int.
+ *    Declarations sit by their partners (open beside close).
  *  - Byte order.  Files are little-endian; the library builds only on
  *    little-endian hosts (a build on another host fails at compile time).
  */
@@ -357,7 +369,7 @@ typedef struct stk_open_options {
     const char *root;
 } stk_open_options;
 
-STK_API void stk_open_options_init(stk_open_options *o);
+STK_API void stk_open_options_init(stk_open_options *opts);
 
 /* stk_dataset_open with options (NULL: the defaults). */
 STK_API int stk_dataset_open_with(const char *path, const stk_open_options *opts,
@@ -448,7 +460,7 @@ STK_API int stk_dataset_get(const stk_dataset *ds, uint64_t record,
  */
 STK_API int stk_dataset_read(const stk_dataset *ds, uint64_t record,
                              size_t field, void *buf, size_t cap, size_t *len,
-                             unsigned flags, stk_error *err);
+                             uint32_t flags, stk_error *err);
 
 /* Called by stk_dataset_verify for every problem found, from any of its
  * threads but never two at once. */
@@ -636,7 +648,7 @@ typedef struct stk_loader_options {
                                 * are never skipped.  Default RAISE. */
     uint64_t max_skips;        /* SKIP: this many failures in a row raise;
                                 * default 100 */
-    unsigned max_open_files;   /* descriptors the loader keeps open: with more
+    uint32_t max_open_files;   /* descriptors the loader keeps open: with more
                                 * files than this (an in-place index of many
                                 * small files) they are opened on demand and
                                 * cached; 0 (default): from the process's
@@ -683,6 +695,18 @@ STK_API void stk_loader_options_init(stk_loader_options *opts);
  */
 STK_API int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts,
                             stk_loader **out, stk_error *err);
+
+/* Stops the threads (waiting for reads in flight to land), frees every
+ * buffer and descriptor.  Safe at any moment.  Accepts NULL. */
+STK_API void stk_loader_close(stk_loader *ld);
+
+/* For a caller that must close while it still holds batches: stops the
+ * threads and gives the memory of every batch buffer it does not hold back
+ * to the system; the batches held stay valid (release them, then call
+ * stk_loader_close).  No batch can be taken after it.  With a device, the
+ * copies in flight finish and device batches held stay valid.  Accepts
+ * NULL; a second call does nothing. */
+STK_API void stk_loader_stop(stk_loader *ld);
 
 /*
  * Waits for the next batch of this rank and sets *out.  Returns 0, STK_END
@@ -1011,18 +1035,6 @@ typedef struct stk_order_advice {
 STK_API int stk_advise_order(const stk_dataset *ds, const stk_loader *ld,
                              stk_order_advice *out, stk_error *err);
 
-/* Stops the threads (waiting for reads in flight to land), frees every
- * buffer and descriptor.  Safe at any moment.  Accepts NULL. */
-STK_API void stk_loader_close(stk_loader *ld);
-
-/* For a caller that must close while it still holds batches: stops the
- * threads and gives the memory of every batch buffer it does not hold back
- * to the system; the batches held stay valid (release them, then call
- * stk_loader_close).  No batch can be taken after it.  With a device, the
- * copies in flight finish and device batches held stay valid.  Accepts
- * NULL; a second call does nothing. */
-STK_API void stk_loader_stop(stk_loader *ld);
-
 /* ------------------------------------------------------------------------ */
 /* Batches on a GPU                                                         */
 /* ------------------------------------------------------------------------ */
@@ -1257,7 +1269,7 @@ typedef struct stk_index_options {
     const char *extension;
 } stk_index_options;
 
-STK_API void stk_index_options_init(stk_index_options *o);
+STK_API void stk_index_options_init(stk_index_options *opts);
 
 /*
  * Indexes `paths` (files, or directories walked in name order) into the
@@ -1291,9 +1303,9 @@ typedef enum stk_wav_encoding {
 /* What a WAV header says. */
 typedef struct stk_wav_header {
     stk_wav_encoding encoding;
-    unsigned channels;
-    unsigned sample_rate;
-    unsigned bytes_per_sample;
+    uint32_t channels;
+    uint32_t sample_rate;
+    uint32_t bytes_per_sample;
     uint64_t data_offset; /* where the frames begin in the file */
     uint64_t data_bytes;  /* the data chunk's size */
     uint64_t frames;      /* whole frames in the data chunk */

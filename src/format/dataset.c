@@ -65,7 +65,7 @@ void stk_dataset_close(stk_dataset *ds) {
     stk__free(ds->info);
     stk__free(ds->attrs);
     stk__free(ds->dir);
-    stk__free(ds->source);
+    stk__free(ds->caps.source);
     stk__free(ds);
 }
 
@@ -304,6 +304,7 @@ int stk__dataset_new(char *dir, stk_field *fields, size_t nfields, char *attrs,
         ds->fields = fields;
         ds->nfields = nfields;
         ds->attrs = attrs;
+        ds->caps = (stk__caps){.checksums = true, .aligned = true, .mapped = true};
         ds->info = stk__calloc(nfields ? nfields : 1, sizeof *ds->info);
         ds->shards = stk__calloc(nshards ? nshards : 1, sizeof *ds->shards);
     }
@@ -401,7 +402,7 @@ size_t stk_dataset_num_fields(const stk_dataset *ds) { return ds ? ds->nfields :
 size_t stk_dataset_num_shards(const stk_dataset *ds) { return ds ? ds->nshards : 0; }
 const char *stk_dataset_path(const stk_dataset *ds) { return ds ? ds->dir : NULL; }
 const char *stk_dataset_source(const stk_dataset *ds) {
-    return ds && ds->in_place ? ds->source : NULL;
+    return ds ? ds->caps.source : NULL;
 }
 const char *stk_dataset_attrs(const stk_dataset *ds) { return ds ? ds->attrs : NULL; }
 
@@ -546,7 +547,7 @@ static int read_in_place(const stk_dataset *ds, const stk__shard *sh, const stk_
 }
 
 int stk_dataset_read(const stk_dataset *ds, uint64_t record, size_t field, void *buf,
-                     size_t cap, size_t *len, unsigned flags, stk_error *err) {
+                     size_t cap, size_t *len, uint32_t flags, stk_error *err) {
     stk_extent x;
     int rc = stk_dataset_get(ds, record, field, &x, err);
     if (rc) return rc;
@@ -557,7 +558,7 @@ int stk_dataset_read(const stk_dataset *ds, uint64_t record, size_t field, void 
                         (unsigned long long)record, ds->fields[field].name,
                         (unsigned long long)x.raw_bytes, cap);
     const stk__shard *sh = &ds->shards[x.shard];
-    if (ds->in_place) return read_in_place(ds, sh, &x, record, field, buf, err);
+    if (ds->caps.source) return read_in_place(ds, sh, &x, record, field, buf, err);
     if (flags & STK_READ_VERIFY) {
         const uint64_t *e = stk__entry(ds, sh, record - sh->first);
         uint64_t a, b;
@@ -687,7 +688,7 @@ static void verify_in_place(verify_job *j, size_t s) {
 static void verify_shard(verify_job *j, size_t s) {
     const stk_dataset *ds = j->ds;
     const stk__shard *sh = &ds->shards[s];
-    if (ds->in_place) {
+    if (!ds->caps.checksums) {
         verify_in_place(j, s);
         return;
     }

@@ -199,6 +199,19 @@ static inline uint64_t stk__shard_srb(const stk__fieldinfo *fi, const stk__shard
     return sh->conv_set ? sh->stored_row_bytes : fi->stored_row_bytes;
 }
 
+/* What a dataset's files can do.  The readers above ask these, never where
+ * the dataset came from.  Shards written by stoker can do everything; an
+ * in-place index (sources/index_open.c) names the users' own files: no
+ * checksums, records not aligned for O_DIRECT, and past STK_INDEX_MAP_MAX
+ * files no mappings. */
+typedef struct stk__caps {
+    char *source;   /* NULL: stoker's shards; else the users' own files, read
+                     * in place: "npy", "wav", "hdf5" or "raw" */
+    bool checksums; /* blocks and records carry checksums (verify, skip) */
+    bool aligned;   /* records may be read with O_DIRECT */
+    bool mapped;    /* every file is mapped (the mmap backend, valid_field) */
+} stk__caps;
+
 struct stk_dataset {
     char *dir;
     stk_field *fields;
@@ -209,13 +222,8 @@ struct stk_dataset {
     size_t nshards;
     char *attrs;
     uint32_t align;
-    uint32_t block_size;
-    /* An in-place index (sources/index_open.c): the shards are the users' own
-     * files; there are no checksums (block_size 0) and, past a number of
-     * files, no mappings. */
-    bool in_place;
-    bool mapped;
-    char *source; /* in place: "npy", "wav", "hdf5" or "raw" */
+    uint32_t block_size; /* 0 without checksums */
+    stk__caps caps;
 };
 
 /* A dataset of `nshards` zeroed shards (the caller fills them, then nrec)

@@ -497,7 +497,7 @@ static int upload(stk__gpu *g, const bool *sel, const uint64_t *sizes, bool veri
     for (size_t s = 0; rc == 0 && s < ds->nshards; s++) {
         const stk__shard *sh = &ds->shards[s];
         int fd = -1;
-        if (verify && !ds->in_place) {
+        if (verify && ds->caps.checksums) {
             for (uint64_t r = 0; rc == 0 && r < sh->nrec; r++) {
                 const uint64_t *e = stk__entry(ds, sh, r);
                 uint64_t x, z;

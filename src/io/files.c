@@ -35,7 +35,7 @@ static int open_one(const stk__files *f, size_t i, int flags, stk_error *err) {
     int fd = stk__open(path, flags, 0);
     if (fd < 0)
         return stk__err(err, fd, "%s: cannot open %s%s: %s", path,
-                        f->ds->in_place ? "a file of the index" : "shard",
+                        f->ds->caps.source ? "a file of the index" : "shard",
                         flags & O_DIRECT ? " with O_DIRECT" : "", stk_strerror(fd));
     /* Random order reads records scattered over a shard: the kernel's
      * read-ahead would fetch the bytes after each one, which the order

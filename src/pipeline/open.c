@@ -282,13 +282,13 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
     *out = NULL;
     int rc = stk__loader_check(ds, opts, err);
     if (rc) return rc;
-    stk_loader_options in_place;
-    if ((ds->in_place || plan_only) && opts->verify) {
+    stk_loader_options unverified;
+    if ((!ds->caps.checksums || plan_only) && opts->verify) {
         /* Users' own files carry no checksums to verify; a planned loader
          * reads nothing (its caller checks what it reads). */
-        in_place = *opts;
-        in_place.verify = 0;
-        opts = &in_place;
+        unverified = *opts;
+        unverified.verify = 0;
+        opts = &unverified;
     }
     stk_loader *ld = loader_new(ds, opts, plan_only);
     if (!ld) return stk__err(err, -ENOMEM, "out of memory");

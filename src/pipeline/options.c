@@ -64,23 +64,24 @@ static int check_valid_field(const stk_dataset *ds, const stk_loader_options *o,
     return 0;
 }
 
-/* What an in-place index (users' own files) cannot do. */
-static int check_in_place(const stk_dataset *ds, const stk_loader_options *o, stk_error *err) {
-    if (o->direct)
+/* What the dataset's files cannot do (an in-place index of users' own
+ * files: stk__caps). */
+static int check_caps(const stk_dataset *ds, const stk_loader_options *o, stk_error *err) {
+    if (o->direct && !ds->caps.aligned)
         return stk__err(err, -EINVAL,
                         "direct: %s is an in-place index; its files are read through the "
                         "page cache (their records are not aligned for O_DIRECT)",
                         ds->dir);
-    if (o->on_error == STK_ON_ERROR_SKIP)
+    if (o->on_error == STK_ON_ERROR_SKIP && !ds->caps.checksums)
         return stk__err(err, -EINVAL,
                         "on_error: skipping damaged samples needs checksums, and the files "
                         "of an in-place index have none");
-    if (o->backend == STK_BACKEND_MMAP && !ds->mapped)
+    if (o->backend == STK_BACKEND_MMAP && !ds->caps.mapped)
         return stk__err(err, -EINVAL,
                         "backend: an index of more than %d files is not mapped; use "
                         "uring or pool",
                         STK_INDEX_MAP_MAX);
-    if (o->valid_field && !ds->mapped)
+    if (o->valid_field && !ds->caps.mapped)
         return stk__err(err, -EINVAL,
                         "valid_field: needs the files mapped, and an index of more than "
                         "%d files is not",
@@ -125,7 +126,7 @@ int stk__loader_check(const stk_dataset *ds, const stk_loader_options *o, stk_er
         return stk__err(err, -EINVAL, "block_group: must be at least 1");
     if (o->on_error != STK_ON_ERROR_RAISE && o->on_error != STK_ON_ERROR_SKIP)
         return stk__err(err, -EINVAL, "on_error: unknown value %d", (int)o->on_error);
-    if (ds->in_place && (rc = check_in_place(ds, o, err))) return rc;
+    if ((rc = check_caps(ds, o, err))) return rc;
     if (o->on_error == STK_ON_ERROR_SKIP && !o->verify)
         return stk__err(err, -EINVAL,
                         "on_error: skipping damaged samples needs verify (checksums) on");
@@ -325,7 +326,7 @@ int stk__ld_choose_backend(stk_loader *ld, const stk_loader_options *o, stk_erro
      * to be read again, and under a memory limit (a cgroup) the page cache
      * competes with the group buffers for the same bytes. */
     if (o->order == STK_ORDER_BLOCK && !plan_only && !ld->fits && !o->direct &&
-        ld->backend != STK_BACKEND_MMAP && !ds->in_place) {
+        ld->backend != STK_BACKEND_MMAP && ds->caps.aligned) {
         ld->opt.direct = 1;
         ld->auto_direct = true;
     }

@@ -352,10 +352,9 @@ int stk__index_open(const char *path, const char *files_root, stk_dataset **out,
         }
         goto fail;
     }
-    ds->in_place = true;
     ds->align = 1;
-    ds->mapped = nf <= STK_INDEX_MAP_MAX;
-    if (!(ds->source = stk__strdup(src))) {
+    ds->caps = (stk__caps){.source = stk__strdup(src), .mapped = nf <= STK_INDEX_MAP_MAX};
+    if (!ds->caps.source) {
         rc = stk__err(err, -ENOMEM, "out of memory");
         goto fail;
     }
@@ -429,7 +428,7 @@ int stk__index_open(const char *path, const char *files_root, stk_dataset **out,
         }
         if ((rc = open_file(ds, sh, fo, i, path, srb, err)) ||
             (rc = check_inside(sh, i, path, allowed, hint, &inside, err)) ||
-            (rc = check_file(sh, ds->mapped, err)))
+            (rc = check_file(sh, ds->caps.mapped, err)))
             goto fail;
         first += sh->nrec;
     }

@@ -228,7 +228,7 @@ int stk_advise_order(const stk_dataset *ds, const stk_loader *ld, stk_order_advi
     stk_loader_stats st;
     stk_loader_stats_get(ld, &st);
     out->sample_bytes = stk_loader_sample_bytes(ld);
-    if (stk_loader_order(ld) != STK_ORDER_RANDOM || st.warm_up_bytes || ds->in_place ||
+    if (stk_loader_order(ld) != STK_ORDER_RANDOM || st.warm_up_bytes || ds->caps.source ||
         out->sample_bytes == 0 || out->sample_bytes >= (8u << 20) || stk_dataset_resident(ds) >= 0.9)
         return 0;
     double reads;
