@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(gcc g++ make pkg-config ninja-build libzstd-dev liburing-dev libxxhash-dev
-      libjansson-dev zlib1g-dev libhdf5-dev python3-venv)
+      libjansson-dev zlib1g-dev libhdf5-dev libcurl4-openssl-dev python3-venv)
 command -v cmake >/dev/null 2>&1 || PKGS+=(cmake)
 
 missing=()

@@ -1,0 +1,84 @@
+/*
+ * remote.h: datasets in object stores (s3://bucket/prefix, https://host/path)
+ * as the rest of libstoker reaches them.  url.c turns a dataset URL and the
+ * AWS settings into object URLs; creds.c finds credentials, region and
+ * endpoint the way AWS tools do; http.c fetches (libcurl, many requests in
+ * flight, retries); cache.c keeps the local cache; open.c opens a remote
+ * dataset through the cache.
+ */
+#ifndef STK_REMOTE_H
+#define STK_REMOTE_H
+
+#include "../core/internal.h"
+
+#include <stdbool.h>
+
+/* ---- url.c ---- */
+
+enum { STK__URL_S3 = 1, STK__URL_HTTP = 2 };
+
+/* A dataset's location. */
+typedef struct stk__url {
+    int scheme;   /* STK__URL_S3 or STK__URL_HTTP (http:// and https://) */
+    char *text;   /* as given, without trailing '/' */
+    char *bucket; /* s3: the bucket; NULL for HTTP */
+    char *key;    /* s3: the dataset's key prefix, without leading or trailing
+                   * '/' ("" for the bucket's root); HTTP: the URL's path
+                   * without trailing '/' */
+    char *origin; /* HTTP: "http(s)://host[:port]"; NULL for s3 */
+} stk__url;
+
+/* Whether `path` names a remote dataset (s3://, http://, https://). */
+bool stk__is_remote(const char *path);
+/* Parses a dataset URL.  -EINVAL (the message names the URL and says what
+ * is wrong: no bucket, an empty host, a query or fragment...) */
+int stk__url_parse(const char *text, stk__url *out, stk_error *err);
+void stk__url_free(stk__url *u);
+
+/* ---- creds.c ---- */
+
+/* What signs and routes S3 requests, found as the AWS CLI finds them:
+ *  credentials: AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN),
+ *    else the profile AWS_PROFILE (default "default") of the shared
+ *    credentials file (AWS_SHARED_CREDENTIALS_FILE, default
+ *    ~/.aws/credentials) then of the config file (AWS_CONFIG_FILE, default
+ *    ~/.aws/config, section "[profile NAME]", or "[default]"); none found,
+ *    or AWS_NO_SIGN_REQUEST=true: anonymous (unsigned requests);
+ *  region: AWS_REGION, AWS_DEFAULT_REGION, the profile's `region`, else
+ *    "us-east-1";
+ *  endpoint: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's
+ *    `endpoint_url`, else AWS's own (https://s3.REGION.amazonaws.com).  A
+ *    custom endpoint is addressed path-style (ENDPOINT/BUCKET/KEY), AWS's
+ *    virtual-hosted (https://BUCKET.s3.REGION.amazonaws.com/KEY) unless the
+ *    bucket name has dots, or AWS_S3_ADDRESSING_STYLE=path. */
+typedef struct stk__aws {
+    char *access_key;    /* NULL: anonymous */
+    char *secret_key;
+    char *session_token; /* NULL: none */
+    char *region;        /* never NULL once loaded */
+    char *endpoint;      /* "scheme://host[:port]" without trailing '/'; never NULL */
+    bool path_style;
+    /* Where the credentials came from, to read them again when they expire. */
+    bool from_env;
+    char *profile;
+    char *creds_file;    /* the file they were read from, or NULL */
+    int64_t creds_mtime_ns;
+} stk__aws;
+
+/* Loads the settings above.  0, or -EINVAL for a malformed setting (an
+ * endpoint that is not a URL, a file that cannot be parsed: named). */
+int stk__aws_load(stk__aws *out, stk_error *err);
+/* Reads the credentials again from their source (for a session token that
+ * expired: the environment or the file may hold a fresh one).  *changed
+ * says whether they differ.  0 or as stk__aws_load. */
+int stk__aws_reload(stk__aws *a, bool *changed, stk_error *err);
+void stk__aws_free(stk__aws *a);
+
+/* The URL of object `name` ("" for the dataset's prefix itself; else a
+ * relative name such as "manifest.json") of dataset `u`: for s3 by the
+ * endpoint and addressing style of `a`, for HTTP the dataset URL + "/" +
+ * name.  Characters outside RFC 3986's unreserved set and '/' are
+ * percent-encoded in the key.  NULL when out of memory. */
+char *stk__url_object(const stk__url *u, const stk__aws *a, const char *name);
+
+#endif
