@@ -367,13 +367,100 @@ typedef struct stk_open_options {
      * STK_EOUTSIDE, naming the file and the root.  Not used by datasets of
      * shards, whose manifest can only name files in its own directory. */
     const char *root;
+    /* Remote datasets (see "Datasets in object stores"): the cache
+     * directory.  NULL (default): $STOKER_CACHE_DIR, else
+     * $XDG_CACHE_HOME/stoker, else ~/.cache/stoker. */
+    const char *cache_dir;
+    /* Remote datasets: bytes of disk this dataset's cache may take.
+     * STK_CACHE_BUDGET_AUTO (default): the file system's free space less a
+     * reserve of 5% of its size. */
+    uint64_t cache_budget;
 } stk_open_options;
+
+#define STK_CACHE_BUDGET_AUTO UINT64_MAX
 
 STK_API void stk_open_options_init(stk_open_options *opts);
 
 /* stk_dataset_open with options (NULL: the defaults). */
 STK_API int stk_dataset_open_with(const char *path, const stk_open_options *opts,
                                   stk_dataset **out, stk_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Datasets in object stores                                                */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Wherever a dataset path is taken, `s3://bucket/prefix/dataset` and
+ * `https://host/path/dataset` (or http://) name a dataset of shards kept in
+ * an object store or behind a web server.  Opening one fetches its manifest,
+ * pins each shard object's identity (ETag, else size and Last-Modified)
+ * and brings the shards into a local cache, checking every 64 KiB block
+ * against its XXH3 as it arrives; the dataset is then read from the cache
+ * like a local one.  A block that fails its check is fetched again (three
+ * times at most), then STK_ECHECKSUM names the object and the record.  An
+ * object that changed since it was pinned is STK_ESTALE, never a mix of two
+ * versions.
+ *
+ * S3 requests are signed (AWS SigV4) with the credentials, region and
+ * endpoint the AWS tools would use: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+ * AWS_SESSION_TOKEN, AWS_PROFILE and the shared credentials and config
+ * files, AWS_REGION, AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL (S3-compatible
+ * servers, addressed path-style); anonymous when none are found or
+ * AWS_NO_SIGN_REQUEST=true.  Credentials that expire are read again from
+ * their source.
+ *
+ * The cache holds one directory per dataset version (keyed by the
+ * manifest's checksum); a restarted run reuses what it holds.  Several
+ * processes share it: a shard being fetched by one is waited for by the
+ * others, never fetched twice.  Failures: 5xx, 429, SlowDown, resets,
+ * timeouts and stalled transfers are retried with exponential backoff and
+ * jitter (Retry-After honoured), at most $STOKER_REMOTE_RETRIES times
+ * (default 8) per request; a transfer making no progress for
+ * $STOKER_REMOTE_TIMEOUT seconds (default 30) is abandoned and retried.
+ * 403 is -EACCES, 404 -ENOENT, a wrong region -EINVAL, each naming the URL.
+ * $STOKER_REMOTE_CONNECTIONS (default 16) requests are in flight at once.
+ *
+ * Not yet: fetching only the ranges the planned order will read, a budget
+ * smaller than the dataset (open refuses it, saying so), and eviction.
+ */
+
+/* What opening a remote dataset cost. */
+typedef struct stk_remote_stats {
+    uint64_t requests;      /* HTTP requests sent, retries included */
+    uint64_t retries;       /* of which retries */
+    uint64_t bytes_fetched; /* body bytes received */
+    uint64_t bytes_cached;  /* shard bytes found in the cache, not fetched */
+    double network_seconds; /* wall time spent waiting on the network */
+} stk_remote_stats;
+
+/* The remote statistics of `ds`.  Returns 0, or -EINVAL for a local
+ * dataset. */
+STK_API int stk_dataset_remote_stats(const stk_dataset *ds, stk_remote_stats *out);
+
+/* One dataset version in a cache directory. */
+typedef struct stk_cache_entry {
+    const char *key;      /* the manifest checksum naming its directory */
+    const char *origin;   /* the URL it was fetched from */
+    const char *path;     /* its directory */
+    uint64_t bytes;       /* disk space it takes */
+    uint32_t shards;      /* shards of the dataset */
+    uint32_t shards_held; /* of which complete and checked in the cache */
+} stk_cache_entry;
+
+/* Calls fn for every dataset in cache directory `cache_dir` (NULL: the
+ * default of stk_open_options), in no particular order; the entry is valid
+ * during the call.  A nonzero return from fn stops the walk and is
+ * returned.  Returns 0, or an error reading the directory (an absent one
+ * holds nothing). */
+STK_API int stk_cache_list(const char *cache_dir,
+                           int (*fn)(void *ctx, const stk_cache_entry *e), void *ctx,
+                           stk_error *err);
+/* Removes from cache directory `cache_dir` (NULL: the default) every
+ * dataset fetched from URL `origin` (NULL: every dataset), except one that
+ * a process is fetching now, and sets *bytes to the space given back.
+ * Returns 0 or an error. */
+STK_API int stk_cache_clear(const char *cache_dir, const char *origin, uint64_t *bytes,
+                            stk_error *err);
 
 /* Releases the dataset and every pointer obtained from it.  Accepts NULL. */
 STK_API void stk_dataset_close(stk_dataset *ds);

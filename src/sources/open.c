@@ -10,8 +10,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-void stk_open_options_init(stk_open_options *o) {
-    memset(o, 0, sizeof *o);
+void stk_open_options_init(stk_open_options *opts) {
+    memset(opts, 0, sizeof *opts);
+    opts->cache_budget = STK_CACHE_BUDGET_AUTO;
 }
 
 int stk_dataset_open(const char *path, stk_dataset **out, stk_error *err) {
