@@ -470,7 +470,7 @@ STK_API size_t stk_dataset_num_fields(const stk_dataset *ds);
 STK_API size_t stk_dataset_num_shards(const stk_dataset *ds);
 
 /* The directory of the dataset (of the index file, for an in-place
- * index).  Valid until stk_dataset_close. */
+ * index; the URL, for a remote dataset).  Valid until stk_dataset_close. */
 STK_API const char *stk_dataset_path(const stk_dataset *ds);
 /* NULL for a dataset of stoker shards; for an in-place index (stk_index_build)
  * the kind of the files it reads where they lie: "npy", "wav", "hdf5" or

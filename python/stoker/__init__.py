@@ -29,6 +29,8 @@ Exceptions:
 
     - ``InvalidArgument`` (also a ``ValueError``): a bad option or input.
     - ``NotFound`` (also a ``FileNotFoundError``): no such dataset or file.
+    - ``AccessDenied`` (also a ``PermissionError``): an object store refused
+      the credentials (HTTP 403), or a file's permissions did.
     - ``OutOfMemory`` (also a ``MemoryError``): memory could not be had.
     - ``StokerError`` itself: anything else (a damaged shard, a truncated
       file, an unsupported layout).
@@ -41,14 +43,14 @@ Exceptions:
     rather than a failure of stoker's.
 """
 from . import _stoker
-from ._errors import InvalidArgument, NotFound, OutOfMemory, StokerError
+from ._errors import AccessDenied, InvalidArgument, NotFound, OutOfMemory, StokerError
 from ._loader import Loader, gpu_count, gpu_status
 from ._types import Batch, PathLike
 from ._write import bits, index, write
 from .profile import profile
 
-__all__ = ["Loader", "StokerError", "InvalidArgument", "NotFound", "OutOfMemory", "bits",
-           "gpu_count", "gpu_status", "index", "profile", "write", "version"]
+__all__ = ["Loader", "StokerError", "InvalidArgument", "NotFound", "AccessDenied", "OutOfMemory",
+           "bits", "gpu_count", "gpu_status", "index", "profile", "write", "version"]
 __version__: str = _stoker.version
 version: str = _stoker.version
 

@@ -8,6 +8,7 @@ apart are also the built-in exceptions Python code already catches:
 
     InvalidArgument   also a ValueError    a bad option or input
     NotFound          also a FileNotFoundError
+    AccessDenied      also a PermissionError   (an object store said 403)
     OutOfMemory       also a MemoryError
 
 Anything else (a damaged shard, a truncated file, an unsupported layout)
@@ -15,7 +16,7 @@ is a plain StokerError.  A value of the wrong Python type is a TypeError,
 as anywhere in Python.
 """
 
-__all__ = ["StokerError", "InvalidArgument", "NotFound", "OutOfMemory"]
+__all__ = ["StokerError", "InvalidArgument", "NotFound", "AccessDenied", "OutOfMemory"]
 
 
 class StokerError(RuntimeError):
@@ -48,6 +49,14 @@ class InvalidArgument(StokerError, ValueError):
 
 class NotFound(StokerError, FileNotFoundError):
     """A file or dataset that is not there (also a FileNotFoundError)."""
+
+    def __str__(self):
+        return self.message
+
+
+class AccessDenied(StokerError, PermissionError):
+    """Access refused: an object store answered 403, or a file's
+    permissions (also a PermissionError)."""
 
     def __str__(self):
         return self.message

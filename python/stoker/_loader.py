@@ -208,7 +208,8 @@ def _loader_args(*, path, batch_size, fields, window, stride, valid_field, valid
                  epoch, block_bytes, block_samples, block_group, rank, world_size, pad,
                  drop_last, backend, direct, threads, prefetch, queue_depth, memory_budget,
                  verify, on_error, max_skips, output, max_open_files, device, gpu_slots,
-                 resident_budget, warm_up, split, root, resolve=True) -> _LoaderArgs:
+                 resident_budget, warm_up, split, root, cache_dir=None, cache_budget=None,
+                 resolve=True) -> _LoaderArgs:
     """Every argument of Loader checked; resolve=False (counting) neither
     asks torch for the current CUDA device nor imports torch."""
     if not isinstance(path, (str, os.PathLike)):
@@ -227,7 +228,9 @@ def _loader_args(*, path, batch_size, fields, window, stride, valid_field, valid
          bool(drop_last), backend, bool(direct), threads, prefetch, queue_depth, memory_budget,
          bool(verify), on_error, max_skips,
          _check_int("max_open_files", max_open_files, high=_U32), dev, gpu_slots,
-         resident_budget, warm_up, split[0], split[1], None if root is None else os.fspath(root))
+         resident_budget, warm_up, split[0], split[1], None if root is None else os.fspath(root),
+         None if cache_dir is None else os.fspath(cache_dir),
+         _U64 if cache_budget is None else _check_int("cache_budget", cache_budget, high=_U64))
     return _LoaderArgs(c, output, dev, on_error == 1, batch_size, rank, world_size, split,
                        order[2])
 
@@ -345,6 +348,16 @@ class Loader:
             (``stoker.index("/data", "~/data.idx")``) is opened with
             ``root="/data"``, which says that you trust it. A file outside is
             refused, naming it (StokerError, code STK_EOUTSIDE = -1015).
+        cache_dir: For a remote dataset (``s3://bucket/prefix`` or
+            ``https://host/path``): the local cache it is read through
+            (default: ``$STOKER_CACHE_DIR``, else ``$XDG_CACHE_HOME/stoker``,
+            else ``~/.cache/stoker``). Opening fetches the manifest and every
+            shard the cache does not hold, checking each block; S3
+            credentials, region and endpoint come from the AWS variables
+            and files, as for the AWS CLI. See ``remote_stats()``.
+        cache_budget: Bytes of disk the dataset's cache may take (default:
+            the free space less 5%); a dataset larger than it is refused at
+            open (reading one larger than its cache is not supported yet).
 
     Ragged fields (record mode) come as ``name`` (the rows concatenated) and
     ``name_offsets`` (int64, batch_size + 1).
@@ -353,6 +366,7 @@ class Loader:
         InvalidArgument: An option out of its range or that does not fit the
             dataset (the message names it).
         NotFound: No dataset at ``path``.
+        AccessDenied: An object store refused the credentials (HTTP 403).
         StokerError: A dataset that cannot be read (damaged, truncated).
         TypeError: An argument of the wrong type.
     """
@@ -379,7 +393,8 @@ class Loader:
                  gpu_slots: int = 3,
                  resident_budget: int = 0,
                  warm_up: Union[bool, Literal["auto", "on", "off"]] = _D["warm_up"],
-                 split: Optional[Tuple[int, int]] = None, root: Optional[PathLike] = None):
+                 split: Optional[Tuple[int, int]] = None, root: Optional[PathLike] = None,
+                 cache_dir: Optional[PathLike] = None, cache_budget: Optional[int] = None):
         a = _loader_args(path=path, batch_size=batch_size, fields=fields, window=window,
                          stride=stride, valid_field=valid_field, valid=valid, shuffle=shuffle,
                          seed=seed, epoch=epoch, block_bytes=block_bytes,
@@ -390,7 +405,7 @@ class Loader:
                          on_error=on_error, max_skips=max_skips, output=output,
                          max_open_files=max_open_files, device=device, gpu_slots=gpu_slots,
                          resident_budget=resident_budget, warm_up=warm_up, split=split,
-                         root=root)
+                         root=root, cache_dir=cache_dir, cache_budget=cache_budget)
         self._output = a.output
         self._c = _stoker.Loader(*a.c)
         self._path = a.c[0]
@@ -582,6 +597,16 @@ class Loader:
             warm_up_done.
         """
         return self._c.stats()
+
+    def remote_stats(self) -> Optional[Dict[str, Any]]:
+        """What opening a remote dataset cost; None for a local one.
+
+        Returns:
+            A dict: requests (retries included), retries, bytes_fetched (body
+            bytes received), bytes_cached (shard bytes the cache already
+            held) and network_seconds (wall time waiting on the network).
+        """
+        return self._c.remote_stats()
 
     def reset_stats(self) -> None:
         """Zeroes the counters of ``stats()``."""

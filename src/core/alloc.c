@@ -32,6 +32,16 @@ char *stk__strdup(const char *s) {
     return d;
 }
 
+char *stk__strndup(const char *s, size_t n) {
+    size_t l = strnlen(s, n);
+    char *d = stk__malloc(l + 1);
+    if (d) {
+        memcpy(d, s, l);
+        d[l] = '\0';
+    }
+    return d;
+}
+
 void *stk__aligned_alloc(size_t align, size_t n) {
     void *p = NULL;
     if (fail_alloc()) return NULL;

@@ -53,6 +53,8 @@ void *stk__calloc(size_t count, size_t size);
 void *stk__realloc(void *p, size_t n);
 void stk__free(void *p);
 char *stk__strdup(const char *s);
+/* At most n bytes of s, NUL-terminated. */
+char *stk__strndup(const char *s, size_t n);
 /* Allocation aligned to `align` (a power of two >= sizeof(void *)). */
 void *stk__aligned_alloc(size_t align, size_t n);
 /* A table that will be read at random: large ones in huge pages where the

@@ -66,6 +66,8 @@ void stk_dataset_close(stk_dataset *ds) {
     stk__free(ds->attrs);
     stk__free(ds->dir);
     stk__free(ds->caps.source);
+    stk__free(ds->origin);
+    stk__free(ds->remote);
     stk__free(ds);
 }
 
@@ -227,7 +229,7 @@ static int open_shard(stk_dataset *ds, stk__shard *sh, const stk__shard_entry *m
      * from 0, and parts in increasing order (headers of older writers
      * carry no place and are not checked). */
     uint64_t pl = stk__ld64(h + STK__H_PLACE);
-    if (!in_order(*place, pl, sh == ds->shards)) {
+    if (place && !in_order(*place, pl, sh == ds->shards)) {
         rc = SH_ERR(STK_EMISMATCH,
                     "says it is shard %u of %s%u, out of place at position %zu of the manifest's "
                     "list (shards listed out of order, or one left out)",
@@ -235,7 +237,7 @@ static int open_shard(stk_dataset *ds, stk__shard *sh, const stk__shard_entry *m
                     (size_t)(sh - ds->shards));
         goto out;
     }
-    *place = pl;
+    if (place) *place = pl;
     if (stk__ld32(h + STK__H_ALIGN) != ds->align || sh->block_size != ds->block_size) {
         rc = SH_ERR(STK_EMISMATCH, "alignment or block size differs from the manifest");
         goto out;
@@ -397,10 +399,46 @@ fail:
     return rc;
 }
 
+int stk__shard_check(const char *path, const stk__manifest *m, size_t i, stk_error *err) {
+    stk_field *fields = NULL;
+    if (stk__schema_copy(m->fields, m->nfields, &fields))
+        return stk__err(err, -ENOMEM, "out of memory");
+    stk_dataset *ds = NULL;
+    int rc = stk__dataset_new(stk__path_dir(path), fields, m->nfields, stk__strdup("{}"), 1, &ds,
+                              err);
+    if (rc) return rc;
+    ds->align = m->align;
+    ds->block_size = m->block_size;
+    ds->nrec = m->shards[i].records;
+    ds->nshards = 1;
+    stk__shard *sh = &ds->shards[0];
+    if (!(sh->path = stk__strdup(path))) rc = stk__err(err, -ENOMEM, "out of memory");
+    if (!rc)
+        rc = open_shard(ds, sh, &m->shards[i], stk__schema_hash(ds->fields, ds->nfields), NULL,
+                        err);
+    if (!rc) {
+        stk_verify_options vo;
+        stk_verify_options_init(&vo);
+        vo.threads = 1;
+        vo.max_problems = 1;
+        rc = stk_dataset_verify(ds, &vo, NULL, err);
+    }
+    stk_dataset_close(ds);
+    return rc;
+}
+
+int stk_dataset_remote_stats(const stk_dataset *ds, stk_remote_stats *out) {
+    if (!ds || !out || !ds->remote) return -EINVAL;
+    *out = *ds->remote;
+    return 0;
+}
+
 uint64_t stk_dataset_num_records(const stk_dataset *ds) { return ds ? ds->nrec : 0; }
 size_t stk_dataset_num_fields(const stk_dataset *ds) { return ds ? ds->nfields : 0; }
 size_t stk_dataset_num_shards(const stk_dataset *ds) { return ds ? ds->nshards : 0; }
-const char *stk_dataset_path(const stk_dataset *ds) { return ds ? ds->dir : NULL; }
+const char *stk_dataset_path(const stk_dataset *ds) {
+    return ds ? (ds->origin ? ds->origin : ds->dir) : NULL;
+}
 const char *stk_dataset_source(const stk_dataset *ds) {
     return ds ? ds->caps.source : NULL;
 }

@@ -224,12 +224,21 @@ struct stk_dataset {
     uint32_t align;
     uint32_t block_size; /* 0 without checksums */
     stk__caps caps;
+    /* A remote dataset (src/remote) read from its local cache: the URL it
+     * came from and what fetching it cost.  NULL for a local one. */
+    char *origin;
+    stk_remote_stats *remote;
 };
 
 /* A dataset of `nshards` zeroed shards (the caller fills them, then nrec)
  * over a checked schema; takes dir, fields and attrs (freed on failure). */
 int stk__dataset_new(char *dir, stk_field *fields, size_t nfields, char *attrs,
                      size_t nshards, stk_dataset **out, stk_error *err);
+/* Checks shard file `path` against entry i of manifest `m` before it joins
+ * a dataset directory: what opening checks (header, index, block table;
+ * not its place among the others) and every block's checksum.  Returns 0
+ * or the first problem, naming `path` and the record. */
+int stk__shard_check(const char *path, const stk__manifest *m, size_t i, stk_error *err);
 /* Opens a dataset of shards: its directory, or its manifest file. */
 int stk__dataset_open_dir(const char *path, bool is_dir, stk_dataset **out, stk_error *err);
 

@@ -81,4 +81,74 @@ void stk__aws_free(stk__aws *a);
  * percent-encoded in the key.  NULL when out of memory. */
 char *stk__url_object(const stk__url *u, const stk__aws *a, const char *name);
 
+/* ---- http.c ---- */
+
+/* One request: GET of bytes [lo, hi) of an object (hi 0: to its end), or a
+ * HEAD.  The body goes to fd at fd_off + (its offset in the range), or, with
+ * fd < 0, into `mem` (grown as needed, from stk__malloc; the caller frees
+ * it).  With `want_etag` set, a response carrying another ETag is
+ * STK_ESTALE: the object changed since it was pinned. */
+typedef struct stk__fetch {
+    const char *url;
+    const char *what;      /* names the object in messages (the URL if NULL) */
+    uint64_t lo, hi;
+    bool head;
+    int fd;
+    uint64_t fd_off;
+    const char *want_etag; /* NULL or "": not checked */
+    /* results */
+    uint8_t *mem;
+    size_t mem_len, mem_cap;
+    long status;
+    char etag[128];         /* as sent, quotes included; "" if none */
+    char last_modified[64];
+    uint64_t object_size;   /* Content-Range's total, else Content-Length of a
+                             * whole-object response; UINT64_MAX if unknown */
+    uint64_t got;           /* body bytes kept */
+    /* private to http.c */
+    int attempts;
+    int64_t not_before_ns;
+    uint64_t skip;          /* a server that ignored the range: bytes to drop */
+    char errbody[512];
+    size_t errlen;
+    char retry_after[32];
+    char region[64];
+    bool done;
+    int rc;
+    stk_error err;
+} stk__fetch;
+
+typedef struct stk__http stk__http;
+
+/* A client for the dataset URL `u` (signing S3 requests with `aws`, which
+ * must outlive it; NULL for HTTP).  Limits from the environment:
+ * STOKER_REMOTE_RETRIES, STOKER_REMOTE_TIMEOUT, STOKER_REMOTE_CONNECTIONS. */
+int stk__http_new(const stk__url *u, stk__aws *aws, stk__http **out, stk_error *err);
+void stk__http_free(stk__http *h);
+/* Runs the n requests, many at once, each retried as stoker.h says.  Returns
+ * 0 when every one succeeded, else the first failure (in request order)
+ * with its message; the others ran to their end. */
+int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err);
+/* Counters since the client was made. */
+void stk__http_stats(const stk__http *h, stk_remote_stats *out);
+
+/* ---- cache.c ---- */
+
+/* The cache directory: `opt`, else $STOKER_CACHE_DIR, else
+ * $XDG_CACHE_HOME/stoker, else $HOME/.cache/stoker; created if absent.
+ * *out from stk__malloc. */
+int stk__cache_root(const char *opt, char **out, stk_error *err);
+/* Bytes the cache may still take on the file system of `dir`: its free
+ * space less a reserve of 5% of its size. */
+uint64_t stk__cache_room(const char *dir);
+/* Disk space the files of directory `dir` take (their blocks). */
+uint64_t stk__cache_du(const char *dir);
+
+/* ---- open.c ---- */
+
+/* Opens remote dataset `url` through the cache (stoker.h, "Datasets in
+ * object stores"). */
+int stk__remote_open(const char *url, const stk_open_options *opts, stk_dataset **out,
+                     stk_error *err);
+
 #endif

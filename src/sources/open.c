@@ -1,10 +1,12 @@
 /*
  * open.c: opening a path, whichever it holds: a dataset of stoker shards
- * (format/dataset.c) or an in-place index of users' files (index_open.c).  The
+ * (format/dataset.c), an in-place index of users' files (index_open.c), or
+ * a URL of a dataset in an object store (remote/open.c).  The
  * dispatch lives here, above both, so that the format layer knows nothing
  * of in-place sources.
  */
 #include "sources.h"
+#include "../remote/remote.h"
 
 #include <errno.h>
 #include <string.h>
@@ -23,6 +25,7 @@ int stk_dataset_open_with(const char *path, const stk_open_options *opts, stk_da
                           stk_error *err) {
     if (!path || !out) return stk__err(err, -EINVAL, "stk_dataset_open: NULL argument");
     *out = NULL;
+    if (stk__is_remote(path)) return stk__remote_open(path, opts, out, err);
     struct stat st;
     if (stat(path, &st) != 0) {
         int rc = -errno;

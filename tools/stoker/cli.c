@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 const char prog[] = "stoker";
+const char *cli_cache_dir;
 
 double now_s(void) {
     struct timespec ts;
@@ -193,5 +194,6 @@ int open_path(const char *path, const char *root, stk_dataset **ds, stk_error *e
     stk_open_options oo;
     stk_open_options_init(&oo);
     oo.root = root;
+    oo.cache_dir = cli_cache_dir;
     return stk_dataset_open_with(path, &oo, ds, err);
 }

@@ -20,6 +20,8 @@ enum { EXIT_DAMAGED = 1, EXIT_ERROR = 2 };
 
 /* The program's name, as messages begin with it. */
 extern const char prog[];
+/* --cache-dir, every command's option (NULL: the library's default). */
+extern const char *cli_cache_dir;
 
 /* ---- the commands: each takes the arguments after its name ---- */
 
@@ -31,6 +33,7 @@ int cmd_verify(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
 int cmd_read(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
 
 /* ---- errors ---- */
 

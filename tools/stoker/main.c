@@ -31,6 +31,7 @@ static const command commands[] = {
     {"cat", cmd_cat, "print one record"},
     {"read", cmd_read, "iterate batches and report the throughput and the stall"},
     {"doctor", cmd_doctor, "where the loader's time goes, and whether a run is input-bound"},
+    {"cache", cmd_cache, "show, fill or clear the local cache of remote datasets"},
     {"version", cmd_version, "print the library and format versions"},
 };
 
@@ -46,6 +47,11 @@ static void print_help(FILE *out) {
     fputs("\n"
           "Run 'stoker COMMAND --help' for a command's options and an example.\n"
           "\n"
+          "A dataset may be a directory, an in-place index, or the URL of a dataset in\n"
+          "an object store (s3://bucket/prefix, https://host/path), read through a\n"
+          "local cache: --cache-dir DIR (any command; default $STOKER_CACHE_DIR, else\n"
+          "~/.cache/stoker).\n"
+          "\n"
           "Example:\n"
           "  stoker pack --from npy series/ -o series.stk && stoker verify series.stk\n",
           out);
@@ -59,6 +65,23 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--version")) cmd = "version";
+    /* --cache-dir is every command's: taken out before the command sees
+     * its arguments. */
+    int kept = 2;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--cache-dir")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "%s %s: error: --cache-dir needs a value\n", prog, cmd);
+                return EXIT_ERROR;
+            }
+            cli_cache_dir = argv[++i];
+        } else if (!strncmp(argv[i], "--cache-dir=", 12)) {
+            cli_cache_dir = argv[i] + 12;
+        } else {
+            argv[kept++] = argv[i];
+        }
+    }
+    argc = kept;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(cmd, commands[i].name)) return commands[i].run(argc - 2, argv + 2);
     fprintf(stderr, "%s: unknown command '%s'\n\n", prog, cmd);

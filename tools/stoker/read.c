@@ -241,14 +241,22 @@ static int run_epochs(stk_loader *ld, const read_run *r, read_totals *t) {
 
 /* ---- the report ---- */
 
-static void print_json(const read_totals *t, const stk_loader_stats *st, stk_loader *ld) {
+static void print_json(const read_totals *t, const stk_loader_stats *st, stk_loader *ld,
+                       const stk_dataset *ds) {
     printf("{\"samples\": %" PRIu64 ", \"batches\": %" PRIu64 ", \"bytes\": %" PRIu64
            ", \"seconds\": %.6f, \"wait_seconds\": %.6f, \"io_bytes\": %" PRIu64
            ", \"io_reads\": %" PRIu64 ", \"backend\": \"%s\", \"threads\": %u"
-           ", \"warm_up_bytes\": %" PRIu64 ", \"warm_up_read\": %" PRIu64 "}\n",
+           ", \"warm_up_bytes\": %" PRIu64 ", \"warm_up_read\": %" PRIu64,
            t->samples, t->batches, t->bytes, t->seconds, (double)st->wait.busy_ns / 1e9,
            st->io.bytes, st->io.count, stk_backend_name(stk_loader_backend(ld)), st->threads,
            st->warm_up_bytes, st->warm_up.bytes);
+    stk_remote_stats rs;
+    if (stk_dataset_remote_stats(ds, &rs) == 0)
+        printf(", \"remote\": {\"requests\": %" PRIu64 ", \"retries\": %" PRIu64
+               ", \"bytes_fetched\": %" PRIu64 ", \"bytes_cached\": %" PRIu64
+               ", \"network_seconds\": %.6f}",
+               rs.requests, rs.retries, rs.bytes_fetched, rs.bytes_cached, rs.network_seconds);
+    printf("}\n");
 }
 
 /* --stats: each stage's counts and busy time. */
@@ -302,7 +310,7 @@ static int read_dataset(const read_run *r, stk_dataset *ds) {
     stk_loader_stats st;
     stk_loader_stats_get(ld, &st);
     if (rc == 0 && r->json) {
-        print_json(&t, &st, ld);
+        print_json(&t, &st, ld, ds);
     } else if (rc == 0) {
         print_text(r, &t, &st, ld);
         if (!r->doctor) order_hint(ds, ld);

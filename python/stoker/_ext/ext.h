@@ -49,13 +49,14 @@ enum { kDLCPU = 1, kDLCUDA = 2 };
 /* ---- exceptions (module.c) ---- */
 
 /* The hierarchy of stoker/_errors.py: StokerError, and its kinds that are
- * also ValueError, FileNotFoundError and MemoryError.  Set at module init. */
-extern PyObject *StokerError, *InvalidArgument, *NotFound, *OutOfMemory;
+ * also ValueError, FileNotFoundError, PermissionError and MemoryError.  Set
+ * at module init. */
+extern PyObject *StokerError, *InvalidArgument, *NotFound, *AccessDenied, *OutOfMemory;
 
 /* Raises the exception for libstoker error `rc` with the message of `e`
  * (stk_strerror(rc) when it has none): InvalidArgument for -EINVAL,
- * OutOfMemory for -ENOMEM, NotFound for -ENOENT, else StokerError; args are
- * (rc, message).  Returns NULL, for `return raise_stk(rc, &err);`. */
+ * OutOfMemory for -ENOMEM, NotFound for -ENOENT, AccessDenied for -EACCES,
+ * else StokerError; args are (rc, message).  Returns NULL, for `return raise_stk(rc, &err);`. */
 PyObject *raise_stk(int rc, const stk_error *e);
 
 /* ---- objects ---- */

@@ -221,6 +221,19 @@ static PyObject *loader_restore(LoaderObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* remote_stats(): a dict, or None for a local dataset. */
+static PyObject *loader_remote_stats(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (check_process(self)) return NULL;
+    stk_remote_stats rs;
+    if (stk_dataset_remote_stats(self->ds, &rs) != 0) Py_RETURN_NONE;
+    return Py_BuildValue("{sKsKsKsKsd}", "requests", (unsigned long long)rs.requests, "retries",
+                         (unsigned long long)rs.retries, "bytes_fetched",
+                         (unsigned long long)rs.bytes_fetched, "bytes_cached",
+                         (unsigned long long)rs.bytes_cached, "network_seconds",
+                         rs.network_seconds);
+}
+
 static PyObject *loader_counts(LoaderObject *self, PyObject *unused) {
     (void)unused;
     if (check_process(self)) return NULL;
@@ -292,6 +305,8 @@ static PyMethodDef loader_methods[] = {
     {"last_skip", (PyCFunction)loader_last_skip, METH_NOARGS,
      "(samples replaced so far, reason for the last one) under on_error='skip'."},
     {"counts", (PyCFunction)loader_counts, METH_NOARGS, "Sample and batch counts."},
+    {"remote_stats", (PyCFunction)loader_remote_stats, METH_NOARGS,
+     "What opening a remote dataset cost (a dict), or None for a local one."},
     {"unget_last", (PyCFunction)loader_unget_last, METH_NOARGS,
      "unget_last(): puts back the last batch given, undelivered"},
     {"close", (PyCFunction)loader_close, METH_NOARGS,

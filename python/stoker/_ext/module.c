@@ -8,13 +8,14 @@
 #include <errno.h>
 #include <string.h>
 
-PyObject *StokerError, *InvalidArgument, *NotFound, *OutOfMemory;
+PyObject *StokerError, *InvalidArgument, *NotFound, *AccessDenied, *OutOfMemory;
 
 PyObject *raise_stk(int rc, const stk_error *e) {
     const char *msg = e && e->message[0] ? e->message : stk_strerror(rc);
     PyObject *type = rc == -EINVAL   ? InvalidArgument
                      : rc == -ENOMEM ? OutOfMemory
                      : rc == -ENOENT ? NotFound
+                     : rc == -EACCES ? AccessDenied
                                      : StokerError;
     PyObject *args = Py_BuildValue("(is)", rc, msg);
     if (args) {
@@ -144,9 +145,10 @@ static int import_errors(void) {
     StokerError = PyObject_GetAttrString(errors, "StokerError");
     InvalidArgument = PyObject_GetAttrString(errors, "InvalidArgument");
     NotFound = PyObject_GetAttrString(errors, "NotFound");
+    AccessDenied = PyObject_GetAttrString(errors, "AccessDenied");
     OutOfMemory = PyObject_GetAttrString(errors, "OutOfMemory");
     Py_DECREF(errors);
-    return StokerError && InvalidArgument && NotFound && OutOfMemory ? 0 : -1;
+    return StokerError && InvalidArgument && NotFound && AccessDenied && OutOfMemory ? 0 : -1;
 }
 
 PyMODINIT_FUNC PyInit__stoker(void) {

@@ -1,0 +1,466 @@
+/*
+ * http.c: fetching objects with libcurl's multi interface: many requests in
+ * flight on a few reused connections, S3 requests signed with SigV4, and
+ * every failure that can pass (5xx, 429, SlowDown, resets, timeouts, stalls)
+ * retried with exponential backoff and jitter, Retry-After honoured.  Each
+ * wait is bounded: a transfer that makes no progress for the timeout is
+ * abandoned and sent again, and a request is retried a bounded number of
+ * times, so a run never hangs on the network.
+ */
+#define _GNU_SOURCE
+#include "remote.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+struct stk__http {
+    const stk__url *url;
+    stk__aws *aws;
+    CURLM *multi;
+    int retries;       /* attempts after the first, per request */
+    long timeout_s;    /* no progress for this long: abandoned, retried */
+    int connections;
+    unsigned rng;
+    stk_remote_stats st;
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+static void curl_init(void) { curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+static long env_long(const char *name, long dflt, long lo, long hi) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return *end || x < lo || x > hi ? dflt : x;
+}
+
+int stk__http_new(const stk__url *u, stk__aws *aws, stk__http **out, stk_error *err) {
+    *out = NULL;
+    pthread_once(&curl_once, curl_init);
+    if (curl_init_rc != CURLE_OK)
+        return stk__err(err, -EIO, "libcurl: %s", curl_easy_strerror(curl_init_rc));
+    stk__http *h = stk__calloc(1, sizeof *h);
+    if (!h) return stk__err(err, -ENOMEM, "out of memory");
+    h->url = u;
+    h->aws = u->scheme == STK__URL_S3 ? aws : NULL;
+    h->retries = (int)env_long("STOKER_REMOTE_RETRIES", 8, 0, 100);
+    h->timeout_s = env_long("STOKER_REMOTE_TIMEOUT", 30, 1, 3600);
+    h->connections = (int)env_long("STOKER_REMOTE_CONNECTIONS", 16, 1, 1024);
+    h->rng = (unsigned)stk__now_ns() ^ (unsigned)getpid();
+    h->multi = curl_multi_init();
+    if (!h->multi) {
+        stk__free(h);
+        return stk__err(err, -ENOMEM, "libcurl: cannot make a multi handle");
+    }
+    curl_multi_setopt(h->multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)h->connections);
+    curl_multi_setopt(h->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)h->connections);
+    *out = h;
+    return 0;
+}
+
+void stk__http_free(stk__http *h) {
+    if (!h) return;
+    curl_multi_cleanup(h->multi);
+    stk__free(h);
+}
+
+void stk__http_stats(const stk__http *h, stk_remote_stats *out) { *out = h->st; }
+
+/* ---- one transfer ---- */
+
+typedef struct xfer {
+    stk__http *h;
+    stk__fetch *f;
+    CURL *e;
+    struct curl_slist *headers;
+    long status; /* of the response being received */
+    bool stale;  /* its ETag is not the pinned one */
+} xfer;
+
+static const char *what(const stk__fetch *f) { return f->what ? f->what : f->url; }
+
+/* Copies a header's value (trimmed) into dst. */
+static void header_value(const char *v, size_t n, char *dst, size_t cap) {
+    while (n && (*v == ' ' || *v == '\t')) v++, n--;
+    while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' ')) n--;
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, v, n);
+    dst[n] = '\0';
+}
+
+static size_t on_header(char *buf, size_t size, size_t n, void *arg) {
+    xfer *x = arg;
+    stk__fetch *f = x->f;
+    size_t len = size * n;
+    if (len > 5 && strncmp(buf, "HTTP/", 5) == 0) {
+        /* A new response (after a 100 Continue, say): forget the last. */
+        f->etag[0] = f->last_modified[0] = f->retry_after[0] = f->region[0] = '\0';
+        f->object_size = UINT64_MAX;
+        f->skip = 0;
+        return len;
+    }
+    const char *colon = memchr(buf, ':', len);
+    if (!colon) return len;
+    size_t kl = (size_t)(colon - buf);
+    const char *v = colon + 1;
+    size_t vl = len - kl - 1;
+    char tmp[128];
+    if (kl == 4 && strncasecmp(buf, "etag", 4) == 0) {
+        header_value(v, vl, f->etag, sizeof f->etag);
+    } else if (kl == 13 && strncasecmp(buf, "last-modified", 13) == 0) {
+        header_value(v, vl, f->last_modified, sizeof f->last_modified);
+    } else if (kl == 11 && strncasecmp(buf, "retry-after", 11) == 0) {
+        header_value(v, vl, f->retry_after, sizeof f->retry_after);
+    } else if (kl == 18 && strncasecmp(buf, "x-amz-bucket-region", 18) == 0) {
+        header_value(v, vl, f->region, sizeof f->region);
+    } else if (kl == 13 && strncasecmp(buf, "content-range", 13) == 0) {
+        header_value(v, vl, tmp, sizeof tmp);
+        const char *slash = strchr(tmp, '/');
+        if (slash && slash[1] != '*') f->object_size = strtoull(slash + 1, NULL, 10);
+    } else if (kl == 14 && strncasecmp(buf, "content-length", 14) == 0) {
+        header_value(v, vl, tmp, sizeof tmp);
+        /* The whole object's size only when no range was asked or none was
+         * honoured; Content-Range, when present, wins. */
+        if (f->object_size == UINT64_MAX && f->lo == 0 && f->hi == 0)
+            f->object_size = strtoull(tmp, NULL, 10);
+    }
+    return len;
+}
+
+/* Called once the headers of a final response are in: decides whether the
+ * body is data and where it starts. */
+static void response_started(xfer *x) {
+    stk__fetch *f = x->f;
+    curl_easy_getinfo(x->e, CURLINFO_RESPONSE_CODE, &x->status);
+    f->status = x->status;
+    if (x->status / 100 != 2) return;
+    if (f->want_etag && *f->want_etag && f->etag[0] && strcmp(f->etag, f->want_etag) != 0)
+        x->stale = true;
+    /* A server that ignored the range sends the object from byte 0. */
+    bool ranged = f->lo || f->hi;
+    if (ranged && x->status == 200 && f->object_size == UINT64_MAX) f->skip = f->lo;
+}
+
+static size_t on_body(char *buf, size_t size, size_t n, void *arg) {
+    xfer *x = arg;
+    stk__fetch *f = x->f;
+    size_t len = size * n;
+    if (x->status == 0) response_started(x);
+    if (x->status / 100 != 2) {
+        size_t room = sizeof f->errbody - 1 - f->errlen;
+        size_t k = len < room ? len : room;
+        memcpy(f->errbody + f->errlen, buf, k);
+        f->errlen += k;
+        f->errbody[f->errlen] = '\0';
+        return len;
+    }
+    if (x->stale) return 0; /* aborts the transfer */
+    x->h->st.bytes_fetched += len;
+    const char *p = buf;
+    size_t k = len;
+    if (f->skip) {
+        size_t d = f->skip < k ? (size_t)f->skip : k;
+        f->skip -= d;
+        p += d;
+        k -= d;
+    }
+    if (f->hi && f->lo + f->got + k > f->hi) k = (size_t)(f->hi - f->lo - f->got);
+    if (!k) return len;
+    if (f->fd >= 0) {
+        if (stk__pwrite_full(f->fd, p, k, f->fd_off + f->got) != 0) return 0;
+    } else {
+        if (f->mem_len + k + 1 > f->mem_cap) {
+            size_t cap = (f->mem_len + k + 1) * 2;
+            uint8_t *m = stk__realloc(f->mem, cap);
+            if (!m) return 0;
+            f->mem = m;
+            f->mem_cap = cap;
+        }
+        memcpy(f->mem + f->mem_len, p, k);
+        f->mem_len += k;
+        f->mem[f->mem_len] = '\0';
+    }
+    f->got += k;
+    return len;
+}
+
+/* The S3 error code of an XML error body (<Code>...</Code>), or "". */
+static void s3_code(const stk__fetch *f, char *out, size_t cap) {
+    out[0] = '\0';
+    const char *a = strstr(f->errbody, "<Code>");
+    const char *b = a ? strstr(a, "</Code>") : NULL;
+    if (a && b) header_value(a + 6, (size_t)(b - a - 6), out, cap);
+}
+
+static int start(stk__http *h, xfer *x, stk_error *err) {
+    stk__fetch *f = x->f;
+    x->e = curl_easy_init();
+    if (!x->e) return stk__err(err, -ENOMEM, "libcurl: cannot make a handle");
+    x->status = 0;
+    x->stale = false;
+    f->got = 0;
+    f->mem_len = 0;
+    f->errlen = 0;
+    f->errbody[0] = '\0';
+    f->status = 0;
+    f->object_size = UINT64_MAX;
+    f->skip = 0;
+    CURL *e = x->e;
+    curl_easy_setopt(e, CURLOPT_URL, f->url);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, x);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, h->timeout_s < 10 ? h->timeout_s : 10L);
+    /* A stall: fewer than one byte a second over the whole timeout. */
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, h->timeout_s);
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, h->aws ? 0L : 1L);
+    curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
+    curl_easy_setopt(e, CURLOPT_USERAGENT, "stoker/" STK_VERSION_STRING);
+    if (f->head) curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    char range[64];
+    if (!f->head && (f->lo || f->hi)) {
+        if (f->hi) snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)f->lo,
+                            (unsigned long long)(f->hi - 1));
+        else snprintf(range, sizeof range, "%llu-", (unsigned long long)f->lo);
+        curl_easy_setopt(e, CURLOPT_RANGE, range);
+    }
+    struct curl_slist *hd = NULL;
+    if (h->aws && h->aws->access_key) {
+        char sig[128], tok[4096];
+        snprintf(sig, sizeof sig, "aws:amz:%s:s3", h->aws->region);
+        curl_easy_setopt(e, CURLOPT_AWS_SIGV4, sig);
+        curl_easy_setopt(e, CURLOPT_USERNAME, h->aws->access_key);
+        curl_easy_setopt(e, CURLOPT_PASSWORD, h->aws->secret_key);
+        /* Signed with the headers: curl before 8.0 adds neither. */
+        hd = curl_slist_append(hd, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+        if (h->aws->session_token) {
+            snprintf(tok, sizeof tok, "x-amz-security-token: %s", h->aws->session_token);
+            hd = curl_slist_append(hd, tok);
+        }
+        if (!hd) {
+            curl_easy_cleanup(e);
+            x->e = NULL;
+            return stk__err(err, -ENOMEM, "out of memory");
+        }
+        curl_easy_setopt(e, CURLOPT_HTTPHEADER, hd);
+    }
+    x->headers = hd;
+    h->st.requests++;
+    CURLMcode mc = curl_multi_add_handle(h->multi, e);
+    if (mc != CURLM_OK) {
+        curl_slist_free_all(hd);
+        curl_easy_cleanup(e);
+        x->e = NULL;
+        return stk__err(err, -EIO, "libcurl: %s", curl_multi_strerror(mc));
+    }
+    return 0;
+}
+
+static void finish(stk__http *h, xfer *x) {
+    curl_multi_remove_handle(h->multi, x->e);
+    curl_easy_cleanup(x->e);
+    curl_slist_free_all(x->headers);
+    x->e = NULL;
+    x->headers = NULL;
+}
+
+/* Delay before attempt `a` (1, 2, ...): 200 ms doubling up to 20 s, with
+ * jitter (a random part of half), or the server's Retry-After. */
+static int64_t backoff_ns(stk__http *h, const stk__fetch *f, int a) {
+    if (f->retry_after[0]) {
+        char *end;
+        long s = strtol(f->retry_after, &end, 10);
+        if (!*end && s >= 0) return (int64_t)(s > 60 ? 60 : s) * 1000000000;
+    }
+    int64_t base = 200000000LL << (a - 1 > 7 ? 7 : a - 1);
+    if (base > 20000000000LL) base = 20000000000LL;
+    int64_t jitter = (int64_t)(rand_r(&h->rng) % 1000) * (base / 2) / 1000;
+    return base / 2 + jitter;
+}
+
+/* What a finished attempt means: 0 done, 1 retry, or a final error in
+ * f->rc / f->err. */
+static int judge(stk__http *h, xfer *x, CURLcode cc) {
+    stk__fetch *f = x->f;
+    if (x->status == 0 && cc == CURLE_OK) response_started(x);
+    long st = x->status;
+    char code[64];
+    s3_code(f, code, sizeof code);
+    if (x->stale) {
+        f->rc = stk__err(&f->err, STK_ESTALE,
+                         "%s: the object changed since the dataset was opened (ETag %s, "
+                         "pinned %s); a dataset must not be rewritten while it is read",
+                         what(f), f->etag, f->want_etag);
+        return -1;
+    }
+    if (cc != CURLE_OK) {
+        switch (cc) {
+        case CURLE_WRITE_ERROR:
+            f->rc = stk__err(&f->err, -EIO, "%s: cannot store the body: %s", what(f),
+                             curl_easy_strerror(cc));
+            return -1;
+        case CURLE_UNSUPPORTED_PROTOCOL:
+        case CURLE_URL_MALFORMAT:
+        case CURLE_OUT_OF_MEMORY:
+            f->rc = stk__err(&f->err, cc == CURLE_OUT_OF_MEMORY ? -ENOMEM : -EINVAL, "%s: %s",
+                             what(f), curl_easy_strerror(cc));
+            return -1;
+        default:
+            /* Connection refused or reset, timeouts, stalls, partial
+             * bodies, name resolution: all may pass. */
+            snprintf(f->err.message, sizeof f->err.message, "%s", curl_easy_strerror(cc));
+            f->err.code = cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO;
+            return 1;
+        }
+    }
+    if (st / 100 == 2) {
+        if (!f->head && f->hi && f->got != f->hi - f->lo) {
+            snprintf(f->err.message, sizeof f->err.message, "short body: %llu of %llu bytes",
+                     (unsigned long long)f->got, (unsigned long long)(f->hi - f->lo));
+            f->err.code = -EIO;
+            return 1;
+        }
+        return 0;
+    }
+    if (st >= 500 || st == 429 || strcmp(code, "SlowDown") == 0 ||
+        strcmp(code, "RequestTimeout") == 0 || strcmp(code, "InternalError") == 0) {
+        snprintf(f->err.message, sizeof f->err.message, "HTTP %ld%s%s", st, code[0] ? " " : "",
+                 code);
+        f->err.code = -EIO;
+        return 1;
+    }
+    if ((st == 400 || st == 403) &&
+        (strcmp(code, "ExpiredToken") == 0 || strcmp(code, "TokenRefreshRequired") == 0) &&
+        h->aws) {
+        bool changed = false;
+        stk_error e2;
+        if (stk__aws_reload(h->aws, &changed, &e2) == 0 && changed) {
+            snprintf(f->err.message, sizeof f->err.message, "HTTP %ld %s", st, code);
+            f->err.code = -EACCES;
+            return 1;
+        }
+    }
+    if (st == 404) {
+        f->rc = stk__err(&f->err, -ENOENT, "%s: not found (HTTP 404%s%s)", what(f),
+                         code[0] ? " " : "", code);
+    } else if (st == 403 || st == 401) {
+        f->rc = stk__err(&f->err, -EACCES,
+                         "%s: access denied (HTTP %ld%s%s); check the credentials "
+                         "(AWS_ACCESS_KEY_ID, AWS_PROFILE) and the object's permissions",
+                         what(f), st, code[0] ? " " : "", code);
+    } else if (st == 301 || (st == 400 && (strcmp(code, "AuthorizationHeaderMalformed") == 0 ||
+                                           strcmp(code, "PermanentRedirect") == 0))) {
+        f->rc = stk__err(&f->err, -EINVAL,
+                         "%s: the bucket is in another region%s%s (HTTP %ld%s%s); set "
+                         "AWS_REGION",
+                         what(f), f->region[0] ? ": " : "", f->region, st, code[0] ? " " : "",
+                         code);
+    } else if (st == 416) {
+        f->rc = stk__err(&f->err, STK_ESTALE,
+                         "%s: the object is shorter than the dataset says (HTTP 416): it "
+                         "changed since the dataset was written",
+                         what(f));
+    } else {
+        f->rc = stk__err(&f->err, -EIO, "%s: HTTP %ld%s%s", what(f), st, code[0] ? " " : "",
+                         code);
+    }
+    return -1;
+}
+
+int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err) {
+    if (n == 0) return 0;
+    xfer *xs = stk__calloc(n, sizeof *xs);
+    if (!xs) return stk__err(err, -ENOMEM, "out of memory");
+    uint64_t t0 = stk__now_ns();
+    size_t left = n;
+    int active = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        xs[i].h = h;
+        xs[i].f = &f[i];
+        f[i].attempts = 0;
+        f[i].not_before_ns = 0;
+        f[i].done = false;
+        f[i].rc = 0;
+        memset(&f[i].err, 0, sizeof f[i].err);
+    }
+    /* Requests start in order; one waiting for its backoff lets later ones
+     * go first. */
+    while (left > 0) {
+        int64_t now = (int64_t)stk__now_ns();
+        int64_t wake = now + 100000000;
+        for (size_t i = 0; i < n && active < h->connections; i++) {
+            stk__fetch *fi = &f[i];
+            if (fi->done || xs[i].e) continue;
+            if (fi->not_before_ns > now) {
+                if (fi->not_before_ns < wake) wake = fi->not_before_ns;
+                continue;
+            }
+            stk_error e;
+            fi->attempts++;
+            if (start(h, &xs[i], &e)) {
+                fi->rc = e.code;
+                fi->err = e;
+                fi->done = true;
+                left--;
+                continue;
+            }
+            active++;
+        }
+        int running = 0;
+        curl_multi_perform(h->multi, &running);
+        CURLMsg *m;
+        int q;
+        while ((m = curl_multi_info_read(h->multi, &q))) {
+            if (m->msg != CURLMSG_DONE) continue;
+            xfer *x = NULL;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+            CURLcode cc = m->data.result;
+            int v = judge(h, x, cc);
+            finish(h, x);
+            active--;
+            stk__fetch *fx = x->f;
+            if (v == 1 && fx->attempts <= h->retries) {
+                h->st.retries++;
+                fx->not_before_ns = (int64_t)stk__now_ns() + backoff_ns(h, fx, fx->attempts);
+                continue;
+            }
+            if (v == 1) {
+                char last[STK_ERROR_MAX];
+                snprintf(last, sizeof last, "%s", fx->err.message);
+                fx->rc = stk__err(&fx->err, fx->err.code ? fx->err.code : -EIO,
+                                  "%s: gave up after %d attempts; the last: %s", what(fx),
+                                  fx->attempts, last);
+            }
+            fx->done = true;
+            left--;
+        }
+        if (left == 0) break;
+        int64_t now2 = (int64_t)stk__now_ns();
+        int ms = wake > now2 ? (int)((wake - now2) / 1000000) : 0;
+        if (ms > 100) ms = 100;
+        if (active > 0) curl_multi_poll(h->multi, NULL, 0, ms, NULL);
+        else if (ms > 0) usleep((useconds_t)ms * 1000);
+    }
+    h->st.network_seconds += (double)(stk__now_ns() - t0) / 1e9;
+    for (size_t i = 0; i < n; i++)
+        if (f[i].rc && rc == 0) {
+            rc = f[i].rc;
+            if (err) *err = f[i].err;
+        }
+    stk__free(xs);
+    return rc;
+}

@@ -1,0 +1,131 @@
+/*
+ * url.c: a remote dataset's location (s3://bucket/prefix, http(s)://host/path)
+ * and the URL of each of its objects, path-style or virtual-hosted for S3.
+ */
+#define _GNU_SOURCE
+#include "remote.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+bool stk__is_remote(const char *path) {
+    return path && (strncmp(path, "s3://", 5) == 0 || strncmp(path, "http://", 7) == 0 ||
+                    strncmp(path, "https://", 8) == 0);
+}
+
+void stk__url_free(stk__url *u) {
+    if (!u) return;
+    stk__free(u->text);
+    stk__free(u->bucket);
+    stk__free(u->key);
+    stk__free(u->origin);
+    memset(u, 0, sizeof *u);
+}
+
+static bool bucket_ok(const char *b, size_t n) {
+    if (n < 3 || n > 63) return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = b[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-'))
+            return false;
+    }
+    return b[0] != '.' && b[0] != '-' && b[n - 1] != '.' && b[n - 1] != '-';
+}
+
+static int bad(stk_error *err, const char *text, const char *why) {
+    return stk__err(err, -EINVAL, "%s: not a dataset URL: %s", text, why);
+}
+
+int stk__url_parse(const char *text, stk__url *out, stk_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!stk__is_remote(text))
+        return bad(err, text ? text : "(null)", "it must begin with s3://, http:// or https://");
+    if (strpbrk(text, "?#")) return bad(err, text, "a query or fragment ('?', '#') is not allowed");
+    for (const char *p = text; *p; p++)
+        if ((unsigned char)*p <= ' ' || *p == 0x7f)
+            return bad(err, text, "spaces and control characters must be percent-encoded");
+    size_t len = strlen(text);
+    while (len > 0 && text[len - 1] == '/') len--;
+    out->text = stk__strndup(text, len);
+    if (!out->text) return stk__err(err, -ENOMEM, "out of memory");
+    bool s3 = text[0] == 's';
+    const char *rest = out->text + (s3 ? 5 : text[4] == 's' ? 8 : 7);
+    const char *slash = strchr(rest, '/');
+    size_t hl = slash ? (size_t)(slash - rest) : strlen(rest);
+    const char *path = slash ? slash + 1 : "";
+    int rc = 0;
+    if (hl == 0) {
+        rc = bad(err, text, s3 ? "no bucket" : "no host");
+    } else if (memchr(rest, '@', hl)) {
+        rc = bad(err, text, "user information ('user@host') is not allowed");
+    } else if (s3) {
+        out->scheme = STK__URL_S3;
+        if (!bucket_ok(rest, hl))
+            rc = bad(err, text, "a bucket name is 3 to 63 lowercase letters, digits, '.' and '-'");
+        else if (!(out->bucket = stk__strndup(rest, hl)) || !(out->key = stk__strdup(path)))
+            rc = stk__err(err, -ENOMEM, "out of memory");
+    } else {
+        out->scheme = STK__URL_HTTP;
+        if (!(out->origin = stk__strndup(out->text, (size_t)(rest - out->text) + hl)) ||
+            !(out->key = stk__strdup(path)))
+            rc = stk__err(err, -ENOMEM, "out of memory");
+    }
+    if (rc) stk__url_free(out);
+    return rc;
+}
+
+/* Appends `s`, percent-encoding what RFC 3986 does not leave unreserved
+ * (slashes kept). */
+static void put_encoded(char *dst, size_t *n, const char *s) {
+    static const char hex[] = "0123456789ABCDEF";
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+            c == '-' || c == '.' || c == '_' || c == '~' || c == '/') {
+            dst[(*n)++] = (char)c;
+        } else {
+            dst[(*n)++] = '%';
+            dst[(*n)++] = hex[c >> 4];
+            dst[(*n)++] = hex[c & 15];
+        }
+    }
+}
+
+char *stk__url_object(const stk__url *u, const stk__aws *a, const char *name) {
+    if (!name) name = "";
+    if (u->scheme == STK__URL_HTTP) {
+        size_t n = strlen(u->text) + 1 + strlen(name) + 1;
+        char *s = stk__malloc(n);
+        if (s) snprintf(s, n, "%s%s%s", u->text, *name ? "/" : "", name);
+        return s;
+    }
+    /* key/name, without empty parts */
+    size_t kl = strlen(u->key), nl = strlen(name);
+    char *key = stk__malloc(kl + nl + 2);
+    if (!key) return NULL;
+    snprintf(key, kl + nl + 2, "%s%s%s", u->key, kl && nl ? "/" : "", name);
+    const char *ep = a && a->endpoint ? a->endpoint : "https://s3.us-east-1.amazonaws.com";
+    /* Dots in a bucket's name break TLS names of the virtual-hosted form. */
+    bool path_style = !a || a->path_style || strchr(u->bucket, '.');
+    size_t cap = strlen(ep) + strlen(u->bucket) + 3 * strlen(key) + 64;
+    char *s = stk__malloc(cap);
+    if (!s) {
+        stk__free(key);
+        return NULL;
+    }
+    size_t n;
+    if (path_style) {
+        n = (size_t)snprintf(s, cap, "%s/%s%s", ep, u->bucket, *key ? "/" : "");
+    } else {
+        /* https://BUCKET.s3.REGION.amazonaws.com/KEY: the bucket before the
+         * endpoint's host. */
+        const char *host = strstr(ep, "://");
+        host = host ? host + 3 : ep;
+        n = (size_t)snprintf(s, cap, "%.*s%s.%s/", (int)(host - ep), ep, u->bucket, host);
+    }
+    put_encoded(s, &n, key);
+    s[n] = '\0';
+    stk__free(key);
+    return s;
+}

