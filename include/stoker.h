@@ -418,7 +418,8 @@ STK_API int stk_dataset_open_with(const char *path, const stk_open_options *opts
  * (default 8) per request; a transfer making no progress for
  * $STOKER_REMOTE_TIMEOUT seconds (default 30) is abandoned and retried.
  * 403 is -EACCES, 404 -ENOENT, a wrong region -EINVAL, each naming the URL.
- * $STOKER_REMOTE_CONNECTIONS (default 16) requests are in flight at once.
+ * $STOKER_REMOTE_CONNECTIONS (default 16) requests are in flight at once,
+ * each a range of $STOKER_REMOTE_PART_MB MiB (default 8).
  *
  * Not yet: fetching only the ranges the planned order will read, a budget
  * smaller than the dataset (open refuses it, saying so), and eviction.
@@ -436,6 +437,14 @@ typedef struct stk_remote_stats {
 /* The remote statistics of `ds`.  Returns 0, or -EINVAL for a local
  * dataset. */
 STK_API int stk_dataset_remote_stats(const stk_dataset *ds, stk_remote_stats *out);
+
+/* What the link to a remote dataset delivers: its shard objects fetched
+ * again (not into the cache) the way opening fetches them, ranges of
+ * $STOKER_REMOTE_PART_MB MiB (default 8) with every connection busy, for
+ * about `max_seconds` or 1 GiB.  Sets *bytes_per_s.  Returns 0, -EINVAL for
+ * a local dataset, or a fetch error. */
+STK_API int stk_measure_link(const stk_dataset *ds, double max_seconds, double *bytes_per_s,
+                             stk_error *err);
 
 /* One dataset version in a cache directory. */
 typedef struct stk_cache_entry {

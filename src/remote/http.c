@@ -75,6 +75,10 @@ void stk__http_free(stk__http *h) {
 
 void stk__http_stats(const stk__http *h, stk_remote_stats *out) { *out = h->st; }
 
+uint64_t stk__http_part_bytes(void) {
+    return (uint64_t)env_long("STOKER_REMOTE_PART_MB", 8, 1, 1024) << 20;
+}
+
 /* ---- one transfer ---- */
 
 typedef struct xfer {

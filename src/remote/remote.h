@@ -131,6 +131,8 @@ void stk__http_free(stk__http *h);
 int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err);
 /* Counters since the client was made. */
 void stk__http_stats(const stk__http *h, stk_remote_stats *out);
+/* The bytes of one range request: $STOKER_REMOTE_PART_MB MiB, default 8. */
+uint64_t stk__http_part_bytes(void);
 
 /* ---- cache.c ---- */
 

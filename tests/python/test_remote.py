@@ -136,6 +136,31 @@ def test_s3_reads_as_local_and_cache_is_reused(served, aws, tmp_path):
         assert ld.remote_stats() is None
 
 
+def test_shards_from_before_a_reboot_are_checked_again(served, aws, tmp_path):
+    """Cached shards are not synced; one older than the last boot is checked
+    once more before use: intact, it is kept (and not checked again); damaged
+    (pages lost in a crash), it is fetched again."""
+    local = served["root"] / "bucket" / "ds"
+    cache = tmp_path / "c"
+    want = batches(str(local))
+    with stoker.Loader("s3://bucket/ds", 16, cache_dir=cache):
+        pass
+    shards = sorted(cache.glob("*/shard-*.stk"))
+    assert len(shards) > 1
+    damaged = bytearray(shards[1].read_bytes())
+    damaged[6000:6100] = bytes(100)  # a page lost
+    shards[1].write_bytes(bytes(damaged))
+    for s in shards:
+        os.utime(s, (1e9, 1e9))  # 2001: before this machine booted
+    with stoker.Loader("s3://bucket/ds", 16, cache_dir=cache) as ld:
+        st = ld.remote_stats()
+        got = [{k: np.array(v) for k, v in b.items()} for b in ld]
+    same(got, want)
+    assert st["bytes_fetched"] >= shards[1].stat().st_size  # the damaged one again
+    assert st["bytes_cached"] == dataset_bytes(local) - shards[1].stat().st_size
+    assert all(s.stat().st_mtime > 1e9 + 1 for s in shards)  # checked: not again
+
+
 def test_http_dataset(served, aws):
     local = served["root"] / "bucket" / "ds"
     url = served["http"] + "/bucket/ds"
