@@ -124,7 +124,7 @@ static size_t on_header(char *buf, size_t size, size_t n, void *arg) {
         header_value(v, vl, f->last_modified, sizeof f->last_modified);
     } else if (kl == 11 && strncasecmp(buf, "retry-after", 11) == 0) {
         header_value(v, vl, f->retry_after, sizeof f->retry_after);
-    } else if (kl == 18 && strncasecmp(buf, "x-amz-bucket-region", 18) == 0) {
+    } else if (kl == 19 && strncasecmp(buf, "x-amz-bucket-region", 19) == 0) {
         header_value(v, vl, f->region, sizeof f->region);
     } else if (kl == 13 && strncasecmp(buf, "content-range", 13) == 0) {
         header_value(v, vl, tmp, sizeof tmp);
@@ -197,12 +197,15 @@ static size_t on_body(char *buf, size_t size, size_t n, void *arg) {
     return len;
 }
 
-/* The S3 error code of an XML error body (<Code>...</Code>), or "". */
-static void s3_code(const stk__fetch *f, char *out, size_t cap) {
+/* Element `tag` of an XML error body (<Code>...</Code>), or "". */
+static void s3_element(const stk__fetch *f, const char *tag, char *out, size_t cap) {
+    char open[32], close[32];
+    snprintf(open, sizeof open, "<%s>", tag);
+    snprintf(close, sizeof close, "</%s>", tag);
     out[0] = '\0';
-    const char *a = strstr(f->errbody, "<Code>");
-    const char *b = a ? strstr(a, "</Code>") : NULL;
-    if (a && b) header_value(a + 6, (size_t)(b - a - 6), out, cap);
+    const char *a = strstr(f->errbody, open);
+    const char *b = a ? strstr(a, close) : NULL;
+    if (a && b) header_value(a + strlen(open), (size_t)(b - a - strlen(open)), out, cap);
 }
 
 static int start(stk__http *h, xfer *x, stk_error *err) {
@@ -302,7 +305,8 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
     if (x->status == 0 && cc == CURLE_OK) response_started(x);
     long st = x->status;
     char code[64];
-    s3_code(f, code, sizeof code);
+    s3_element(f, "Code", code, sizeof code);
+    if (!f->region[0]) s3_element(f, "Region", f->region, sizeof f->region);
     if (x->stale) {
         f->rc = stk__err(&f->err, STK_ESTALE,
                          "%s: the object changed since the dataset was opened (ETag %s, "
@@ -346,9 +350,12 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
         f->err.code = -EIO;
         return 1;
     }
-    if ((st == 400 || st == 403) &&
-        (strcmp(code, "ExpiredToken") == 0 || strcmp(code, "TokenRefreshRequired") == 0) &&
-        h->aws) {
+    /* Credentials that expired are read again from their source; a HEAD's
+     * error has no body to say so, so any 400 or 403 of one counts. */
+    bool expired = strcmp(code, "ExpiredToken") == 0 ||
+                   strcmp(code, "TokenRefreshRequired") == 0 ||
+                   strcmp(code, "InvalidToken") == 0 || (f->head && !code[0]);
+    if ((st == 400 || st == 403) && expired && h->aws) {
         bool changed = false;
         stk_error e2;
         if (stk__aws_reload(h->aws, &changed, &e2) == 0 && changed) {

@@ -409,3 +409,105 @@ def test_processes_share_one_cache(served, aws, tmp_path):
     shown = json.loads(run_cli(aws, "cache", "show", "--json", "--cache-dir", cache).stdout)
     assert len(shown) == 1 and shown[0]["shards_held"] == shown[0]["shards"]
     assert not list(Path(cache).glob("*/*.part"))
+
+
+# -- the in-test server as an S3 endpoint (path-style: /bucket/ds/...) --------
+
+@pytest.fixture
+def fake_s3(tmp_path, monkeypatch, aws):
+    """Starts a Faulty server whose root holds bucket/ds, and points the AWS
+    endpoint at it."""
+    servers = []
+
+    def start(plan):
+        root = tmp_path / "s3root"
+        if not root.exists():
+            make_dataset(root / "bucket" / "ds", n=80, seed=4, shard_bytes=60_000)
+        s = Faulty(root, plan)
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+        servers.append(s)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{s.server_address[1]}")
+        return s
+
+    yield start
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def s3_error(h, status, code, extra=()):
+    body = f"<Error><Code>{code}</Code></Error>".encode()
+    h.send_response(status)
+    for k, v in extra:
+        h.send_header(k, v)
+    h.send_header("Content-Length", str(len(body)))
+    h.end_headers()
+    if h.command != "HEAD":  # a HEAD's answer has no body
+        h.wfile.write(body)
+    return True
+
+
+def test_expired_token_is_read_again_from_its_source(fake_s3, tmp_path, monkeypatch):
+    """The session token in the credentials file expires during the open; the
+    file is rewritten with a fresh one (as a credential helper would), and the
+    run goes on without a restart."""
+    creds = tmp_path / "credentials"
+    creds.write_text("[default]\naws_access_key_id = AKIDFILE\n"
+                     "aws_secret_access_key = secret-file\naws_session_token = old-token\n")
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    seen = []
+
+    def plan(h, path, head):
+        tok = h.headers.get("x-amz-security-token")
+        seen.append(tok)
+        assert h.headers.get("Authorization", "").startswith("AWS4-HMAC-SHA256")
+        if tok == "old-token":
+            if path.endswith(".stk"):
+                # Expired now; the helper writes a fresh token.
+                creds.write_text("[default]\naws_access_key_id = AKIDFILE\n"
+                                 "aws_secret_access_key = secret-file\n"
+                                 "aws_session_token = new-token\n")
+                return s3_error(h, 400, "ExpiredToken")
+        return False
+
+    fake_s3(plan)
+    with stoker.Loader("s3://bucket/ds", 8, cache_dir=tmp_path / "c") as ld:
+        assert sum(len(b["y"]) for b in ld) == 80
+        assert ld.remote_stats()["retries"] >= 1
+    assert "old-token" in seen and "new-token" in seen
+
+
+def test_wrong_region_and_anonymous_access(fake_s3, tmp_path, monkeypatch):
+    def plan(h, path, head):
+        return s3_error(h, 400, "AuthorizationHeaderMalformed",
+                        [("x-amz-bucket-region", "eu-north-1")])
+
+    fake_s3(plan)
+    with pytest.raises(stoker.InvalidArgument) as e:
+        stoker.Loader("s3://bucket/ds", 8, cache_dir=tmp_path / "c")
+    assert "eu-north-1" in str(e.value) and "AWS_REGION" in str(e.value)
+
+    auth = []
+
+    def public(h, path, head):
+        auth.append(h.headers.get("Authorization"))
+        return False
+
+    fake_s3(public)
+    monkeypatch.setenv("AWS_NO_SIGN_REQUEST", "true")
+    with stoker.Loader("s3://bucket/ds", 8, cache_dir=tmp_path / "c2") as ld:
+        assert sum(len(b["y"]) for b in ld) == 80
+    assert auth and all(a is None for a in auth)
+
+
+def test_doctor_and_torch_dataset(served, aws, tmp_path):
+    out = run_cli(aws, "doctor", "s3://bucket/ds", "--max-batches", "5", "--cache-dir",
+                  str(tmp_path / "d")).stdout
+    assert "network (s3://bucket/ds): opening fetched" in out and "requests" in out
+    from stoker.torch import Dataset
+    ds = Dataset("s3://bucket/ds", 16, cache_dir=tmp_path / "t", shuffle="sequential")
+    assert len(ds) == 19
+    ys = np.concatenate([np.asarray(b["y"]) for b in ds])
+    np.testing.assert_array_equal(ys, np.arange(300))
