@@ -180,12 +180,19 @@ static size_t on_body(char *buf, size_t size, size_t n, void *arg) {
     if (f->hi && f->lo + f->got + k > f->hi) k = (size_t)(f->hi - f->lo - f->got);
     if (!k) return len;
     if (f->fd >= 0) {
-        if (stk__pwrite_full(f->fd, p, k, f->fd_off + f->got) != 0) return 0;
+        int w = stk__pwrite_full(f->fd, p, k, f->fd_off + f->got);
+        if (w != 0) {
+            f->store_err = w < 0 ? w : -EIO;
+            return 0;
+        }
     } else {
         if (f->mem_len + k + 1 > f->mem_cap) {
             size_t cap = (f->mem_len + k + 1) * 2;
             uint8_t *m = stk__realloc(f->mem, cap);
-            if (!m) return 0;
+            if (!m) {
+                f->store_err = -ENOMEM;
+                return 0;
+            }
             f->mem = m;
             f->mem_cap = cap;
         }
@@ -221,6 +228,7 @@ static int start(stk__http *h, xfer *x, stk_error *err) {
     f->status = 0;
     f->object_size = UINT64_MAX;
     f->skip = 0;
+    f->store_err = 0;
     CURL *e = x->e;
     curl_easy_setopt(e, CURLOPT_URL, f->url);
     curl_easy_setopt(e, CURLOPT_PRIVATE, x);
@@ -317,8 +325,9 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
     if (cc != CURLE_OK) {
         switch (cc) {
         case CURLE_WRITE_ERROR:
-            f->rc = stk__err(&f->err, -EIO, "%s: cannot store the body: %s", what(f),
-                             curl_easy_strerror(cc));
+            f->rc = stk__err(&f->err, f->store_err ? f->store_err : -EIO,
+                             "%s: cannot store what arrived: %s", what(f),
+                             stk_strerror(f->store_err ? f->store_err : -EIO));
             return -1;
         case CURLE_UNSUPPORTED_PROTOCOL:
         case CURLE_URL_MALFORMAT:

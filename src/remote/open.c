@@ -157,13 +157,14 @@ static int fetch_round(remote *r, shard_job *js, size_t n, stk_error *err) {
     }
     int rc = 0;
     size_t p = 0;
+    for (size_t k = 0; k < n; k++) fds[k] = -1;
     for (size_t k = 0; k < n; k++) {
-        fds[k] = -1;
         if (js[k].done) continue;
         uint64_t bytes = r->m.shards[js[k].i].bytes;
-        fds[k] = open(js[k].part, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        fds[k] = stk__open(js[k].part, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
         if (fds[k] < 0) {
-            rc = -errno;
+            rc = fds[k];
+            fds[k] = -1;
             stk__err(err, rc, "%s: %s", js[k].part, stk_strerror(rc));
             goto out;
         }
@@ -232,11 +233,10 @@ static int try_lock(shard_job *j, bool wait, stk_error *err) {
     if (j->lock_fd < 0) {
         char *lp = NULL;
         if (asprintf(&lp, "%s.lock", j->final) < 0) return stk__err(err, -ENOMEM, "out of memory");
-        j->lock_fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-        int e = errno;
+        int fd = stk__open(lp, O_RDWR | O_CREAT | O_NOFOLLOW, 0644);
         free(lp);
-        if (j->lock_fd < 0)
-            return stk__err(err, -e, "%s.lock: %s", j->final, stk_strerror(-e));
+        if (fd < 0) return stk__err(err, fd, "%s.lock: %s", j->final, stk_strerror(fd));
+        j->lock_fd = fd;
     }
     if (flock(j->lock_fd, LOCK_EX | (wait ? 0 : LOCK_NB)) == 0) return 1;
     if (errno == EWOULDBLOCK) return 0;

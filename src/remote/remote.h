@@ -113,6 +113,7 @@ typedef struct stk__fetch {
     size_t errlen;
     char retry_after[32];
     char region[64];
+    int store_err; /* why the body could not be kept (-ENOSPC, -ENOMEM...) */
     bool done;
     int rc;
     stk_error err;
