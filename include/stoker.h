@@ -392,14 +392,17 @@ STK_API int stk_dataset_open_with(const char *path, const stk_open_options *opts
 /*
  * Wherever a dataset path is taken, `s3://bucket/prefix/dataset` and
  * `https://host/path/dataset` (or http://) name a dataset of shards kept in
- * an object store or behind a web server.  Opening one fetches its manifest,
- * pins each shard object's identity (ETag, else size and Last-Modified)
- * and brings the shards into a local cache, checking every 64 KiB block
- * against its XXH3 as it arrives; the dataset is then read from the cache
- * like a local one.  A block that fails its check is fetched again (three
- * times at most), then STK_ECHECKSUM names the object and the record.  An
- * object that changed since it was pinned is STK_ESTALE, never a mix of two
- * versions.
+ * an object store or behind a web server.  Opening one fetches its manifest
+ * and, for each shard the local cache does not hold, its header, index and
+ * block table, pinning the object's identity (its ETag) on the way.  The
+ * rest arrives as it is read: a loader asks for each batch's records (each
+ * block-order group's spans) before reading them, so fetches follow the
+ * planned order, run ahead with the loader's read-ahead, and a rank fetches
+ * only what it reads.  Every 64 KiB block is checked against its XXH3 as it
+ * arrives; one that fails is fetched again (three times at most), then
+ * STK_ECHECKSUM names the object and the records.  An object that changed
+ * since it was pinned is STK_ESTALE, never a mix of two versions.
+ * stk_dataset_fetch_all (`stoker cache warm`) brings everything at once.
  *
  * S3 requests are signed (AWS SigV4) with the credentials, region and
  * endpoint the AWS tools would use: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
@@ -410,9 +413,9 @@ STK_API int stk_dataset_open_with(const char *path, const stk_open_options *opts
  * their source.
  *
  * The cache holds one directory per dataset version (keyed by the
- * manifest's checksum); a restarted run reuses what it holds.  Several
- * processes share it: a shard being fetched by one is waited for by the
- * others, never fetched twice.  Failures: 5xx, 429, SlowDown, resets,
+ * manifest's checksum); a restarted run reuses what it holds, block by
+ * block.  Several processes share it: blocks being fetched by one are
+ * waited for by the others, never fetched twice.  Failures: 5xx, 429, SlowDown, resets,
  * timeouts and stalled transfers are retried with exponential backoff and
  * jitter (Retry-After honoured), at most $STOKER_REMOTE_RETRIES times
  * (default 8) per request; a transfer making no progress for
@@ -421,8 +424,8 @@ STK_API int stk_dataset_open_with(const char *path, const stk_open_options *opts
  * $STOKER_REMOTE_CONNECTIONS (default 16) requests are in flight at once,
  * each a range of $STOKER_REMOTE_PART_MB MiB (default 8).
  *
- * Not yet: fetching only the ranges the planned order will read, a budget
- * smaller than the dataset (open refuses it, saying so), and eviction.
+ * Not yet: a budget smaller than the dataset (open refuses it, saying so)
+ * and eviction.
  */
 
 /* What opening a remote dataset cost. */
@@ -437,6 +440,11 @@ typedef struct stk_remote_stats {
 /* The remote statistics of `ds`.  Returns 0, or -EINVAL for a local
  * dataset. */
 STK_API int stk_dataset_remote_stats(const stk_dataset *ds, stk_remote_stats *out);
+
+/* Brings every byte of a remote dataset into the cache now (opening one
+ * fetches only each shard's header and index; the rest comes as readers
+ * ask).  Returns 0 (at once for a local dataset) or a fetch error. */
+STK_API int stk_dataset_fetch_all(const stk_dataset *ds, stk_error *err);
 
 /* What the link to a remote dataset delivers: its shard objects fetched
  * again (not into the cache) the way opening fetches them, ranges of

@@ -68,6 +68,7 @@ void stk_dataset_close(stk_dataset *ds) {
     stk__free(ds->caps.source);
     stk__free(ds->origin);
     stk__free(ds->remote);
+    if (ds->ensure_free) ds->ensure_free(ds->ensure_ctx);
     stk__free(ds);
 }
 
@@ -328,7 +329,22 @@ int stk__dataset_new(char *dir, stk_field *fields, size_t nfields, char *attrs,
     return 0;
 }
 
+static int open_dir(const char *path, bool is_dir,
+                    char *(*path_of)(void *ctx, size_t i, const char *file), void *ctx,
+                    stk_dataset **out, stk_error *err);
+
 int stk__dataset_open_dir(const char *path, bool is_dir, stk_dataset **out, stk_error *err) {
+    return open_dir(path, is_dir, NULL, NULL, out, err);
+}
+
+int stk__dataset_open_paths(const char *dir, char *(*path_of)(void *ctx, size_t i, const char *file),
+                            void *ctx, stk_dataset **out, stk_error *err) {
+    return open_dir(dir, true, path_of, ctx, out, err);
+}
+
+static int open_dir(const char *path, bool is_dir,
+                    char *(*path_of)(void *ctx, size_t i, const char *file), void *ctx,
+                    stk_dataset **out, stk_error *err) {
     *out = NULL;
     char *dir = NULL, *mpath = NULL;
     if (is_dir) {
@@ -377,7 +393,8 @@ int stk__dataset_open_dir(const char *path, bool is_dir, stk_dataset **out, stk_
         stk__shard *sh = &ds->shards[i];
         ds->nshards = i + 1;
         sh->first = first;
-        sh->path = stk__path_join(ds->dir, m.shards[i].file);
+        sh->path = path_of ? path_of(ctx, i, m.shards[i].file)
+                           : stk__path_join(ds->dir, m.shards[i].file);
         if (!sh->path) {
             rc = stk__err(err, -ENOMEM, "out of memory");
             goto fail;
@@ -427,9 +444,34 @@ int stk__shard_check(const char *path, const stk__manifest *m, size_t i, stk_err
     return rc;
 }
 
+int stk__dataset_ensure_all(const stk_dataset *ds, stk_error *err) {
+    if (!ds->ensure) return 0;
+    stk__range *r = stk__calloc(ds->nshards ? ds->nshards : 1, sizeof *r);
+    if (!r) return stk__err(err, -ENOMEM, "out of memory");
+    for (size_t s = 0; s < ds->nshards; s++)
+        r[s] = (stk__range){(uint32_t)s, 0, ds->shards[s].size};
+    int rc = ds->ensure(ds->ensure_ctx, r, ds->nshards, err);
+    stk__free(r);
+    return rc;
+}
+
+int stk_dataset_fetch_all(const stk_dataset *ds, stk_error *err) {
+    if (!ds) return stk__err(err, -EINVAL, "stk_dataset_fetch_all: NULL dataset");
+    return stk__dataset_ensure_all(ds, err);
+}
+
 int stk_dataset_remote_stats(const stk_dataset *ds, stk_remote_stats *out) {
     if (!ds || !out || !ds->remote) return -EINVAL;
     *out = *ds->remote;
+    if (ds->ensure_stats) {
+        /* What was fetched since the open, by the readers. */
+        stk_remote_stats more;
+        ds->ensure_stats(ds->ensure_ctx, &more);
+        out->requests += more.requests;
+        out->retries += more.retries;
+        out->bytes_fetched += more.bytes_fetched;
+        out->network_seconds += more.network_seconds;
+    }
     return 0;
 }
 
@@ -501,6 +543,12 @@ int stk_dataset_get(const stk_dataset *ds, uint64_t record, size_t field,
     size_t s = stk__dataset_shard_of(ds, record);
     const stk__shard *sh = &ds->shards[s];
     const uint64_t *e = stk__entry(ds, sh, record - sh->first);
+    if (ds->ensure) {
+        /* The whole record: a verified read checks it whole. */
+        uint64_t a, b;
+        stk__record_span(ds, e, &a, &b);
+        if ((rc = stk__dataset_ensure(ds, s, a, b, err))) return rc;
+    }
     out->offset = e[1 + 3 * field];
     out->stored_bytes = e[2 + 3 * field];
     out->rows = e[3 + 3 * field];
@@ -728,6 +776,11 @@ static void verify_shard(verify_job *j, size_t s) {
     const stk__shard *sh = &ds->shards[s];
     if (!ds->caps.checksums) {
         verify_in_place(j, s);
+        return;
+    }
+    stk_error ee;
+    if (stk__dataset_ensure(ds, s, 0, sh->size, &ee)) {
+        report(j, s, 0, &ee);
         return;
     }
     const uint8_t *map = sh->map;

@@ -210,7 +210,15 @@ typedef struct stk__caps {
     bool checksums; /* blocks and records carry checksums (verify, skip) */
     bool aligned;   /* records may be read with O_DIRECT */
     bool mapped;    /* every file is mapped (the mmap backend, valid_field) */
+    bool lazy;      /* bytes arrive when asked for (stk__dataset_ensure): a
+                     * remote dataset; no warm-up reads ahead of them */
 } stk__caps;
+
+/* Bytes [lo, hi) of shard `shard`. */
+typedef struct stk__range {
+    uint32_t shard;
+    uint64_t lo, hi;
+} stk__range;
 
 struct stk_dataset {
     char *dir;
@@ -228,7 +236,25 @@ struct stk_dataset {
      * came from and what fetching it cost.  NULL for a local one. */
     char *origin;
     stk_remote_stats *remote;
+    /* A lazy dataset's bytes (caps.lazy): ensure() makes the n byte ranges
+     * present and checked, fetching what is missing all at once, waiting for
+     * it, and fails naming the object; ensure_stats() fills the remote
+     * statistics so far; ensure_free() releases ctx at close. */
+    int (*ensure)(void *ctx, const struct stk__range *r, size_t n, stk_error *err);
+    void (*ensure_stats)(void *ctx, stk_remote_stats *out);
+    void (*ensure_free)(void *ctx);
+    void *ensure_ctx;
 };
+
+/* Makes bytes [lo, hi) of shard s readable: at once for a dataset whose
+ * bytes are all there, else through ds->ensure.  0 or an error. */
+static inline int stk__dataset_ensure(const stk_dataset *ds, size_t s, uint64_t lo, uint64_t hi,
+                                      stk_error *err) {
+    stk__range r = {(uint32_t)s, lo, hi};
+    return ds->ensure ? ds->ensure(ds->ensure_ctx, &r, 1, err) : 0;
+}
+/* The same for every byte of the dataset. */
+int stk__dataset_ensure_all(const stk_dataset *ds, stk_error *err);
 
 /* A dataset of `nshards` zeroed shards (the caller fills them, then nrec)
  * over a checked schema; takes dir, fields and attrs (freed on failure). */
@@ -241,6 +267,10 @@ int stk__dataset_new(char *dir, stk_field *fields, size_t nfields, char *attrs,
 int stk__shard_check(const char *path, const stk__manifest *m, size_t i, stk_error *err);
 /* Opens a dataset of shards: its directory, or its manifest file. */
 int stk__dataset_open_dir(const char *path, bool is_dir, stk_dataset **out, stk_error *err);
+/* As stk__dataset_open_dir(dir), shard i read from path_of(ctx, i, file)
+ * (from stk__malloc) instead of dir/file. */
+int stk__dataset_open_paths(const char *dir, char *(*path_of)(void *ctx, size_t i, const char *file),
+                            void *ctx, stk_dataset **out, stk_error *err);
 
 /* The shard holding global record `rec` (rec < nrec).  Inline: the loader
  * asks it for every sample. */

@@ -486,6 +486,8 @@ static int upload(stk__gpu *g, const bool *sel, const uint64_t *sizes, bool veri
                   stk_error *err) {
     const stk_dataset *ds = g->ds;
     size_t F = ds->nfields, n = ds->nshards * F;
+    int rc0 = stk__dataset_ensure_all(ds, err); /* a remote dataset: all of it */
+    if (rc0) return rc0;
     g->img = stk__calloc(n ? n : 1, sizeof *g->img);
     const size_t stage_cap = 64u << 20;
     uint8_t *stage = stk__malloc(stage_cap);

@@ -106,12 +106,6 @@ static inline void stk__io_close(stk__io *io) {
 
 /* ---- warm-up (warm.c) ---- */
 
-/* Bytes [lo, hi) of a shard. */
-typedef struct stk__range {
-    uint32_t shard;
-    uint64_t lo, hi;
-} stk__range;
-
 typedef struct stk__warm stk__warm;
 
 /* Starts a thread that brings ranges r[0..n) of the dataset's mapped

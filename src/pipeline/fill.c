@@ -315,6 +315,25 @@ static void warm_wait(stk_loader *ld, uint32_t n, const uint64_t *recs, const ui
     }
 }
 
+/* A lazy dataset (a remote one): the records of the batch are fetched
+ * before anything reads them, all at once.  Whole records: a window's
+ * rows are a part of its record, and checks read whole records or
+ * blocks. */
+static int ensure_records(stk_loader *ld, uint32_t n, const uint64_t *recs, stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    stk__range *r = stk__malloc((n ? n : 1) * sizeof *r);
+    if (!r) return stk__err(err, -ENOMEM, "out of memory");
+    for (uint32_t j = 0; j < n; j++) {
+        size_t si = stk__dataset_shard_of(ds, recs[j]);
+        const stk__shard *sh = &ds->shards[si];
+        stk__record_span(ds, stk__entry(ds, sh, recs[j] - sh->first), &r[j].lo, &r[j].hi);
+        r[j].shard = (uint32_t)si;
+    }
+    int rc = ds->ensure(ds->ensure_ctx, r, n, err);
+    stk__free(r);
+    return rc;
+}
+
 static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error *err) {
     uint64_t t0 = stk__ld_span_open(ld, STK__EV_PLAN);
     uint32_t n = s->n;
@@ -324,6 +343,11 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
                     ld->use_groups ? w->slots : NULL);
     for (uint32_t j = 0; j < n; j++) stk__space_locate(&ld->space, s->samples[j], &recs[j], &ts[j]);
     if (ld->warm && !stk__warm_done(ld->warm)) warm_wait(ld, n, recs, ts);
+    /* Block order fetches each group's spans as the group loads. */
+    if (ld->ds->ensure && !ld->use_groups) {
+        int re = ensure_records(ld, n, recs, err);
+        if (re) return re;
+    }
     ld->st_plan_n += n;
     uint64_t t1 = stk__now_ns();
     ld->st_plan_ns += t1 - t0;

@@ -290,6 +290,18 @@ static int group_read(stk_loader *ld, worker *w, group *gr, stk_error *err) {
     return rc;
 }
 
+/* A lazy dataset (a remote one): the group's spans are fetched, all at
+ * once, before they are read. */
+static int ensure_spans(const stk_loader *ld, const group *gr, stk_error *err) {
+    stk__range *r = stk__malloc((gr->nspans ? gr->nspans : 1) * sizeof *r);
+    if (!r) return stk__err(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < gr->nspans; i++)
+        r[i] = (stk__range){gr->spans[i].shard, gr->spans[i].lo, gr->spans[i].hi};
+    int rc = ld->ds->ensure(ld->ds->ensure_ctx, r, gr->nspans, err);
+    stk__free(r);
+    return rc;
+}
+
 /* Lays out group g's spans in `gr` and reads them. */
 static int group_load(stk_loader *ld, worker *w, group *gr, uint64_t g, stk_error *err) {
     gr->nspans = 0;
@@ -324,6 +336,10 @@ static int group_load(stk_loader *ld, worker *w, group *gr, uint64_t g, stk_erro
                         "(lower block_bytes or block_group)",
                         ld->ds->dir, (unsigned long long)g, (unsigned long long)pos,
                         (unsigned long long)ld->group_cap);
+    if (ld->ds->ensure) {
+        int rc = ensure_spans(ld, gr, err);
+        if (rc) return rc;
+    }
     return group_read(ld, w, gr, err);
 }
 

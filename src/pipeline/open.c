@@ -61,7 +61,9 @@ static int build_space(stk_loader *ld, const stk_loader_options *opts, stk_error
             opts->valid_field ? stk_dataset_find_field(ld->ds, opts->valid_field) : -1,
             opts->valid};
         ld->valid_dsf = sp.valid_field;
-        rc = stk__space_build(&ld->space, ld->ds, &sp, err);
+        /* The validity rule reads its field in every record. */
+        rc = sp.valid_field >= 0 ? stk__dataset_ensure_all(ld->ds, err) : 0;
+        if (rc == 0) rc = stk__space_build(&ld->space, ld->ds, &sp, err);
     }
     stk__free(time_fields);
     return rc;

@@ -281,7 +281,10 @@ static bool fits_in_memory(const stk_dataset *ds, double resident) {
  * for it. */
 static bool want_warm_up(const stk_dataset *ds, const stk_loader_options *o, stk_backend backend,
                          double resident, bool fits) {
-    if (o->warm_up == STK_WARM_UP_OFF || o->direct || resident >= 0.9) return false;
+    /* A lazy dataset's bytes arrive as batches ask for them: nothing to
+     * read ahead of them. */
+    if (o->warm_up == STK_WARM_UP_OFF || o->direct || resident >= 0.9 || ds->caps.lazy)
+        return false;
     for (size_t s = 0; s < ds->nshards; s++)
         if (!ds->shards[s].map) return false;
     if (o->warm_up == STK_WARM_UP_ON) return true;

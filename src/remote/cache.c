@@ -76,8 +76,12 @@ uint64_t stk__cache_du(const char *dir) {
         struct stat st;
         if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
             continue;
-        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
-            total += (uint64_t)st.st_blocks * 512;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        /* A whole shard is a second name of its .part file: counted once. */
+        size_t n = strlen(e->d_name);
+        if (st.st_nlink > 1 && n > 5 && strcmp(e->d_name + n - 5, ".part") == 0) continue;
+        total += (uint64_t)st.st_blocks * 512;
     }
     closedir(d);
     return total;

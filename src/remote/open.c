@@ -26,17 +26,6 @@
 
 #define SHARD_TRIES 3
 
-typedef struct shard_job {
-    size_t i;       /* manifest entry */
-    char *url;      /* the object */
-    char *name;     /* the object as the dataset URL names it, for messages */
-    char *final;    /* its path in the cache */
-    char *part;     /* while it is fetched */
-    int lock_fd;    /* held while this process fetches it */
-    char pin[128];  /* ETag, or size and Last-Modified */
-    bool done;
-} shard_job;
-
 typedef struct remote {
     stk__url url;
     stk__aws aws;
@@ -117,184 +106,95 @@ static int fetch_manifest(remote *r, char **text, size_t *len, char **murl, stk_
     return 0;
 }
 
-/* Pins each job's object: its size must be the manifest's. */
-static int pin(remote *r, shard_job *js, size_t n, stk_error *err) {
+/* One shard the cache does not hold whole. */
+typedef struct partial {
+    size_t i;
+    char *url, *name, *final, *part;
+    int fd;
+    char pin[128];
+    uint8_t header[STK__HEADER_SIZE];
+} partial;
+
+static char *join2(const char *a, const char *sep, const char *b) {
+    size_t n = strlen(a) + strlen(sep) + strlen(b) + 1;
+    char *s = stk__malloc(n);
+    if (s) snprintf(s, n, "%s%s%s", a, sep, b);
+    return s;
+}
+
+/* Fetches each partial shard's header (pinning the object: its ETag, and
+ * its size against the manifest's) and then its tail (index and block
+ * table) into its .part file, sized to the whole shard. */
+static int fetch_ends(remote *r, partial *ps, size_t n, stk_error *err) {
     stk__fetch *f = stk__calloc(n ? n : 1, sizeof *f);
     if (!f) return stk__err(err, -ENOMEM, "out of memory");
+    int rc = 0;
     for (size_t k = 0; k < n; k++) {
-        f[k].url = js[k].url;
-        f[k].what = js[k].name;
-        f[k].head = true;
-        f[k].fd = -1;
+        uint64_t bytes = r->m.shards[ps[k].i].bytes;
+        f[k] = (stk__fetch){.url = ps[k].url, .what = ps[k].name, .lo = 0,
+                            .hi = STK__MIN((uint64_t)STK__HEADER_SIZE, bytes), .fd = ps[k].fd};
     }
-    int rc = stk__http_run(r->http, f, n, err);
+    rc = stk__http_run(r->http, f, n, err);
     for (size_t k = 0; rc == 0 && k < n; k++) {
-        uint64_t want = r->m.shards[js[k].i].bytes;
-        if (f[k].object_size != UINT64_MAX && f[k].object_size != want)
+        uint64_t want = r->m.shards[ps[k].i].bytes;
+        if (f[k].object_size != UINT64_MAX && f[k].object_size != want) {
             rc = stk__err(err, STK_EMISMATCH,
                           "%s: the object has %" PRIu64 " bytes; the dataset's manifest says "
                           "%" PRIu64 ": it was replaced after the manifest was written",
-                          js[k].name, f[k].object_size, want);
-        snprintf(js[k].pin, sizeof js[k].pin, "%s", f[k].etag);
+                          ps[k].name, f[k].object_size, want);
+            break;
+        }
+        snprintf(ps[k].pin, sizeof ps[k].pin, "%s", f[k].etag);
+        ssize_t got = stk__pread_full(ps[k].fd, ps[k].header, sizeof ps[k].header, 0);
+        if (got != (ssize_t)sizeof ps[k].header) {
+            rc = got < 0 ? stk__err(err, (int)got, "%s: %s", ps[k].part, stk_strerror((int)got))
+                         : stk__err(err, STK_ETRUNCATED, "%s: shorter than a shard header",
+                                    ps[k].name);
+            break;
+        }
+        /* The tail from where the header says the index begins; what the
+         * header says is checked when the dataset opens. */
+        uint64_t index_off = stk__ld64(ps[k].header + STK__H_INDEX_OFF);
+        if (index_off < STK__HEADER_SIZE || index_off > want) index_off = STK__HEADER_SIZE;
+        f[k] = (stk__fetch){.url = ps[k].url, .what = ps[k].name, .lo = index_off, .hi = want,
+                            .fd = ps[k].fd, .fd_off = index_off, .want_etag = ps[k].pin};
     }
+    if (rc == 0) rc = stk__http_run(r->http, f, n, err);
     stk__free(f);
     return rc;
 }
 
-/* Fetches the jobs not done into their .part files and checks them; those
- * that pass get their names.  Returns 0 when all passed, else the last
- * check's error (the jobs that failed stay not done) or a fetch error. */
-static int fetch_round(remote *r, shard_job *js, size_t n, stk_error *err) {
-    size_t nparts = 0;
-    for (size_t k = 0; k < n; k++)
-        if (!js[k].done) nparts += (r->m.shards[js[k].i].bytes + r->part - 1) / r->part;
-    stk__fetch *f = stk__calloc(nparts ? nparts : 1, sizeof *f);
-    int *fds = stk__calloc(n ? n : 1, sizeof *fds);
-    if (!f || !fds) {
-        stk__free(f);
-        stk__free(fds);
+typedef struct paths {
+    remote *r;
+    partial *ps;
+    size_t nps;
+} paths;
+
+/* The file shard i is read from: its final name, or its .part file. */
+static char *path_of(void *ctx, size_t i, const char *file) {
+    paths *p = ctx;
+    for (size_t k = 0; k < p->nps; k++)
+        if (p->ps[k].i == i) return stk__strdup(p->ps[k].part);
+    return stk__path_join(p->r->dir, file);
+}
+
+/* Opens the dataset from the cache: shards held whole are read as they
+ * are; the others get a .part file with their header and tail, and a
+ * fetcher that brings their blocks when the reader asks. */
+static int open_cached(remote *r, stk_dataset **out, stk_error *err) {
+    size_t n = r->m.nshards;
+    partial *ps = stk__calloc(n ? n : 1, sizeof *ps);
+    bool *complete = stk__calloc(n ? n : 1, sizeof *complete);
+    if (!ps || !complete) {
+        stk__free(ps);
+        stk__free(complete);
         return stk__err(err, -ENOMEM, "out of memory");
     }
     int rc = 0;
-    size_t p = 0;
-    for (size_t k = 0; k < n; k++) fds[k] = -1;
-    for (size_t k = 0; k < n; k++) {
-        if (js[k].done) continue;
-        uint64_t bytes = r->m.shards[js[k].i].bytes;
-        fds[k] = stk__open(js[k].part, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
-        if (fds[k] < 0) {
-            rc = fds[k];
-            fds[k] = -1;
-            stk__err(err, rc, "%s: %s", js[k].part, stk_strerror(rc));
-            goto out;
-        }
-        for (uint64_t lo = 0; lo < bytes; lo += r->part, p++) {
-            f[p].url = js[k].url;
-            f[p].what = js[k].name;
-            f[p].lo = lo;
-            f[p].hi = lo + r->part < bytes ? lo + r->part : bytes;
-            f[p].fd = fds[k];
-            f[p].fd_off = lo;
-            f[p].want_etag = js[k].pin;
-        }
-    }
-    if ((rc = stk__http_run(r->http, f, p, err))) goto out;
-    for (size_t k = 0; k < n; k++) {
-        if (js[k].done) continue;
-        /* Not synced: see held() for what a crash may leave. */
-        close(fds[k]);
-        fds[k] = -1;
-        stk_error e;
-        int c = stk__shard_check(js[k].part, &r->m, js[k].i, &e);
-        if (c) {
-            rc = c;
-            if (err) {
-                *err = e;
-                stk__err_prefix(err, "%s: ", js[k].name);
-            }
-            continue;
-        }
-        if (rename(js[k].part, js[k].final) != 0) {
-            rc = -errno;
-            stk__err(err, rc, "%s: %s", js[k].final, stk_strerror(rc));
-            goto out;
-        }
-        js[k].done = true;
-    }
-out:
-    for (size_t k = 0; k < n; k++)
-        if (fds[k] >= 0) close(fds[k]);
-    stk__free(fds);
-    stk__free(f);
-    return rc;
-}
-
-static bool damage(int rc) {
-    return rc == STK_ECHECKSUM || rc == STK_ECORRUPT || rc == STK_ETRUNCATED ||
-           rc == STK_EBADMAGIC || rc == STK_EMISMATCH || rc == STK_EBOUNDS;
-}
-
-/* Fetches the jobs this process holds the locks of. */
-static int fetch_mine(remote *r, shard_job *js, size_t n, stk_error *err) {
-    if (n == 0) return 0;
-    int rc = pin(r, js, n, err);
-    for (int t = 0; rc == 0 && t < SHARD_TRIES; t++) {
-        rc = fetch_round(r, js, n, err);
-        if (rc == 0 || !damage(rc)) break;
-        if (t + 1 < SHARD_TRIES) rc = 0;
-    }
-    if (rc && damage(rc) && err)
-        stk__err_prefix(err, "after %d fetches: ", SHARD_TRIES);
-    return rc;
-}
-
-/* Takes the lock of job j: 1 taken, 0 held by another process, or an error. */
-static int try_lock(shard_job *j, bool wait, stk_error *err) {
-    if (j->lock_fd < 0) {
-        char *lp = NULL;
-        if (asprintf(&lp, "%s.lock", j->final) < 0) return stk__err(err, -ENOMEM, "out of memory");
-        int fd = stk__open(lp, O_RDWR | O_CREAT | O_NOFOLLOW, 0644);
-        free(lp);
-        if (fd < 0) return stk__err(err, fd, "%s.lock: %s", j->final, stk_strerror(fd));
-        j->lock_fd = fd;
-    }
-    if (flock(j->lock_fd, LOCK_EX | (wait ? 0 : LOCK_NB)) == 0) return 1;
-    if (errno == EWOULDBLOCK) return 0;
-    return stk__err(err, -errno, "%s.lock: %s", j->final, stk_strerror(-errno));
-}
-
-static void unlock(shard_job *j) {
-    if (j->lock_fd >= 0) close(j->lock_fd); /* closing releases the lock */
-    j->lock_fd = -1;
-}
-
-/* Waits for the shards other processes are fetching; takes over those
- * whose fetcher went away without finishing.  Each wait ends when the
- * other's .part file has not grown for the timeout. */
-static int wait_theirs(remote *r, shard_job *js, size_t n, stk_error *err) {
-    for (size_t k = 0; k < n; k++) {
-        shard_job *j = &js[k];
-        uint64_t want = r->m.shards[j->i].bytes;
-        int64_t last_size = -1;
-        uint64_t last_change = stk__now_ns();
-        for (;;) {
-            int got = try_lock(j, false, err);
-            if (got < 0) return got;
-            if (got == 1) break;
-            struct stat st;
-            int64_t sz = stat(j->part, &st) == 0 ? (int64_t)st.st_blocks : -1;
-            if (sz != last_size) {
-                last_size = sz;
-                last_change = stk__now_ns();
-            } else if (stk__now_ns() - last_change > (uint64_t)r->timeout_s * 1000000000u) {
-                return stk__err(err, -ETIMEDOUT,
-                                "%s: another process has been fetching it for %" PRId64
-                                " s without progress (it holds %s.lock)",
-                                j->name, r->timeout_s, j->final);
-            }
-            usleep(50000);
-        }
-        if (held(j->final, &r->m, j->i)) {
-            r->cached += want;
-            j->done = true;
-            unlock(j);
-            continue;
-        }
-        int rc = fetch_mine(r, j, 1, err);
-        unlock(j);
-        if (rc) return rc;
-    }
-    return 0;
-}
-
-/* Makes sure every shard is in the cache. */
-static int fill(remote *r, stk_error *err) {
-    size_t n = r->m.nshards;
-    shard_job *js = stk__calloc(n ? n : 1, sizeof *js);
-    if (!js) return stk__err(err, -ENOMEM, "out of memory");
-    int rc = 0;
-    size_t nj = 0;
+    size_t np = 0;
     uint64_t missing = 0;
+    bool trust = true; /* the presence files, unless a .part is older than the boot */
+    int64_t boot = boot_time();
     for (size_t i = 0; i < n && rc == 0; i++) {
         const stk__shard_entry *e = &r->m.shards[i];
         char *final = stk__path_join(r->dir, e->file);
@@ -304,70 +204,81 @@ static int fill(remote *r, stk_error *err) {
         }
         if (held(final, &r->m, i)) {
             r->cached += e->bytes;
+            complete[i] = true;
             stk__free(final);
             continue;
         }
-        shard_job *j = &js[nj++];
-        j->i = i;
-        j->final = final;
-        j->lock_fd = -1;
-        j->url = stk__url_object(&r->url, r->have_aws ? &r->aws : NULL, e->file);
-        if (asprintf(&j->name, "%s/%s", r->url.text, e->file) < 0) j->name = NULL;
-        if (!j->url || !j->name || asprintf(&j->part, "%s.part", final) < 0) {
-            j->part = NULL;
+        partial *p = &ps[np++];
+        p->i = i;
+        p->fd = -1;
+        p->final = final;
+        p->part = join2(final, "", ".part");
+        p->name = join2(r->url.text, "/", e->file);
+        p->url = stk__url_object(&r->url, r->have_aws ? &r->aws : NULL, e->file);
+        if (!p->part || !p->name || !p->url) {
             rc = stk__err(err, -ENOMEM, "out of memory");
+            break;
         }
-        missing += e->bytes;
-    }
-    if (rc == 0 && missing > 0) {
-        uint64_t room = stk__cache_room(r->dir);
-        if (missing > room)
-            rc = stk__err(err, -ENOSPC,
-                          "%s: the cache at %s has room for %" PRIu64 " MiB (free space less "
-                          "5%% in reserve), and this dataset needs %" PRIu64
-                          " MiB more; free space or choose another cache directory "
-                          "(STOKER_CACHE_DIR)",
-                          r->url.text, r->dir, room >> 20, (missing + (1u << 20) - 1) >> 20);
-    }
-    /* Mine first (those no one else is fetching), then the others'. */
-    shard_job *mine = NULL, *theirs = NULL;
-    size_t nm = 0, nt = 0;
-    if (rc == 0 && nj) {
-        mine = stk__calloc(nj, sizeof *mine);
-        theirs = stk__calloc(nj, sizeof *theirs);
-        if (!mine || !theirs) rc = stk__err(err, -ENOMEM, "out of memory");
-    }
-    for (size_t k = 0; rc == 0 && k < nj; k++) {
-        int got = try_lock(&js[k], false, err);
-        if (got < 0) {
-            rc = got;
-        } else if (got == 0) {
-            theirs[nt++] = js[k];
-        } else if (held(js[k].final, &r->m, js[k].i)) {
-            /* Finished by another process since it was looked at. */
-            r->cached += r->m.shards[js[k].i].bytes;
-            unlock(&js[k]);
-        } else {
-            mine[nm++] = js[k];
+        struct stat st;
+        if (stat(p->part, &st) == 0 && (int64_t)st.st_mtim.tv_sec < boot) trust = false;
+        p->fd = stk__open(p->part, O_RDWR | O_CREAT | O_NOFOLLOW, 0644);
+        if (p->fd < 0) {
+            rc = stk__err(err, p->fd, "%s: %s", p->part, stk_strerror(p->fd));
+            p->fd = -1;
+            break;
         }
-        js[k].lock_fd = -1; /* moved */
+        if (fstat(p->fd, &st) != 0) st.st_blocks = 0;
+        else if ((uint64_t)st.st_size != e->bytes && ftruncate(p->fd, (off_t)e->bytes) != 0) {
+            rc = stk__err(err, -errno, "%s: %s", p->part, stk_strerror(-errno));
+            break;
+        }
+        /* What the disk must still take for it (the file is sparse). */
+        uint64_t on_disk = (uint64_t)st.st_blocks * 512;
+        missing += e->bytes > on_disk ? e->bytes - on_disk : 0;
     }
-    if (rc == 0) rc = fetch_mine(r, mine, nm, err);
-    for (size_t k = 0; k < nm; k++) {
-        if (!mine[k].done && mine[k].part) unlink(mine[k].part);
-        unlock(&mine[k]);
+    if (rc == 0 && missing > stk__cache_room(r->dir))
+        rc = stk__err(err, -ENOSPC,
+                      "%s: the cache at %s has room for %" PRIu64 " MiB (free space less "
+                      "5%% in reserve), and this dataset may need %" PRIu64
+                      " MiB more; free space or choose another cache directory "
+                      "(STOKER_CACHE_DIR)",
+                      r->url.text, r->dir, stk__cache_room(r->dir) >> 20,
+                      (missing + (1u << 20) - 1) >> 20);
+    if (rc == 0 && np) rc = fetch_ends(r, ps, np, err);
+    stk__fetcher *fe = NULL;
+    if (rc == 0 && np) rc = stk__fetcher_new(r->url.text, n, &fe, err);
+    for (size_t k = 0; rc == 0 && fe && k < np; k++)
+        rc = stk__fetcher_shard(fe, ps[k].i, ps[k].url, ps[k].name, ps[k].final, ps[k].pin,
+                                false, err);
+    for (size_t i = 0; rc == 0 && fe && i < n; i++)
+        if (complete[i]) {
+            char *fin = stk__path_join(r->dir, r->m.shards[i].file);
+            rc = fin ? stk__fetcher_shard(fe, i, "", "", fin, "", true, err)
+                     : stk__err(err, -ENOMEM, "out of memory");
+            stk__free(fin);
+        }
+    stk_dataset *ds = NULL;
+    paths pc = {r, ps, np};
+    if (rc == 0) rc = stk__dataset_open_paths(r->dir, path_of, &pc, &ds, err);
+    if (rc == 0 && fe) {
+        rc = stk__fetcher_attach(fe, ds, trust, err);
+        if (rc == 0) fe = NULL; /* the dataset's now */
     }
-    if (rc == 0) rc = wait_theirs(r, theirs, nt, err);
-    for (size_t k = 0; k < nt; k++) unlock(&theirs[k]);
-    for (size_t k = 0; k < nj; k++) {
-        stk__free(js[k].url);
-        free(js[k].name);
-        stk__free(js[k].final);
-        free(js[k].part);
+    if (rc) {
+        stk_dataset_close(ds);
+        ds = NULL;
     }
-    stk__free(mine);
-    stk__free(theirs);
-    stk__free(js);
+    stk__fetcher_free(fe);
+    for (size_t k = 0; k < np; k++) {
+        if (ps[k].fd >= 0) close(ps[k].fd);
+        stk__free(ps[k].url);
+        stk__free(ps[k].name);
+        stk__free(ps[k].final);
+        stk__free(ps[k].part);
+    }
+    stk__free(ps);
+    stk__free(complete);
+    *out = ds;
     return rc;
 }
 
@@ -438,9 +349,8 @@ int stk__remote_open(const char *path, const stk_open_options *opts, stk_dataset
         }
     }
     if ((rc = prepare_dir(&r, opts, text, len, err))) goto out;
-    if ((rc = fill(&r, err))) goto out;
     stk_dataset *ds = NULL;
-    if ((rc = stk__dataset_open_dir(r.dir, true, &ds, err))) goto out;
+    if ((rc = open_cached(&r, &ds, err))) goto out;
     ds->origin = stk__strdup(r.url.text);
     ds->remote = stk__calloc(1, sizeof *ds->remote);
     if (!ds->origin || !ds->remote) {

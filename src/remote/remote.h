@@ -147,6 +147,23 @@ uint64_t stk__cache_room(const char *dir);
 /* Disk space the files of directory `dir` take (their blocks). */
 uint64_t stk__cache_du(const char *dir);
 
+/* ---- lazy.c ---- */
+
+typedef struct stk__fetcher stk__fetcher;
+
+/* A fetcher for the n shards of dataset `url_text`. */
+int stk__fetcher_new(const char *url_text, size_t n, stk__fetcher **out, stk_error *err);
+/* Shard i: its object's URL, its name for messages, its final path in the
+ * cache (the .part, .present and .lock files are named after it), the pin
+ * its responses must carry, and whether the cache holds it whole. */
+int stk__fetcher_shard(stk__fetcher *f, size_t i, const char *url, const char *name,
+                       const char *final, const char *pin, bool complete, stk_error *err);
+/* Makes `ds` (opened from the cache) lazy, its bytes fetched by f, which it
+ * then owns; the presence files are read unless `trust_presence` is false
+ * (a .part written before the machine last booted), then emptied. */
+int stk__fetcher_attach(stk__fetcher *f, stk_dataset *ds, bool trust_presence, stk_error *err);
+void stk__fetcher_free(stk__fetcher *f);
+
 /* ---- open.c ---- */
 
 /* Opens remote dataset `url` through the cache (stoker.h, "Datasets in

@@ -47,7 +47,9 @@ void stk_measure_limit(const stk_dataset *ds, stk_limit *out) {
     out->bytes_per_s = stk_measure_memcpy();
     out->what = "memcpy, one thread";
     out->resident = ds ? stk_dataset_resident(ds) : -1;
-    if (!ds || out->resident >= 0.9) return;
+    /* A remote dataset's cache files are not all there: the network is
+     * measured apart (stk_measure_link). */
+    if (!ds || out->resident >= 0.9 || ds->caps.lazy) return;
     /* Data not in memory is read from the device, which may be the limit. */
     double rd = 0;
     stk_error e = {0};

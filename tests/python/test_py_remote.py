@@ -123,7 +123,12 @@ def test_s3_reads_as_local_and_cache_is_reused(served, aws, tmp_path):
         same(batches("s3://bucket/ds", **kw), batches(str(local), **kw))
     cache = tmp_path / "own-cache"
     with stoker.Loader("s3://bucket/ds", 16, cache_dir=cache) as ld:
+        opened = ld.remote_stats()
+        for _ in ld:
+            pass
         first = ld.remote_stats()
+    # Opening fetched the headers and indexes only; the epoch, the rest.
+    assert opened["bytes_fetched"] < dataset_bytes(local) / 2
     assert first["bytes_fetched"] >= dataset_bytes(local) and first["bytes_cached"] == 0
     assert first["requests"] >= 3 and first["network_seconds"] > 0
     with stoker.Loader("s3://bucket/ds", 16, cache_dir=cache) as ld:
@@ -153,12 +158,37 @@ def test_shards_from_before_a_reboot_are_checked_again(served, aws, tmp_path):
     for s in shards:
         os.utime(s, (1e9, 1e9))  # 2001: before this machine booted
     with stoker.Loader("s3://bucket/ds", 16, cache_dir=cache) as ld:
-        st = ld.remote_stats()
         got = [{k: np.array(v) for k, v in b.items()} for b in ld]
+        st = ld.remote_stats()
     same(got, want)
     assert st["bytes_fetched"] >= shards[1].stat().st_size  # the damaged one again
     assert st["bytes_cached"] == dataset_bytes(local) - shards[1].stat().st_size
     assert all(s.stat().st_mtime > 1e9 + 1 for s in shards)  # checked: not again
+
+
+def test_only_what_is_read_is_fetched(served, aws, tmp_path):
+    """Opening fetches headers and indexes; a batch fetches its records; a
+    rank fetches its share, and the same batches as the local dataset."""
+    big = served["root"] / "bucket" / "big"
+    rng = np.random.default_rng(9)
+    stoker.write(str(big), {"x": rng.standard_normal((64, 20_000)).astype(np.float32)},
+                 shard_bytes=2_000_000)
+    total = dataset_bytes(big)
+    kw = dict(shuffle="sequential", world_size=4, rank=1)
+    with stoker.Loader("s3://bucket/big", 4, cache_dir=tmp_path / "a", **kw) as ld:
+        assert ld.remote_stats()["bytes_fetched"] < 0.05 * total
+        first = next(iter(ld))
+        one = ld.remote_stats()["bytes_fetched"]
+        assert one < 0.2 * total  # one batch of 4 records of 80 KB
+        rest = [first] + list(ld)
+        rank = ld.remote_stats()["bytes_fetched"]
+    # This rank's quarter of the records, in whole 64 KiB blocks (a record of
+    # 80 KB touches two or three): about half the bytes, not all of them.
+    assert rank < 0.6 * total
+    with stoker.Loader(str(big), 4, **kw) as ld:
+        want = list(ld)
+    same([{k: np.array(v) for k, v in b.items()} for b in rest],
+         [{k: np.array(v) for k, v in b.items()} for b in want])
 
 
 def test_http_dataset(served, aws):
@@ -228,10 +258,12 @@ def test_corrupt_object_named_after_refetches(served, aws, tmp_path):
     data[5000] ^= 0xFF  # inside the record data
     shard.write_bytes(bytes(data))
     with pytest.raises(stoker.StokerError) as e:
-        stoker.Loader("s3://bucket/bad", 8, cache_dir=tmp_path / "c")
+        with stoker.Loader("s3://bucket/bad", 8, cache_dir=tmp_path / "c") as ld:
+            for _ in ld:  # the damaged block arrives when a batch needs it
+                pass
     msg = str(e.value)
     assert f"s3://bucket/bad/{shard.name}" in msg and "checksum" in msg
-    assert "after 3 fetches" in msg and "record" in msg
+    assert "after 3 fetches" in msg and "records" in msg
     # Nothing unchecked was left under the shard's name.
     assert not list((tmp_path / "c").glob(f"*/{shard.name}"))
 
@@ -379,19 +411,24 @@ def test_stalled_transfer_is_abandoned_and_retried(faulty, aws, tmp_path, monkey
 
 
 def test_changed_object_is_refused(faulty, aws, tmp_path):
+    seen = set()
+
     def plan(h, path, head):
         if path.endswith(".stk"):
             data = (h.server.root / path).read_bytes()
-            if head:
-                h.send_bytes(data, True, etag='"a"')
-            else:  # the object was rewritten since the HEAD pinned it
-                h.send_bytes(data[::-1], False, etag='"b"')
+            if path not in seen:  # the first answer pins "a"
+                seen.add(path)
+                h.send_bytes(data, head, etag='"a"')
+            else:  # the object was rewritten since
+                h.send_bytes(data[::-1], head, etag='"b"')
             return True
         return False
 
     srv, url = faulty(plan)
     with pytest.raises(stoker.StokerError) as e:
-        stoker.Loader(url, 8, cache_dir=tmp_path / "c")
+        with stoker.Loader(url, 8, cache_dir=tmp_path / "c") as ld:
+            for _ in ld:
+                pass
     assert e.value.code == -1012 and "changed" in str(e.value)  # STK_ESTALE
 
 
@@ -399,16 +436,25 @@ def test_processes_share_one_cache(served, aws, tmp_path):
     cache = str(tmp_path / "shared")
     code = ("import stoker, sys\n"
             "with stoker.Loader('s3://bucket/ds', 16, cache_dir=sys.argv[1]) as ld:\n"
-            "    print(sum(len(b['y']) for b in ld))\n")
+            "    n = sum(len(b['y']) for b in ld)\n"
+            "    print(n, ld.remote_stats()['bytes_fetched'])\n")
     procs = [subprocess.Popen([sys.executable, "-c", code, cache], env=aws, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(3)]
     outs = [p.communicate(timeout=120) for p in procs]
+    fetched = 0
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err
-        assert out.strip() == "300"
+        n, got = out.split()
+        assert n == "300"
+        fetched += int(got)
+    # Each block once between them (each fetches the headers and indexes).
+    data = dataset_bytes(served["root"] / "bucket" / "ds")
+    assert data <= fetched < 1.3 * data
     shown = json.loads(run_cli(aws, "cache", "show", "--json", "--cache-dir", cache).stdout)
     assert len(shown) == 1 and shown[0]["shards_held"] == shown[0]["shards"]
-    assert not list(Path(cache).glob("*/*.part"))
+    # Each shard once: its whole name is a second name of its .part file.
+    for part in Path(cache).glob("*/*.part"):
+        assert part.stat().st_nlink == 2
 
 
 # -- the in-test server as an S3 endpoint (path-style: /bucket/ds/...) --------

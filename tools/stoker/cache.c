@@ -81,6 +81,10 @@ static int cache_warm(const char *url) {
     stk_dataset *ds = NULL;
     stk_error err = {0};
     if (open_path(url, NULL, &ds, &err)) return fail(&err);
+    if (stk_dataset_fetch_all(ds, &err)) {
+        stk_dataset_close(ds);
+        return fail(&err);
+    }
     stk_remote_stats rs;
     if (stk_dataset_remote_stats(ds, &rs) == 0) {
         char hf[32], hc[32];

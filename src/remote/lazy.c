@@ -1,0 +1,506 @@
+/*
+ * lazy.c: a remote dataset's bytes fetched when the reader asks for them
+ * (stk_dataset.ensure): the loader asks for each batch's records, or each
+ * group's spans, before it reads them, so fetches follow the planned order
+ * and each rank fetches only what it reads.
+ *
+ * A shard not yet whole is `<shard>.part` in the cache, sized and sparse,
+ * with its header, index and block table fetched at open; `<shard>.present`
+ * holds one byte per 64 KiB block, set once the block arrived and matched
+ * its checksum.  Within the process a block is absent, in flight (one
+ * thread fetches it, the others wait) or present; between processes the
+ * shard's lock file (flock) is held while its blocks are fetched, and the
+ * presence file is read again once it is taken, so no block is fetched
+ * twice.  A shard whose blocks are all present gets its final name (a hard
+ * link), which later opens trust.
+ */
+#define _GNU_SOURCE
+#include "remote.h"
+#include "../core/hash.h"
+#include "../format/format.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TRIES 3
+
+enum { B_ABSENT, B_FLIGHT, B_PRESENT };
+
+typedef struct fshard {
+    char *url, *name, *part, *final, *present_path, *lock_path;
+    char pin[128];
+    bool complete;
+    uint8_t *state; /* per block */
+    uint64_t nblocks;
+    int fd, present_fd, lock_fd;
+} fshard;
+
+struct stk__fetcher {
+    stk__url url;
+    const stk_dataset *ds;
+    fshard *sh;
+    size_t n;
+    uint64_t part;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    stk__http **idle; /* clients not in use */
+    size_t nidle, cap_idle;
+    stk__aws **awss;  /* each client's own settings */
+    size_t naws;
+    stk_remote_stats done; /* of clients freed */
+    stk__http **all;
+    size_t nall;
+};
+
+int stk__fetcher_new(const char *url_text, size_t n, stk__fetcher **out, stk_error *err) {
+    *out = NULL;
+    stk__fetcher *f = stk__calloc(1, sizeof *f);
+    if (!f) return stk__err(err, -ENOMEM, "out of memory");
+    f->sh = stk__calloc(n ? n : 1, sizeof *f->sh);
+    int rc = f->sh ? stk__url_parse(url_text, &f->url, err) : stk__err(err, -ENOMEM, "out of memory");
+    if (rc) {
+        stk__free(f->sh);
+        stk__free(f);
+        return rc;
+    }
+    f->n = n;
+    f->part = stk__http_part_bytes();
+    for (size_t i = 0; i < n; i++) f->sh[i].fd = f->sh[i].present_fd = f->sh[i].lock_fd = -1;
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+    *out = f;
+    return 0;
+}
+
+void stk__fetcher_free(stk__fetcher *f) {
+    if (!f) return;
+    for (size_t i = 0; i < f->n; i++) {
+        fshard *s = &f->sh[i];
+        stk__free(s->url);
+        stk__free(s->name);
+        stk__free(s->part);
+        stk__free(s->final);
+        stk__free(s->present_path);
+        stk__free(s->lock_path);
+        stk__free(s->state);
+        if (s->fd >= 0) close(s->fd);
+        if (s->present_fd >= 0) close(s->present_fd);
+        if (s->lock_fd >= 0) close(s->lock_fd);
+    }
+    for (size_t i = 0; i < f->nall; i++) stk__http_free(f->all[i]);
+    for (size_t i = 0; i < f->naws; i++) {
+        stk__aws_free(f->awss[i]);
+        stk__free(f->awss[i]);
+    }
+    stk__free(f->all);
+    stk__free(f->awss);
+    stk__free(f->idle);
+    stk__free(f->sh);
+    stk__url_free(&f->url);
+    pthread_mutex_destroy(&f->mu);
+    pthread_cond_destroy(&f->cv);
+    stk__free(f);
+}
+
+static char *with_suffix(const char *path, const char *suffix) {
+    size_t n = strlen(path) + strlen(suffix) + 1;
+    char *s = stk__malloc(n);
+    if (s) snprintf(s, n, "%s%s", path, suffix);
+    return s;
+}
+
+int stk__fetcher_shard(stk__fetcher *f, size_t i, const char *url, const char *name,
+                       const char *final, const char *pin, bool complete, stk_error *err) {
+    fshard *s = &f->sh[i];
+    s->complete = complete;
+    snprintf(s->pin, sizeof s->pin, "%s", pin ? pin : "");
+    if (!(s->url = stk__strdup(url)) || !(s->name = stk__strdup(name)) ||
+        !(s->final = stk__strdup(final)) || !(s->part = with_suffix(final, ".part")) ||
+        !(s->present_path = with_suffix(final, ".present")) ||
+        !(s->lock_path = with_suffix(final, ".lock")))
+        return stk__err(err, -ENOMEM, "out of memory");
+    return 0;
+}
+
+/* Reads shard s's presence file into its block states (a present byte
+ * turns an absent block present). */
+static void read_presence(fshard *s) {
+    if (s->present_fd < 0 || !s->state) return;
+    uint8_t buf[4096];
+    for (uint64_t b = 0; b < s->nblocks; b += sizeof buf) {
+        size_t k = (size_t)STK__MIN((uint64_t)sizeof buf, s->nblocks - b);
+        if (stk__pread_full(s->present_fd, buf, k, b) != (ssize_t)k) return;
+        for (size_t j = 0; j < k; j++)
+            if (buf[j] == 1 && s->state[b + j] == B_ABSENT) s->state[b + j] = B_PRESENT;
+    }
+}
+
+static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err);
+static void stats(void *ctx, stk_remote_stats *out) {
+    stk__fetcher *f = ctx;
+    pthread_mutex_lock(&f->mu);
+    *out = f->done;
+    for (size_t i = 0; i < f->nall; i++) {
+        stk_remote_stats st;
+        stk__http_stats(f->all[i], &st);
+        out->requests += st.requests;
+        out->retries += st.retries;
+        out->bytes_fetched += st.bytes_fetched;
+        out->network_seconds += st.network_seconds;
+    }
+    pthread_mutex_unlock(&f->mu);
+}
+static void free_ctx(void *ctx) { stk__fetcher_free(ctx); }
+
+int stk__fetcher_attach(stk__fetcher *f, stk_dataset *ds, bool trust_presence, stk_error *err) {
+    f->ds = ds;
+    for (size_t i = 0; i < f->n; i++) {
+        fshard *s = &f->sh[i];
+        if (s->complete) continue;
+        const stk__shard *sh = &ds->shards[i];
+        s->nblocks = sh->nblocks;
+        s->state = stk__calloc(s->nblocks ? s->nblocks : 1, 1);
+        if (!s->state) return stk__err(err, -ENOMEM, "out of memory");
+        int fd = stk__open(s->present_path, O_RDWR | O_CREAT | O_NOFOLLOW, 0644);
+        if (fd < 0) return stk__err(err, fd, "%s: %s", s->present_path, stk_strerror(fd));
+        s->present_fd = fd;
+        if (trust_presence) read_presence(s);
+        else if (ftruncate(fd, 0) != 0) return stk__err(err, -errno, "%s: %s", s->present_path,
+                                                         stk_strerror(-errno));
+    }
+    ds->caps.lazy = true;
+    ds->ensure = ensure;
+    ds->ensure_stats = stats;
+    ds->ensure_free = free_ctx;
+    ds->ensure_ctx = f;
+    return 0;
+}
+
+/* ---- clients ---- */
+
+static stk__http *client_get(stk__fetcher *f, stk_error *err) {
+    pthread_mutex_lock(&f->mu);
+    stk__http *h = f->nidle ? f->idle[--f->nidle] : NULL;
+    pthread_mutex_unlock(&f->mu);
+    if (h) return h;
+    stk__aws *a = NULL;
+    int rc = 0;
+    if (f->url.scheme == STK__URL_S3) {
+        a = stk__calloc(1, sizeof *a);
+        rc = a ? stk__aws_load(a, err) : stk__err(err, -ENOMEM, "out of memory");
+        if (rc) {
+            stk__free(a);
+            return NULL;
+        }
+    }
+    if ((rc = stk__http_new(&f->url, a, &h, err))) {
+        if (a) stk__aws_free(a);
+        stk__free(a);
+        return NULL;
+    }
+    pthread_mutex_lock(&f->mu);
+    stk__http **all = stk__realloc(f->all, (f->nall + 1) * sizeof *all);
+    stk__aws **awss = a ? stk__realloc(f->awss, (f->naws + 1) * sizeof *awss) : f->awss;
+    stk__http **idle = stk__realloc(f->idle, (f->nall + 1) * sizeof *idle);
+    if (all) f->all = all;
+    if (awss) f->awss = awss;
+    if (idle) f->idle = idle;
+    bool ok = all && idle && (!a || awss);
+    if (ok) {
+        f->all[f->nall++] = h;
+        if (a) f->awss[f->naws++] = a;
+    }
+    pthread_mutex_unlock(&f->mu);
+    if (!ok) {
+        stk__http_free(h);
+        if (a) stk__aws_free(a);
+        stk__free(a);
+        stk__err(err, -ENOMEM, "out of memory");
+        return NULL;
+    }
+    return h;
+}
+
+static void client_put(stk__fetcher *f, stk__http *h) {
+    pthread_mutex_lock(&f->mu);
+    f->idle[f->nidle++] = h;
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* ---- fetching blocks ---- */
+
+typedef struct want {
+    uint32_t s;
+    uint64_t b;
+    bool got; /* arrived and checked */
+} want;
+
+static int open_fds(fshard *s, stk_error *err) {
+    if (s->fd < 0) {
+        int fd = stk__open(s->part, O_RDWR | O_NOFOLLOW, 0);
+        if (fd < 0) return stk__err(err, fd, "%s: %s", s->part, stk_strerror(fd));
+        s->fd = fd;
+    }
+    if (s->lock_fd < 0) {
+        int fd = stk__open(s->lock_path, O_RDWR | O_CREAT | O_NOFOLLOW, 0644);
+        if (fd < 0) return stk__err(err, fd, "%s: %s", s->lock_path, stk_strerror(fd));
+        s->lock_fd = fd;
+    }
+    return 0;
+}
+
+/* Block b of shard s: bytes [*a, *z). */
+static void block_bytes(const stk__shard *sh, uint64_t b, uint64_t *a, uint64_t *z) {
+    *a = sh->data_off + b * sh->block_size;
+    *z = STK__MIN(*a + sh->block_size, sh->data_end);
+}
+
+/* Fetches the blocks w[0..n) (sorted by shard and block, their shards'
+ * locks held) in ranges of up to f->part bytes, all at once, and checks
+ * each; sets got on those that passed. */
+static int fetch_once(stk__fetcher *f, stk__http *h, want *w, size_t n, stk_error *err) {
+    stk__fetch *q = stk__calloc(n ? n : 1, sizeof *q);
+    if (!q) return stk__err(err, -ENOMEM, "out of memory");
+    size_t nq = 0;
+    for (size_t i = 0; i < n;) {
+        if (w[i].got) {
+            i++;
+            continue;
+        }
+        const stk__shard *sh = &f->ds->shards[w[i].s];
+        fshard *s = &f->sh[w[i].s];
+        uint64_t a, z;
+        block_bytes(sh, w[i].b, &a, &z);
+        size_t j = i + 1;
+        for (; j < n && !w[j].got && w[j].s == w[i].s && w[j].b == w[j - 1].b + 1; j++) {
+            uint64_t a2, z2;
+            block_bytes(sh, w[j].b, &a2, &z2);
+            if (z2 - a > f->part) break;
+            z = z2;
+        }
+        q[nq++] = (stk__fetch){.url = s->url, .what = s->name, .lo = a, .hi = z, .fd = s->fd,
+                               .fd_off = a, .want_etag = s->pin};
+        i = j;
+    }
+    int rc = stk__http_run(h, q, nq, err);
+    stk__free(q);
+    if (rc) return rc;
+    /* Each block against its checksum, as it now is in the file. */
+    uint8_t *buf = NULL;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (w[i].got) continue;
+        const stk__shard *sh = &f->ds->shards[w[i].s];
+        uint64_t a, z;
+        block_bytes(sh, w[i].b, &a, &z);
+        if (!buf && !(buf = stk__malloc(sh->block_size ? sh->block_size : 1))) {
+            rc = stk__err(err, -ENOMEM, "out of memory");
+            break;
+        }
+        ssize_t got = stk__pread_full(f->sh[w[i].s].fd, buf, (size_t)(z - a), a);
+        if (got != (ssize_t)(z - a)) {
+            rc = got < 0 ? (int)got : -EIO;
+            stk__err(err, rc, "%s: reading block %" PRIu64 " back: %s", f->sh[w[i].s].part,
+                     w[i].b, stk_strerror(rc));
+            break;
+        }
+        w[i].got = stk__hash(buf, (size_t)(z - a)) == sh->blocks[w[i].b];
+    }
+    stk__free(buf);
+    return rc;
+}
+
+/* Marks the blocks that arrived present on disk, and names a shard whose
+ * blocks are all there. */
+static void record(stk__fetcher *f, const want *w, size_t n) {
+    const uint8_t one = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (!w[i].got) continue;
+        fshard *s = &f->sh[w[i].s];
+        stk__pwrite_full(s->present_fd, &one, 1, w[i].b);
+    }
+}
+
+/* Fetches blocks w[0..n) of shards whose locks this thread holds. */
+static int fetch_locked(stk__fetcher *f, want *w, size_t n, stk_error *err) {
+    /* Another process may have fetched some since this one looked. */
+    pthread_mutex_lock(&f->mu);
+    for (size_t i = 0; i < n; i++) {
+        fshard *s = &f->sh[w[i].s];
+        uint8_t byte = 0;
+        if (s->present_fd >= 0 && stk__pread_full(s->present_fd, &byte, 1, w[i].b) == 1 &&
+            byte == 1)
+            w[i].got = true;
+    }
+    pthread_mutex_unlock(&f->mu);
+    stk__http *h = client_get(f, err);
+    if (!h) return err ? err->code : -ENOMEM;
+    int rc = 0;
+    for (int t = 0; t < TRIES && rc == 0; t++) {
+        size_t left = 0;
+        for (size_t i = 0; i < n; i++) left += !w[i].got;
+        if (!left) break;
+        rc = fetch_once(f, h, w, n, err);
+    }
+    client_put(f, h);
+    if (rc == 0) {
+        for (size_t i = 0; i < n; i++) {
+            if (w[i].got) continue;
+            const stk__shard *sh = &f->ds->shards[w[i].s];
+            uint64_t a, z;
+            block_bytes(sh, w[i].b, &a, &z);
+            rc = stk__err(err, STK_ECHECKSUM,
+                          "%s: after %d fetches, block %" PRIu64 " (bytes %" PRIu64 "..%" PRIu64
+                          ", records %" PRIu64 "..%" PRIu64 ") checksum mismatch",
+                          f->sh[w[i].s].name, TRIES, w[i].b, a, z,
+                          stk__dataset_record_at(f->ds, sh, a),
+                          stk__dataset_record_at(f->ds, sh, z - 1));
+            break;
+        }
+    }
+    record(f, w, n);
+    return rc;
+}
+
+/* Gives each shard of w[0..n) whose blocks are now all present its final
+ * name. */
+static void name_complete(stk__fetcher *f, const want *w, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (i && w[i].s == w[i - 1].s) continue;
+        fshard *s = &f->sh[w[i].s];
+        if (s->complete) continue;
+        bool all = true;
+        for (uint64_t b = 0; b < s->nblocks && all; b++) all = s->state[b] == B_PRESENT;
+        if (!all) continue;
+        s->complete = true;
+        if (link(s->part, s->final) != 0 && errno != EEXIST) s->complete = false;
+    }
+}
+
+static int by_shard_block(const void *x, const void *y) {
+    const want *a = x, *b = y;
+    if (a->s != b->s) return a->s < b->s ? -1 : 1;
+    return a->b < b->b ? -1 : a->b > b->b;
+}
+
+/* Fetches the blocks this thread claimed: the shards whose locks it can
+ * take at once first, all together; then, one by one, those another
+ * process is fetching (their blocks may be there once its lock is let go). */
+static int fetch_claimed(stk__fetcher *f, want *w, size_t n, stk_error *err) {
+    qsort(w, n, sizeof *w, by_shard_block);
+    int rc = 0;
+    size_t nlater = 0;
+    bool *later = stk__calloc(n ? n : 1, sizeof *later);
+    if (!later) return stk__err(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (i && w[i].s == w[i - 1].s) {
+            later[i] = later[i - 1];
+            continue;
+        }
+        fshard *s = &f->sh[w[i].s];
+        if ((rc = open_fds(s, err))) break;
+        if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+            later[i] = true;
+            nlater++;
+        }
+    }
+    want *now = rc == 0 ? stk__calloc(n ? n : 1, sizeof *now) : NULL;
+    if (rc == 0 && !now) rc = stk__err(err, -ENOMEM, "out of memory");
+    size_t k = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if (!later[i]) now[k++] = w[i];
+    if (rc == 0 && k) rc = fetch_locked(f, now, k, err);
+    for (size_t i = 0, j = 0; now && i < n; i++)
+        if (!later[i]) w[i] = now[j++];
+    for (size_t i = 0; i < n; i++)
+        if (!later[i] && (i == 0 || w[i].s != w[i - 1].s) && f->sh[w[i].s].lock_fd >= 0)
+            flock(f->sh[w[i].s].lock_fd, LOCK_UN);
+    /* The shards another process holds, holding nothing else meanwhile. */
+    for (size_t i = 0; rc == 0 && i < n;) {
+        size_t j = i + 1;
+        while (j < n && w[j].s == w[i].s) j++;
+        if (later[i]) {
+            fshard *s = &f->sh[w[i].s];
+            if (flock(s->lock_fd, LOCK_EX) != 0) {
+                rc = stk__err(err, -errno, "%s: %s", s->lock_path, stk_strerror(-errno));
+                break;
+            }
+            rc = fetch_locked(f, w + i, j - i, err);
+            flock(s->lock_fd, LOCK_UN);
+        }
+        i = j;
+    }
+    stk__free(now);
+    stk__free(later);
+    return rc;
+}
+
+static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
+    stk__fetcher *f = ctx;
+    const stk_dataset *ds = f->ds;
+    int rc = 0;
+    want *w = NULL;
+    size_t cap = 0;
+    pthread_mutex_lock(&f->mu);
+    for (;;) {
+        size_t nw = 0;
+        bool waiting = false;
+        for (size_t i = 0; i < n; i++) {
+            fshard *s = &f->sh[r[i].shard];
+            if (s->complete) continue;
+            const stk__shard *sh = &ds->shards[r[i].shard];
+            uint64_t lo = STK__MAX(r[i].lo, sh->data_off), hi = STK__MIN(r[i].hi, sh->data_end);
+            if (lo >= hi) continue; /* header, index, blocks: fetched at open */
+            uint64_t b0 = (lo - sh->data_off) / sh->block_size;
+            uint64_t b1 = (hi - 1 - sh->data_off) / sh->block_size;
+            for (uint64_t b = b0; b <= b1; b++) {
+                if (s->state[b] == B_PRESENT) continue;
+                if (s->state[b] == B_FLIGHT) {
+                    waiting = true;
+                    continue;
+                }
+                if (nw == cap) {
+                    size_t nc = cap ? cap * 2 : 64;
+                    want *g = stk__realloc(w, nc * sizeof *g);
+                    if (!g) {
+                        rc = stk__err(err, -ENOMEM, "out of memory");
+                        break;
+                    }
+                    w = g;
+                    cap = nc;
+                }
+                s->state[b] = B_FLIGHT;
+                w[nw++] = (want){(uint32_t)r[i].shard, b, false};
+            }
+            if (rc) break;
+        }
+        if (rc) {
+            for (size_t i = 0; i < nw; i++) f->sh[w[i].s].state[w[i].b] = B_ABSENT;
+            break;
+        }
+        if (nw == 0 && !waiting) break;
+        if (nw == 0) {
+            /* Another thread fetches them: wait, then look again. */
+            pthread_cond_wait(&f->cv, &f->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&f->mu);
+        rc = fetch_claimed(f, w, nw, err);
+        pthread_mutex_lock(&f->mu);
+        for (size_t i = 0; i < nw; i++)
+            f->sh[w[i].s].state[w[i].b] = w[i].got ? B_PRESENT : B_ABSENT;
+        if (rc == 0) name_complete(f, w, nw);
+        pthread_cond_broadcast(&f->cv);
+        if (rc) break;
+    }
+    pthread_mutex_unlock(&f->mu);
+    stk__free(w);
+    return rc;
+}
