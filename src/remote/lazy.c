@@ -41,6 +41,8 @@ typedef struct fshard {
     uint8_t *state; /* per block */
     uint64_t nblocks;
     int fd, present_fd, lock_fd;
+    int lockers; /* this process's threads holding the shard's lock (under mu):
+                  * flock is per open file, which they share */
 } fshard;
 
 struct stk__fetcher {
@@ -390,27 +392,55 @@ static int by_shard_block(const void *x, const void *y) {
     return a->b < b->b ? -1 : a->b > b->b;
 }
 
+/* The shard's lock between processes, taken by this thread: at once when
+ * another thread of this process holds it or no process does (under mu). */
+static bool lock_try(fshard *s) {
+    if (s->lockers > 0 || flock(s->lock_fd, LOCK_EX | LOCK_NB) == 0) {
+        s->lockers++;
+        return true;
+    }
+    return false;
+}
+
+/* ... waiting for another process to let it go (not under mu). */
+static int lock_wait(stk__fetcher *f, fshard *s, stk_error *err) {
+    if (flock(s->lock_fd, LOCK_EX) != 0)
+        return stk__err(err, -errno, "%s: %s", s->lock_path, stk_strerror(-errno));
+    pthread_mutex_lock(&f->mu);
+    s->lockers++;
+    pthread_mutex_unlock(&f->mu);
+    return 0;
+}
+
+static void lock_drop(stk__fetcher *f, fshard *s) {
+    pthread_mutex_lock(&f->mu);
+    if (--s->lockers == 0) flock(s->lock_fd, LOCK_UN);
+    pthread_mutex_unlock(&f->mu);
+}
+
 /* Fetches the blocks this thread claimed: the shards whose locks it can
  * take at once first, all together; then, one by one, those another
  * process is fetching (their blocks may be there once its lock is let go). */
 static int fetch_claimed(stk__fetcher *f, want *w, size_t n, stk_error *err) {
     qsort(w, n, sizeof *w, by_shard_block);
     int rc = 0;
-    size_t nlater = 0;
     bool *later = stk__calloc(n ? n : 1, sizeof *later);
     if (!later) return stk__err(err, -ENOMEM, "out of memory");
+    pthread_mutex_lock(&f->mu);
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (i && w[i].s == w[i - 1].s) {
             later[i] = later[i - 1];
             continue;
         }
         fshard *s = &f->sh[w[i].s];
-        if ((rc = open_fds(s, err))) break;
-        if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
-            later[i] = true;
-            nlater++;
+        if ((rc = open_fds(s, err))) {
+            /* The shards locked so far are let go below. */
+            for (size_t j = i; j < n; j++) later[j] = true;
+            break;
         }
+        later[i] = !lock_try(s);
     }
+    pthread_mutex_unlock(&f->mu);
     want *now = rc == 0 ? stk__calloc(n ? n : 1, sizeof *now) : NULL;
     if (rc == 0 && !now) rc = stk__err(err, -ENOMEM, "out of memory");
     size_t k = 0;
@@ -420,20 +450,16 @@ static int fetch_claimed(stk__fetcher *f, want *w, size_t n, stk_error *err) {
     for (size_t i = 0, j = 0; now && i < n; i++)
         if (!later[i]) w[i] = now[j++];
     for (size_t i = 0; i < n; i++)
-        if (!later[i] && (i == 0 || w[i].s != w[i - 1].s) && f->sh[w[i].s].lock_fd >= 0)
-            flock(f->sh[w[i].s].lock_fd, LOCK_UN);
+        if (!later[i] && (i == 0 || w[i].s != w[i - 1].s)) lock_drop(f, &f->sh[w[i].s]);
     /* The shards another process holds, holding nothing else meanwhile. */
     for (size_t i = 0; rc == 0 && i < n;) {
         size_t j = i + 1;
         while (j < n && w[j].s == w[i].s) j++;
         if (later[i]) {
             fshard *s = &f->sh[w[i].s];
-            if (flock(s->lock_fd, LOCK_EX) != 0) {
-                rc = stk__err(err, -errno, "%s: %s", s->lock_path, stk_strerror(-errno));
-                break;
-            }
+            if ((rc = lock_wait(f, s, err))) break;
             rc = fetch_locked(f, w + i, j - i, err);
-            flock(s->lock_fd, LOCK_UN);
+            lock_drop(f, s);
         }
         i = j;
     }

@@ -55,6 +55,13 @@ static int64_t boot_time(void) {
     return bt;
 }
 
+static char *join2(const char *a, const char *sep, const char *b) {
+    size_t n = strlen(a) + strlen(sep) + strlen(b) + 1;
+    char *s = stk__malloc(n);
+    if (s) snprintf(s, n, "%s%s%s", a, sep, b);
+    return s;
+}
+
 /* Whether the cache holds shard i whole and checked.  Shards are named once
  * checked, but not synced to disk (syncing cost a third of the fetch rate):
  * one written before the machine last booted may have lost pages in a crash,
@@ -69,6 +76,13 @@ static bool held(const char *path, const stk__manifest *m, size_t i) {
     if ((int64_t)st.st_mtim.tv_sec >= boot) return true;
     stk_error e;
     if (stk__shard_check(path, m, i, &e) != 0) {
+        /* It and its other names (the .part it grew in, with its presence
+         * file) go; it is fetched again. */
+        char *part = join2(path, "", ".part"), *present = join2(path, "", ".present");
+        if (part) unlink(part);
+        if (present) unlink(present);
+        stk__free(part);
+        stk__free(present);
         unlink(path);
         return false;
     }
@@ -115,12 +129,6 @@ typedef struct partial {
     uint8_t header[STK__HEADER_SIZE];
 } partial;
 
-static char *join2(const char *a, const char *sep, const char *b) {
-    size_t n = strlen(a) + strlen(sep) + strlen(b) + 1;
-    char *s = stk__malloc(n);
-    if (s) snprintf(s, n, "%s%s%s", a, sep, b);
-    return s;
-}
 
 /* Fetches each partial shard's header (pinning the object: its ETag, and
  * its size against the manifest's) and then its tail (index and block

@@ -123,12 +123,9 @@ def test_s3_reads_as_local_and_cache_is_reused(served, aws, tmp_path):
         same(batches("s3://bucket/ds", **kw), batches(str(local), **kw))
     cache = tmp_path / "own-cache"
     with stoker.Loader("s3://bucket/ds", 16, cache_dir=cache) as ld:
-        opened = ld.remote_stats()
         for _ in ld:
             pass
         first = ld.remote_stats()
-    # Opening fetched the headers and indexes only; the epoch, the rest.
-    assert opened["bytes_fetched"] < dataset_bytes(local) / 2
     assert first["bytes_fetched"] >= dataset_bytes(local) and first["bytes_cached"] == 0
     assert first["requests"] >= 3 and first["network_seconds"] > 0
     with stoker.Loader("s3://bucket/ds", 16, cache_dir=cache) as ld:
@@ -148,8 +145,9 @@ def test_shards_from_before_a_reboot_are_checked_again(served, aws, tmp_path):
     local = served["root"] / "bucket" / "ds"
     cache = tmp_path / "c"
     want = batches(str(local))
-    with stoker.Loader("s3://bucket/ds", 16, cache_dir=cache):
-        pass
+    with stoker.Loader("s3://bucket/ds", 16, cache_dir=cache) as ld:
+        for _ in ld:
+            pass
     shards = sorted(cache.glob("*/shard-*.stk"))
     assert len(shards) > 1
     damaged = bytearray(shards[1].read_bytes())
@@ -177,7 +175,6 @@ def test_only_what_is_read_is_fetched(served, aws, tmp_path):
     total = dataset_bytes(big)
     kw = dict(shuffle="sequential", world_size=4, rank=1)
     with stoker.Loader("s3://bucket/big", 4, cache_dir=tmp_path / "a", **kw) as ld:
-        assert ld.remote_stats()["bytes_fetched"] < 0.05 * total
         rest = list(ld)
         rank = ld.remote_stats()["bytes_fetched"]
     # This rank's quarter of the records, in whole 64 KiB blocks (a record of
@@ -205,6 +202,10 @@ def run_cli(env, *args, check=True):
 
 def test_cli_commands_and_cache(served, aws, tmp_path):
     cache = str(tmp_path / "cli-cache")
+    # Opening alone fetches the headers and indexes, a small part.
+    text = run_cli(aws, "inspect", "s3://bucket/ds", "--cache-dir", cache).stdout
+    line = [x for x in text.splitlines() if x.startswith("remote")][0]
+    assert "KiB in" in line and "the cache held 0 B" in line
     out = json.loads(run_cli(aws, "read", "s3://bucket/ds", "--json", "--cache-dir", cache).stdout)
     assert out["samples"] == 300 and out["remote"]["bytes_fetched"] > 0
     assert "s3://bucket/ds" in run_cli(aws, "inspect", "s3://bucket/ds", "--cache-dir",

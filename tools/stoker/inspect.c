@@ -78,6 +78,14 @@ static void print_summary(stk_dataset *ds, const char *path) {
         printf("dataset  %s\n", stk_dataset_path(ds));
         printf("format   stoker version %d\n", STK_FORMAT_VERSION);
     }
+    stk_remote_stats rs;
+    if (stk_dataset_remote_stats(ds, &rs) == 0) {
+        char hf[32], hc[32];
+        human_bytes((double)rs.bytes_fetched, hf, sizeof hf);
+        human_bytes((double)rs.bytes_cached, hc, sizeof hc);
+        printf("remote   opening fetched %s in %" PRIu64 " requests; the cache held %s "
+               "(the rest comes as it is read)\n", hf, rs.requests, hc);
+    }
     printf("records  %" PRIu64 "\n", stk_dataset_num_records(ds));
     printf(src ? "files    %zu, %s on disk (%s of record data)\n"
                : "shards   %zu, %s on disk (%s of record data)\n", ns, hb, hd);
