@@ -68,6 +68,10 @@ static void urls(void) {
     CHECK_ERR(stk__url_parse("https://user@h/x", &u, &err), -EINVAL, "user");
     CHECK_ERR(stk__url_parse("s3://bucket/a b", &u, &err), -EINVAL, "spaces");
     CHECK_ERR(stk__url_parse("ftp://h/x", &u, &err), -EINVAL, "s3://");
+    CHECK_ERR(stk__url_parse("s3://", &u, &err), -EINVAL, "no bucket");
+    CHECK_ERR(stk__url_parse("s3://bucket//ds", &u, &err), -EINVAL, "empty path segment");
+    CHECK_ERR(stk__url_parse("http://:8080/x", &u, &err), -EINVAL, "no host");
+    CHECK_ERR(stk__url_parse("http://h:70000/x", &u, &err), -EINVAL, "port");
 }
 
 static void objects(void) {
@@ -85,6 +89,7 @@ static void objects(void) {
     CHECK(!strcmp(s, "http://127.0.0.1:9000/bucket/pre/ds"));
     stk__free(s);
     a.endpoint = "https://s3.eu-west-1.amazonaws.com";
+    a.region = "eu-west-1";
     a.path_style = false;
     s = stk__url_object(&u, &a, "manifest.json");
     CHECK(!strcmp(s, "https://bucket.s3.eu-west-1.amazonaws.com/pre/ds/manifest.json"));
@@ -101,6 +106,11 @@ static void objects(void) {
     CHECK_OK(stk__url_parse("s3://bucket", &u, &err));
     a.endpoint = "http://e:1";
     a.path_style = true;
+    s = stk__url_object(&u, &a, "manifest.json");
+    CHECK(!strcmp(s, "http://e:1/bucket/manifest.json"));
+    stk__free(s);
+    /* A custom endpoint is path-style whatever the flag says. */
+    a.path_style = false;
     s = stk__url_object(&u, &a, "manifest.json");
     CHECK(!strcmp(s, "http://e:1/bucket/manifest.json"));
     stk__free(s);
