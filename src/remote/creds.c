@@ -13,10 +13,26 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+/* The keys of a profile that stoker uses; the others are ignored. */
+enum { K_ID, K_SECRET, K_TOKEN, K_REGION, K_ENDPOINT, K_N };
+static const char *const key_names[K_N] = {"aws_access_key_id", "aws_secret_access_key",
+                                           "aws_session_token", "region", "endpoint_url"};
+
+typedef struct {
+    char *v[K_N]; /* from stk__malloc; NULL when absent */
+} profile_keys;
+
+static void keys_free(profile_keys *k) {
+    for (int i = 0; i < K_N; i++) stk__free(k->v[i]);
+    memset(k, 0, sizeof *k);
+}
+
 static const char *env(const char *name) {
     const char *v = getenv(name);
     return v && *v ? v : NULL;
 }
+
+static int oom(stk_error *err) { return stk__err(err, -ENOMEM, "out of memory"); }
 
 static void clear_keys(stk__aws *a) {
     stk__free(a->access_key);
@@ -35,161 +51,220 @@ void stk__aws_free(stk__aws *a) {
     memset(a, 0, sizeof *a);
 }
 
-/* The value of `key` in section `section` of INI file `path` into *out
- * (from stk__malloc; NULL when absent).  Returns 0, or an error for a file
- * that exists and cannot be read. */
-static int ini_get(const char *path, const char *section, const char *key, char **out,
-                   stk_error *err) {
-    *out = NULL;
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        if (errno == ENOENT || errno == ENOTDIR) return 0;
-        int rc = -errno;
-        return stk__err(err, rc, "%s: %s", path, stk_strerror(rc));
-    }
-    char line[4096];
-    bool in = false;
-    int rc = 0;
-    while (fgets(line, sizeof line, f)) {
-        char *p = line;
-        while (*p == ' ' || *p == '\t') p++;
-        char *e = p + strlen(p);
-        while (e > p && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t')) *--e = 0;
-        if (!*p || *p == '#' || *p == ';') continue;
-        if (*p == '[') {
-            char *close = strchr(p, ']');
-            if (!close) continue;
-            *close = 0;
-            char *name = p + 1;
-            while (*name == ' ') name++;
-            char *ne = name + strlen(name);
-            while (ne > name && ne[-1] == ' ') *--ne = 0;
-            in = strcmp(name, section) == 0;
-            continue;
-        }
-        if (!in) continue;
-        char *eq = strchr(p, '=');
-        if (!eq) continue;
-        char *k = p, *ke = eq;
-        while (ke > k && (ke[-1] == ' ' || ke[-1] == '\t')) ke--;
-        if ((size_t)(ke - k) != strlen(key) || strncmp(k, key, (size_t)(ke - k)) != 0) continue;
-        char *v = eq + 1;
-        while (*v == ' ' || *v == '\t') v++;
-        stk__free(*out);
-        if (!(*out = stk__strdup(v))) {
-            rc = stk__err(err, -ENOMEM, "out of memory");
-            break;
-        }
-    }
-    fclose(f);
-    return rc;
-}
-
-/* ~/.aws/NAME, or the file a variable names. */
-static char *aws_file(const char *var, const char *name) {
-    const char *v = env(var);
-    if (v) return stk__strdup(v);
-    const char *home = env("HOME");
-    if (!home) return NULL;
-    size_t n = strlen(home) + strlen(name) + 8;
-    char *s = stk__malloc(n);
-    if (s) snprintf(s, n, "%s/.aws/%s", home, name);
+static char *trim(char *s) {
+    while (*s == ' ' || *s == '\t') s++;
+    char *e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) *--e = 0;
     return s;
 }
 
-/* The section of the config file for `profile`. */
-static void config_section(const char *profile, char *sec, size_t cap) {
-    if (strcmp(profile, "default") == 0) snprintf(sec, cap, "default");
-    else snprintf(sec, cap, "profile %s", profile);
+/* Whether section header `name` is the profile's: "[NAME]" in the
+ * credentials file; "[profile NAME]" in the config file, where the default
+ * profile is "[default]" (or "[profile default]"). */
+static bool section_is(const char *name, bool config, const char *profile) {
+    if (!config) return strcmp(name, profile) == 0;
+    if (strcmp(profile, "default") == 0 && strcmp(name, "default") == 0) return true;
+    if (strncmp(name, "profile", 7) != 0 || (name[7] != ' ' && name[7] != '\t')) return false;
+    const char *p = name + 7;
+    while (*p == ' ' || *p == '\t') p++;
+    return strcmp(p, profile) == 0;
+}
+
+/* Reads the profile's keys from INI file `path` into *k, as Python's
+ * configparser (which the AWS CLI uses) reads them: "key = value" or
+ * "key: value", keys in any case, whole-line '#' and ';' comments, and a
+ * line indented deeper than the key before it continuing that key's value
+ * (a nested block such as "s3 =", ignored here).  An absent file gives no
+ * keys; one that exists but cannot be read is an error naming it. */
+static int ini_read(const char *path, bool config, const char *profile, profile_keys *k,
+                    stk_error *err) {
+    char *text = NULL;
+    size_t len = 0;
+    int rc = stk__read_file(path, &text, &len);
+    if (rc == -ENOENT || rc == -ENOTDIR) return 0;
+    if (rc == -ENOMEM) return oom(err);
+    if (rc) return stk__err(err, rc, "%s: %s", path, stk_strerror(rc));
+    bool in = false;
+    long key_indent = -1; /* indent of the last key line; -1 after a header */
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        long indent = (long)strspn(line, " \t");
+        char *p = trim(line);
+        if (!*p || *p == '#' || *p == ';') continue;
+        if (key_indent >= 0 && indent > key_indent) continue; /* a continuation */
+        if (*p == '[') {
+            char *close = strrchr(p, ']');
+            if (!close) continue;
+            *close = 0;
+            in = section_is(trim(p + 1), config, profile);
+            key_indent = -1;
+            continue;
+        }
+        char *sep = p + strcspn(p, "=:");
+        if (!*sep) continue;
+        key_indent = indent;
+        if (!in) continue;
+        *sep = 0;
+        char *name = trim(p), *value = trim(sep + 1);
+        for (int i = 0; i < K_N; i++) {
+            if (strcasecmp(name, key_names[i]) != 0) continue;
+            stk__free(k->v[i]);
+            if (!(k->v[i] = stk__strdup(value))) rc = oom(err);
+            break;
+        }
+        if (rc) break;
+    }
+    stk__free(text);
+    if (rc) keys_free(k);
+    return rc;
+}
+
+/* The path a variable names (a leading "~" is HOME), else ~/.aws/NAME; *out
+ * NULL when there is no HOME to find it in. */
+static int aws_file(const char *var, const char *name, char **out, stk_error *err) {
+    const char *v = env(var), *home = env("HOME");
+    bool tilde = v && v[0] == '~' && (v[1] == '/' || !v[1]) && home;
+    *out = NULL;
+    if (tilde) {
+        size_t n = strlen(home) + strlen(v) + 1;
+        if ((*out = stk__malloc(n))) snprintf(*out, n, "%s%s", home, v + 1);
+    } else if (v) {
+        *out = stk__strdup(v);
+    } else if (home) {
+        size_t n = strlen(home) + strlen(name) + 8;
+        if ((*out = stk__malloc(n))) snprintf(*out, n, "%s/.aws/%s", home, name);
+    } else {
+        return 0;
+    }
+    return *out ? 0 : oom(err);
 }
 
 static int64_t mtime_ns(const char *path) {
     struct stat st;
-    if (!path || stat(path, &st) != 0) return -1;
+    if (stat(path, &st) != 0) return -1;
     return (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
 }
 
-/* The keys, from the environment or the profile. */
-static int load_keys(stk__aws *a, const char *creds, const char *config, stk_error *err) {
-    clear_keys(a);
-    stk__free(a->creds_file);
-    a->creds_file = NULL;
-    a->from_env = false;
+/* The keys into `a` (whose keys are NULL): AWS_NO_SIGN_REQUEST, the
+ * environment, the profile's section of the credentials file, then of the
+ * config file (its keys already read into *cfg, which gives them up). */
+static int load_keys(stk__aws *a, const char *creds, const char *config, profile_keys *cfg,
+                     stk_error *err) {
     const char *nosign = env("AWS_NO_SIGN_REQUEST");
     if (nosign && (strcasecmp(nosign, "true") == 0 || strcmp(nosign, "1") == 0)) return 0;
     const char *id = env("AWS_ACCESS_KEY_ID"), *secret = env("AWS_SECRET_ACCESS_KEY");
-    if (id && secret) {
+    if (id && !secret)
+        return stk__err(err, -EINVAL, "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not");
+    if (id) {
         a->from_env = true;
         const char *tok = env("AWS_SESSION_TOKEN");
         if (!(a->access_key = stk__strdup(id)) || !(a->secret_key = stk__strdup(secret)) ||
             (tok && !(a->session_token = stk__strdup(tok))))
-            return stk__err(err, -ENOMEM, "out of memory");
+            return oom(err);
         return 0;
     }
-    /* The profile's section of the credentials file, then of the config
-     * file: the first holding a key id gives all three. */
-    char sec[300];
-    config_section(a->profile, sec, sizeof sec);
-    const char *files[2] = {creds, config}, *secs[2] = {a->profile, sec};
-    for (int k = 0; k < 2; k++) {
-        if (!files[k]) continue;
-        int rc = ini_get(files[k], secs[k], "aws_access_key_id", &a->access_key, err);
-        if (rc) return rc;
-        if (!a->access_key) continue;
-        if ((rc = ini_get(files[k], secs[k], "aws_secret_access_key", &a->secret_key, err)) ||
-            (rc = ini_get(files[k], secs[k], "aws_session_token", &a->session_token, err)))
-            return rc;
-        if (!a->secret_key) {
-            clear_keys(a);
-            return stk__err(err, -EINVAL,
-                            "%s: profile '%s' has aws_access_key_id but no "
-                            "aws_secret_access_key",
-                            files[k], a->profile);
+    profile_keys cr = {0};
+    int rc = creds ? ini_read(creds, false, a->profile, &cr, err) : 0;
+    if (rc) return rc;
+    /* The first file whose section holds a key id gives all three. */
+    profile_keys *src[2] = {&cr, cfg};
+    const char *files[2] = {creds, config};
+    for (int i = 0; i < 2 && !rc; i++) {
+        profile_keys *k = src[i];
+        if (!k->v[K_ID]) continue;
+        if (!k->v[K_SECRET]) {
+            rc = stk__err(err, -EINVAL,
+                          "%s: profile '%s' has aws_access_key_id but no aws_secret_access_key",
+                          files[i], a->profile);
+            break;
         }
-        if (!(a->creds_file = stk__strdup(files[k])))
-            return stk__err(err, -ENOMEM, "out of memory");
-        a->creds_mtime_ns = mtime_ns(files[k]);
-        return 0;
+        a->access_key = k->v[K_ID];
+        a->secret_key = k->v[K_SECRET];
+        a->session_token = k->v[K_TOKEN];
+        k->v[K_ID] = k->v[K_SECRET] = k->v[K_TOKEN] = NULL;
+        if (!(a->creds_file = stk__strdup(files[i]))) rc = oom(err);
+        else a->creds_mtime_ns = mtime_ns(files[i]);
+        break;
     }
-    return 0;
+    keys_free(&cr);
+    return rc;
 }
 
-static bool is_url(const char *s) {
-    return strncmp(s, "http://", 7) == 0 || strncmp(s, "https://", 8) == 0;
+/* The paths of the credentials and config files (NULL: not used). */
+static int aws_files(char **creds, char **config, stk_error *err) {
+    int rc = aws_file("AWS_SHARED_CREDENTIALS_FILE", "credentials", creds, err);
+    if (!rc && (rc = aws_file("AWS_CONFIG_FILE", "config", config, err))) {
+        stk__free(*creds);
+        *creds = NULL;
+    }
+    return rc;
+}
+
+/* The keys of the profile, as stk__aws_load finds them, into `a`; *cfg
+ * keeps what the config file says of the profile besides. */
+static int find_keys(stk__aws *a, const char *creds, const char *config, profile_keys *cfg,
+                     stk_error *err) {
+    int rc = config ? ini_read(config, true, a->profile, cfg, err) : 0;
+    return rc ? rc : load_keys(a, creds, config, cfg, err);
+}
+
+/* An endpoint: "http(s)://host..." with a host. */
+static bool endpoint_ok(const char *s) {
+    const char *h = strncmp(s, "http://", 7) == 0 ? s + 7 : strncmp(s, "https://", 8) == 0 ? s + 8
+                                                                                           : NULL;
+    return h && *h && *h != '/' && *h != ':' && !strpbrk(s, " \t?#");
+}
+
+/* A region goes into host names and signatures: a name such as eu-west-1. */
+static bool region_ok(const char *s) {
+    return *s && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") ==
+                     strlen(s);
 }
 
 int stk__aws_load(stk__aws *a, stk_error *err) {
     memset(a, 0, sizeof *a);
-    char *creds = aws_file("AWS_SHARED_CREDENTIALS_FILE", "credentials");
-    char *config = aws_file("AWS_CONFIG_FILE", "config");
+    profile_keys cfg = {0};
+    char *creds = NULL, *config = NULL;
     const char *p = env("AWS_PROFILE");
     int rc = 0;
-    char *region = NULL, *endpoint = NULL;
     if (!(a->profile = stk__strdup(p ? p : "default"))) {
-        rc = stk__err(err, -ENOMEM, "out of memory");
+        rc = oom(err);
         goto out;
     }
-    if ((rc = load_keys(a, creds, config, err))) goto out;
-    const char *r = env("AWS_REGION");
-    if (!r) r = env("AWS_DEFAULT_REGION");
-    char sec[300];
-    config_section(a->profile, sec, sizeof sec);
-    if (!r && config && (rc = ini_get(config, sec, "region", &region, err))) goto out;
-    a->region = stk__strdup(r ? r : region ? region : "us-east-1");
-    const char *e = env("AWS_ENDPOINT_URL_S3");
-    const char *what = "AWS_ENDPOINT_URL_S3";
+    if ((rc = aws_files(&creds, &config, err)) ||
+        (rc = find_keys(a, creds, config, &cfg, err)))
+        goto out;
+    /* Each setting with where it came from, for the message. */
+    const char *r = env("AWS_REGION"), *rwhat = "AWS_REGION";
+    if (!r) {
+        r = env("AWS_DEFAULT_REGION");
+        rwhat = "AWS_DEFAULT_REGION";
+    }
+    if (!r) {
+        r = cfg.v[K_REGION];
+        rwhat = config;
+    }
+    if (r && !region_ok(r)) {
+        rc = stk__err(err, -EINVAL, "%s: the region '%s' is not a region name such as eu-west-1",
+                      rwhat, r);
+        goto out;
+    }
+    const char *e = env("AWS_ENDPOINT_URL_S3"), *what = "AWS_ENDPOINT_URL_S3";
     if (!e) {
         e = env("AWS_ENDPOINT_URL");
         what = "AWS_ENDPOINT_URL";
     }
     if (!e) {
-        if (config && (rc = ini_get(config, sec, "endpoint_url", &endpoint, err))) goto out;
-        e = endpoint;
+        e = cfg.v[K_ENDPOINT];
         what = config;
     }
-    if (e && !is_url(e)) {
+    if (e && !endpoint_ok(e)) {
         rc = stk__err(err, -EINVAL, "%s: the S3 endpoint '%s' is not an http:// or https:// URL",
                       what, e);
+        goto out;
+    }
+    if (!(a->region = stk__strdup(r ? r : "us-east-1"))) {
+        rc = oom(err);
         goto out;
     }
     if (e) {
@@ -197,17 +272,16 @@ int stk__aws_load(stk__aws *a, stk_error *err) {
         while (n && e[n - 1] == '/') n--;
         a->endpoint = stk__strndup(e, n);
         a->path_style = true;
-    } else if (a->region) {
+    } else {
         size_t n = strlen(a->region) + 40;
         if ((a->endpoint = stk__malloc(n)))
             snprintf(a->endpoint, n, "https://s3.%s.amazonaws.com", a->region);
         const char *style = env("AWS_S3_ADDRESSING_STYLE");
         a->path_style = style && strcmp(style, "path") == 0;
     }
-    if (!a->region || !a->endpoint) rc = stk__err(err, -ENOMEM, "out of memory");
+    if (!a->endpoint) rc = oom(err);
 out:
-    stk__free(region);
-    stk__free(endpoint);
+    keys_free(&cfg);
     stk__free(creds);
     stk__free(config);
     if (rc) stk__aws_free(a);
@@ -219,20 +293,35 @@ static bool differ(const char *x, const char *y) {
     return (x == NULL) != (y == NULL) || (x && strcmp(x, y) != 0);
 }
 
+/* The same chain as stk__aws_load with the profile it chose: the source the
+ * keys came from is read again, and a source before it that now holds keys
+ * wins as it would for a new process.  On failure `a` keeps its keys. */
 int stk__aws_reload(stk__aws *a, bool *changed, stk_error *err) {
     *changed = false;
-    char *id = a->access_key, *secret = a->secret_key, *tok = a->session_token;
-    a->access_key = a->secret_key = a->session_token = NULL;
-    char *creds = aws_file("AWS_SHARED_CREDENTIALS_FILE", "credentials");
-    char *config = aws_file("AWS_CONFIG_FILE", "config");
-    int rc = load_keys(a, creds, config, err);
+    stk__aws n;
+    memset(&n, 0, sizeof n);
+    n.profile = a->profile;
+    profile_keys cfg = {0};
+    char *creds = NULL, *config = NULL;
+    int rc = aws_files(&creds, &config, err);
+    if (!rc) rc = find_keys(&n, creds, config, &cfg, err);
+    keys_free(&cfg);
     stk__free(creds);
     stk__free(config);
-    if (rc == 0)
-        *changed = differ(id, a->access_key) || differ(secret, a->secret_key) ||
-                   differ(tok, a->session_token);
-    stk__free(id);
-    stk__free(secret);
-    stk__free(tok);
-    return rc;
+    n.profile = NULL;
+    if (rc) {
+        stk__aws_free(&n);
+        return rc;
+    }
+    *changed = differ(n.access_key, a->access_key) || differ(n.secret_key, a->secret_key) ||
+               differ(n.session_token, a->session_token);
+    clear_keys(a);
+    stk__free(a->creds_file);
+    a->access_key = n.access_key;
+    a->secret_key = n.secret_key;
+    a->session_token = n.session_token;
+    a->from_env = n.from_env;
+    a->creds_file = n.creds_file;
+    a->creds_mtime_ns = n.creds_mtime_ns;
+    return 0;
 }

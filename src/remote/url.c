@@ -37,6 +37,38 @@ static int bad(stk_error *err, const char *text, const char *why) {
     return stk__err(err, -EINVAL, "%s: not a dataset URL: %s", text, why);
 }
 
+/* Checks "host[:port]" (or "[v6]:port") of an HTTP URL; NULL when good,
+ * else what is wrong. */
+static const char *authority_bad(const char *a, size_t n) {
+    if (memchr(a, '@', n)) return "user information ('user@host') is not allowed";
+    const char *port = NULL;
+    size_t hl;
+    if (a[0] == '[') {
+        const char *close = memchr(a, ']', n);
+        if (!close) return "an IPv6 address must end with ']'";
+        hl = (size_t)(close - a) - 1;
+        if (close + 1 < a + n) {
+            if (close[1] != ':') return "only a port may follow an IPv6 address";
+            port = close + 2;
+        }
+    } else {
+        const char *colon = memchr(a, ':', n);
+        hl = colon ? (size_t)(colon - a) : n;
+        if (colon) port = colon + 1;
+    }
+    if (hl == 0) return "no host";
+    if (port) {
+        size_t pl = (size_t)(a + n - port);
+        unsigned long v = 0;
+        for (size_t i = 0; i < pl && v <= 65535; i++) {
+            if (port[i] < '0' || port[i] > '9') return "the port is not a number";
+            v = v * 10 + (unsigned long)(port[i] - '0');
+        }
+        if (pl == 0 || v == 0 || v > 65535) return "the port must be 1 to 65535";
+    }
+    return NULL;
+}
+
 int stk__url_parse(const char *text, stk__url *out, stk_error *err) {
     memset(out, 0, sizeof *out);
     if (!stk__is_remote(text))
@@ -45,30 +77,42 @@ int stk__url_parse(const char *text, stk__url *out, stk_error *err) {
     for (const char *p = text; *p; p++)
         if ((unsigned char)*p <= ' ' || *p == 0x7f)
             return bad(err, text, "spaces and control characters must be percent-encoded");
-    size_t len = strlen(text);
-    while (len > 0 && text[len - 1] == '/') len--;
+    bool s3 = text[0] == 's';
+    size_t len = strlen(text), skip = s3 ? 5 : text[4] == 's' ? 8 : 7;
+    /* Trailing slashes, not those of the scheme ("s3://" is no bucket). */
+    while (len > skip && text[len - 1] == '/') len--;
     out->text = stk__strndup(text, len);
     if (!out->text) return stk__err(err, -ENOMEM, "out of memory");
-    bool s3 = text[0] == 's';
-    const char *rest = out->text + (s3 ? 5 : text[4] == 's' ? 8 : 7);
+    const char *rest = out->text + skip;
     const char *slash = strchr(rest, '/');
     size_t hl = slash ? (size_t)(slash - rest) : strlen(rest);
     const char *path = slash ? slash + 1 : "";
+    const char *why;
     int rc = 0;
-    if (hl == 0) {
-        rc = bad(err, text, s3 ? "no bucket" : "no host");
-    } else if (memchr(rest, '@', hl)) {
-        rc = bad(err, text, "user information ('user@host') is not allowed");
-    } else if (s3) {
+    if (s3) {
         out->scheme = STK__URL_S3;
-        if (!bucket_ok(rest, hl))
-            rc = bad(err, text, "a bucket name is 3 to 63 lowercase letters, digits, '.' and '-'");
+        if (hl == 0)
+            rc = bad(err, text, "no bucket");
+        else if (memchr(rest, '@', hl))
+            rc = bad(err, text, "user information ('user@host') is not allowed");
+        else if (!bucket_ok(rest, hl))
+            rc = bad(err, text,
+                     "a bucket name is 3 to 63 lowercase letters, digits, '.' and '-', "
+                     "beginning and ending with a letter or digit");
+        /* The key has no leading or trailing '/', and a "//" inside would
+         * name a different object than the same path on disk would. */
+        else if (path[0] == '/' || strstr(path, "//"))
+            rc = bad(err, text, "an empty path segment ('//')");
         else if (!(out->bucket = stk__strndup(rest, hl)) || !(out->key = stk__strdup(path)))
             rc = stk__err(err, -ENOMEM, "out of memory");
     } else {
         out->scheme = STK__URL_HTTP;
-        if (!(out->origin = stk__strndup(out->text, (size_t)(rest - out->text) + hl)) ||
-            !(out->key = stk__strdup(path)))
+        if (hl == 0)
+            rc = bad(err, text, "no host");
+        else if ((why = authority_bad(rest, hl)))
+            rc = bad(err, text, why);
+        else if (!(out->origin = stk__strndup(out->text, (size_t)(rest - out->text) + hl)) ||
+                 !(out->key = stk__strdup(path)))
             rc = stk__err(err, -ENOMEM, "out of memory");
     }
     if (rc) stk__url_free(out);
@@ -92,6 +136,16 @@ static void put_encoded(char *dst, size_t *n, const char *s) {
     }
 }
 
+/* Whether `a` routes to AWS's own endpoint for its region, the one whose
+ * buckets also have names of their own (BUCKET.s3.REGION.amazonaws.com). */
+static bool aws_own(const stk__aws *a) {
+    const char *ep = a->endpoint, *pre = "https://s3.";
+    if (!ep || !a->region || strncmp(ep, pre, strlen(pre)) != 0) return false;
+    size_t rl = strlen(a->region);
+    ep += strlen(pre);
+    return strncmp(ep, a->region, rl) == 0 && strcmp(ep + rl, ".amazonaws.com") == 0;
+}
+
 char *stk__url_object(const stk__url *u, const stk__aws *a, const char *name) {
     if (!name) name = "";
     if (u->scheme == STK__URL_HTTP) {
@@ -106,24 +160,21 @@ char *stk__url_object(const stk__url *u, const stk__aws *a, const char *name) {
     if (!key) return NULL;
     snprintf(key, kl + nl + 2, "%s%s%s", u->key, kl && nl ? "/" : "", name);
     const char *ep = a && a->endpoint ? a->endpoint : "https://s3.us-east-1.amazonaws.com";
-    /* Dots in a bucket's name break TLS names of the virtual-hosted form. */
-    bool path_style = !a || a->path_style || strchr(u->bucket, '.');
-    size_t cap = strlen(ep) + strlen(u->bucket) + 3 * strlen(key) + 64;
+    /* Dots in a bucket's name break the TLS name of the virtual-hosted form;
+     * other endpoints than AWS's may have no per-bucket names at all. */
+    bool virt = a && !a->path_style && aws_own(a) && !strchr(u->bucket, '.');
+    size_t cap = strlen(ep) + strlen(u->bucket) + (a && a->region ? strlen(a->region) : 0) +
+                 3 * strlen(key) + 64;
     char *s = stk__malloc(cap);
     if (!s) {
         stk__free(key);
         return NULL;
     }
     size_t n;
-    if (path_style) {
+    if (virt)
+        n = (size_t)snprintf(s, cap, "https://%s.s3.%s.amazonaws.com/", u->bucket, a->region);
+    else
         n = (size_t)snprintf(s, cap, "%s/%s%s", ep, u->bucket, *key ? "/" : "");
-    } else {
-        /* https://BUCKET.s3.REGION.amazonaws.com/KEY: the bucket before the
-         * endpoint's host. */
-        const char *host = strstr(ep, "://");
-        host = host ? host + 3 : ep;
-        n = (size_t)snprintf(s, cap, "%.*s%s.%s/", (int)(host - ep), ep, u->bucket, host);
-    }
     put_encoded(s, &n, key);
     s[n] = '\0';
     stk__free(key);
