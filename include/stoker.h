@@ -428,13 +428,15 @@ STK_API int stk_dataset_open_with(const char *path, const stk_open_options *opts
  * and eviction.
  */
 
-/* What opening a remote dataset cost. */
+/* What reading a remote dataset has fetched so far (opening it, and every
+ * reader since). */
 typedef struct stk_remote_stats {
     uint64_t requests;      /* HTTP requests sent, retries included */
     uint64_t retries;       /* of which retries */
     uint64_t bytes_fetched; /* body bytes received */
-    uint64_t bytes_cached;  /* shard bytes found in the cache, not fetched */
-    double network_seconds; /* wall time spent waiting on the network */
+    uint64_t bytes_cached;  /* bytes of whole shards the cache held at open */
+    double network_seconds; /* time spent waiting on the network, summed over
+                             * the threads that waited */
 } stk_remote_stats;
 
 /* The remote statistics of `ds`.  Returns 0, or -EINVAL for a local
@@ -527,7 +529,8 @@ STK_API int stk_dataset_shard(const stk_dataset *ds, size_t i,
  * a read-only mapping of the shard and stays valid until stk_dataset_close;
  * reading it may fault in pages from disk.  For a compressed field it points
  * at the compressed frame (`stored_bytes` long); `raw_bytes` is the size once
- * decoded, always rows times the row size.
+ * decoded, always rows times the row size.  NULL for a remote dataset whose
+ * bytes may not have arrived (stk_dataset_read fetches them).
  */
 typedef struct stk_extent {
     const void *data;

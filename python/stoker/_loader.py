@@ -351,9 +351,10 @@ class Loader:
         cache_dir: For a remote dataset (``s3://bucket/prefix`` or
             ``https://host/path``): the local cache it is read through
             (default: ``$STOKER_CACHE_DIR``, else ``$XDG_CACHE_HOME/stoker``,
-            else ``~/.cache/stoker``). Opening fetches the manifest and every
-            shard the cache does not hold, checking each block; S3
-            credentials, region and endpoint come from the AWS variables
+            else ``~/.cache/stoker``). Opening fetches the manifest and each
+            shard's header and index; the records arrive as the loader reads
+            them (in its planned order, ahead of need), each block checked.
+            S3 credentials, region and endpoint come from the AWS variables
             and files, as for the AWS CLI. See ``remote_stats()``.
         cache_budget: Bytes of disk the dataset's cache may take (default:
             the free space less 5%); a dataset larger than it is refused at
@@ -599,7 +600,8 @@ class Loader:
         return self._c.stats()
 
     def remote_stats(self) -> Optional[Dict[str, Any]]:
-        """What opening a remote dataset cost; None for a local one.
+        """What reading a remote dataset has fetched so far; None for a local
+        one.
 
         Returns:
             A dict: requests (retries included), retries, bytes_fetched (body

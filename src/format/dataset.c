@@ -543,12 +543,6 @@ int stk_dataset_get(const stk_dataset *ds, uint64_t record, size_t field,
     size_t s = stk__dataset_shard_of(ds, record);
     const stk__shard *sh = &ds->shards[s];
     const uint64_t *e = stk__entry(ds, sh, record - sh->first);
-    if (ds->ensure) {
-        /* The whole record: a verified read checks it whole. */
-        uint64_t a, b;
-        stk__record_span(ds, e, &a, &b);
-        if ((rc = stk__dataset_ensure(ds, s, a, b, err))) return rc;
-    }
     out->offset = e[1 + 3 * field];
     out->stored_bytes = e[2 + 3 * field];
     out->rows = e[3 + 3 * field];
@@ -557,7 +551,8 @@ int stk_dataset_get(const stk_dataset *ds, uint64_t record, size_t field,
     out->shard = (uint32_t)s;
     /* In place: the file's bytes are the stored form; NULL where the file is
      * not mapped or its bytes need converting. */
-    out->data = sh->map && !stk__shard_conv(&ds->info[field], sh) && !ds->info[field].chunks
+    out->data = sh->map && !stk__shard_conv(&ds->info[field], sh) && !ds->info[field].chunks &&
+                        !ds->caps.lazy
                     ? sh->map + out->offset
                     : NULL;
     return 0;
@@ -645,6 +640,13 @@ int stk_dataset_read(const stk_dataset *ds, uint64_t record, size_t field, void 
                         (unsigned long long)x.raw_bytes, cap);
     const stk__shard *sh = &ds->shards[x.shard];
     if (ds->caps.source) return read_in_place(ds, sh, &x, record, field, buf, err);
+    if (ds->caps.lazy) {
+        /* The whole record: a verified read checks it whole. */
+        uint64_t a, b;
+        stk__record_span(ds, stk__entry(ds, sh, record - sh->first), &a, &b);
+        if ((rc = stk__dataset_ensure(ds, x.shard, a, b, err))) return rc;
+        x.data = sh->map + x.offset;
+    }
     if (flags & STK_READ_VERIFY) {
         const uint64_t *e = stk__entry(ds, sh, record - sh->first);
         uint64_t a, b;

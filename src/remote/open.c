@@ -407,9 +407,16 @@ int stk_measure_link(const stk_dataset *ds, double max_seconds, double *bytes_pe
         size_t n = 0;
         for (; n < 16; n++) {
             const stk__shard *sh = &ds->shards[s];
+            /* The object's name: the file's, without the .part of a shard
+             * still arriving. */
             const char *base = strrchr(sh->path, '/');
+            base = base ? base + 1 : sh->path;
+            char name[256];
+            size_t bl = strlen(base);
+            if (bl > 5 && strcmp(base + bl - 5, ".part") == 0) bl -= 5;
+            snprintf(name, sizeof name, "%.*s", (int)bl, base);
             memset(&f[n], 0, sizeof f[n]);
-            urls[n] = stk__url_object(&r.url, r.have_aws ? &r.aws : NULL, base ? base + 1 : sh->path);
+            urls[n] = stk__url_object(&r.url, r.have_aws ? &r.aws : NULL, name);
             if (!urls[n]) {
                 rc = stk__err(err, -ENOMEM, "out of memory");
                 break;

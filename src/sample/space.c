@@ -147,7 +147,11 @@ int stk__space_build(stk__space *sp, const stk_dataset *ds, const stk__space_par
             stk__space_free(sp);
             return rc;
         }
-        const uint8_t *base = x.data;
+        /* A remote dataset's bytes are all there by now (the loader asked
+         * for them), though its extents do not point at them. */
+        const uint8_t *base = x.data   ? (const uint8_t *)x.data
+                              : ds->caps.lazy ? ds->shards[x.shard].map + x.offset
+                                              : NULL;
         if (!base) {
             size_t s = stk__dataset_shard_of(ds, r);
             stk__space_free(sp);

@@ -550,7 +550,7 @@ def test_wrong_region_and_anonymous_access(fake_s3, tmp_path, monkeypatch):
 def test_doctor_and_torch_dataset(served, aws, tmp_path):
     out = run_cli(aws, "doctor", "s3://bucket/ds", "--max-batches", "5", "--cache-dir",
                   str(tmp_path / "d")).stdout
-    assert "network (s3://bucket/ds): opening fetched" in out and "requests" in out
+    assert "network (s3://bucket/ds): fetched" in out and "the link delivers" in out
     from stoker.torch import Dataset
     ds = Dataset("s3://bucket/ds", 16, cache_dir=tmp_path / "t", shuffle="sequential")
     assert len(ds) == 19

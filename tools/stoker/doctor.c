@@ -101,8 +101,8 @@ static void print_memory(const stk_loader_stats *st) {
                st->warm_up_done ? "" : " (still running)");
 }
 
-/* For a remote dataset: what opening it fetched, against what the link
- * delivers (measured now). */
+/* For a remote dataset: what was fetched, against what the link delivers
+ * (measured now). */
 static void print_network(stk_dataset *ds) {
     stk_remote_stats rs;
     if (stk_dataset_remote_stats(ds, &rs) != 0) return;
@@ -110,18 +110,22 @@ static void print_network(stk_dataset *ds) {
     human_bytes((double)rs.bytes_fetched, hf, sizeof hf);
     human_bytes((double)rs.bytes_cached, hc, sizeof hc);
     uint64_t all = rs.bytes_fetched + rs.bytes_cached;
-    printf("\nnetwork (%s): opening fetched %s in %.2f s over %" PRIu64 " requests (%" PRIu64
+    printf("\nnetwork (%s): fetched %s in %.2f s over %" PRIu64 " requests (%" PRIu64
            " retried); the cache held %s (%.0f%% of the bytes)\n",
            stk_dataset_path(ds), hf, rs.network_seconds, rs.requests, rs.retries, hc,
            all ? 100.0 * (double)rs.bytes_cached / (double)all : 0);
     double link = 0, rate = rs.network_seconds > 0 ? (double)rs.bytes_fetched / rs.network_seconds
                                                    : 0;
     stk_error e = {0};
-    if (rs.bytes_fetched > (64u << 20) && stk_measure_link(ds, 3.0, &link, &e) == 0 && link > 0)
+    if (stk_measure_link(ds, 3.0, &link, &e) != 0 || link <= 0) {
+        printf("  the link could not be measured: %s\n", e.message);
+    } else if (rs.bytes_fetched > (64u << 20)) {
         printf("  fetched at %.0f MB/s; the link delivers %.0f MB/s (measured now); %.2f of it\n",
                rate / 1e6, link / 1e6, rate / link);
-    else if (rs.bytes_fetched > (64u << 20))
-        printf("  fetched at %.0f MB/s\n", rate / 1e6);
+    } else {
+        /* Small fetches are dominated by round trips: no rate to compare. */
+        printf("  the link delivers %.0f MB/s (measured now)\n", link / 1e6);
+    }
 }
 
 void doctor_report(const stk_loader_stats *st, double el, uint64_t bytes, double step_ms,
