@@ -139,12 +139,6 @@ static int aws_file(const char *var, const char *name, char **out, stk_error *er
     return *out ? 0 : oom(err);
 }
 
-static int64_t mtime_ns(const char *path) {
-    struct stat st;
-    if (stat(path, &st) != 0) return -1;
-    return (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-}
-
 /* The keys into `a` (whose keys are NULL): AWS_NO_SIGN_REQUEST, the
  * environment, the profile's section of the credentials file, then of the
  * config file (its keys already read into *cfg, which gives them up). */
@@ -183,7 +177,6 @@ static int load_keys(stk__aws *a, const char *creds, const char *config, profile
         a->session_token = k->v[K_TOKEN];
         k->v[K_ID] = k->v[K_SECRET] = k->v[K_TOKEN] = NULL;
         if (!(a->creds_file = stk__strdup(files[i]))) rc = oom(err);
-        else a->creds_mtime_ns = mtime_ns(files[i]);
         break;
     }
     keys_free(&cr);
@@ -221,6 +214,23 @@ static bool region_ok(const char *s) {
                      strlen(s);
 }
 
+/* The first of variable v1, variable v2 and the config file's value, and
+ * in *what where it came from (for messages). */
+static const char *first_set(const char *v1, const char *v2, const char *from_config,
+                             const char *config, const char **what) {
+    const char *x = env(v1);
+    *what = v1;
+    if (!x) {
+        x = env(v2);
+        *what = v2;
+    }
+    if (!x) {
+        x = from_config;
+        *what = config;
+    }
+    return x;
+}
+
 int stk__aws_load(stk__aws *a, stk_error *err) {
     memset(a, 0, sizeof *a);
     profile_keys cfg = {0};
@@ -235,29 +245,15 @@ int stk__aws_load(stk__aws *a, stk_error *err) {
         (rc = find_keys(a, creds, config, &cfg, err)))
         goto out;
     /* Each setting with where it came from, for the message. */
-    const char *r = env("AWS_REGION"), *rwhat = "AWS_REGION";
-    if (!r) {
-        r = env("AWS_DEFAULT_REGION");
-        rwhat = "AWS_DEFAULT_REGION";
-    }
-    if (!r) {
-        r = cfg.v[K_REGION];
-        rwhat = config;
-    }
+    const char *rwhat, *what;
+    const char *r = first_set("AWS_REGION", "AWS_DEFAULT_REGION", cfg.v[K_REGION], config, &rwhat);
     if (r && !region_ok(r)) {
         rc = stk__err(err, -EINVAL, "%s: the region '%s' is not a region name such as eu-west-1",
                       rwhat, r);
         goto out;
     }
-    const char *e = env("AWS_ENDPOINT_URL_S3"), *what = "AWS_ENDPOINT_URL_S3";
-    if (!e) {
-        e = env("AWS_ENDPOINT_URL");
-        what = "AWS_ENDPOINT_URL";
-    }
-    if (!e) {
-        e = cfg.v[K_ENDPOINT];
-        what = config;
-    }
+    const char *e =
+        first_set("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", cfg.v[K_ENDPOINT], config, &what);
     if (e && !endpoint_ok(e)) {
         rc = stk__err(err, -EINVAL, "%s: the S3 endpoint '%s' is not an http:// or https:// URL",
                       what, e);
@@ -322,6 +318,5 @@ int stk__aws_reload(stk__aws *a, bool *changed, stk_error *err) {
     a->session_token = n.session_token;
     a->from_env = n.from_env;
     a->creds_file = n.creds_file;
-    a->creds_mtime_ns = n.creds_mtime_ns;
     return 0;
 }

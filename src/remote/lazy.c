@@ -112,10 +112,10 @@ void stk__fetcher_free(stk__fetcher *f) {
     stk__free(f);
 }
 
-static char *with_suffix(const char *path, const char *suffix) {
-    size_t n = strlen(path) + strlen(suffix) + 1;
+char *stk__concat(const char *a, const char *sep, const char *b) {
+    size_t n = strlen(a) + strlen(sep) + strlen(b) + 1;
     char *s = stk__malloc(n);
-    if (s) snprintf(s, n, "%s%s", path, suffix);
+    if (s) snprintf(s, n, "%s%s%s", a, sep, b);
     return s;
 }
 
@@ -125,9 +125,9 @@ int stk__fetcher_shard(stk__fetcher *f, size_t i, const char *url, const char *n
     s->complete = complete;
     snprintf(s->pin, sizeof s->pin, "%s", pin ? pin : "");
     if (!(s->url = stk__strdup(url)) || !(s->name = stk__strdup(name)) ||
-        !(s->final = stk__strdup(final)) || !(s->part = with_suffix(final, ".part")) ||
-        !(s->present_path = with_suffix(final, ".present")) ||
-        !(s->lock_path = with_suffix(final, ".lock")))
+        !(s->final = stk__strdup(final)) || !(s->part = stk__concat(final, "", ".part")) ||
+        !(s->present_path = stk__concat(final, "", ".present")) ||
+        !(s->lock_path = stk__concat(final, "", ".lock")))
         return stk__err(err, -ENOMEM, "out of memory");
     return 0;
 }

@@ -55,13 +55,6 @@ static int64_t boot_time(void) {
     return bt;
 }
 
-static char *join2(const char *a, const char *sep, const char *b) {
-    size_t n = strlen(a) + strlen(sep) + strlen(b) + 1;
-    char *s = stk__malloc(n);
-    if (s) snprintf(s, n, "%s%s%s", a, sep, b);
-    return s;
-}
-
 /* Whether the cache holds shard i whole and checked.  Shards are named once
  * checked, but not synced to disk (syncing cost a third of the fetch rate):
  * one written before the machine last booted may have lost pages in a crash,
@@ -78,7 +71,7 @@ static bool held(const char *path, const stk__manifest *m, size_t i) {
     if (stk__shard_check(path, m, i, &e) != 0) {
         /* It and its other names (the .part it grew in, with its presence
          * file) go; it is fetched again. */
-        char *part = join2(path, "", ".part"), *present = join2(path, "", ".present");
+        char *part = stk__concat(path, "", ".part"), *present = stk__concat(path, "", ".present");
         if (part) unlink(part);
         if (present) unlink(present);
         stk__free(part);
@@ -220,8 +213,8 @@ static int open_cached(remote *r, stk_dataset **out, stk_error *err) {
         p->i = i;
         p->fd = -1;
         p->final = final;
-        p->part = join2(final, "", ".part");
-        p->name = join2(r->url.text, "/", e->file);
+        p->part = stk__concat(final, "", ".part");
+        p->name = stk__concat(r->url.text, "/", e->file);
         p->url = stk__url_object(&r->url, r->have_aws ? &r->aws : NULL, e->file);
         if (!p->part || !p->name || !p->url) {
             rc = stk__err(err, -ENOMEM, "out of memory");

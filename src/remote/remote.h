@@ -62,7 +62,6 @@ typedef struct stk__aws {
     bool from_env;
     char *profile;
     char *creds_file;    /* the file they were read from, or NULL */
-    int64_t creds_mtime_ns;
 } stk__aws;
 
 /* Loads the settings above.  0, or -EINVAL for a malformed setting (an
@@ -148,6 +147,10 @@ uint64_t stk__cache_room(const char *dir);
 uint64_t stk__cache_du(const char *dir);
 
 /* ---- lazy.c ---- */
+
+/* a + sep + b, from stk__malloc (NULL when out of memory): a shard's other
+ * files' names, an object's name for messages. */
+char *stk__concat(const char *a, const char *sep, const char *b);
 
 typedef struct stk__fetcher stk__fetcher;
 
