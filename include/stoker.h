@@ -95,8 +95,13 @@ enum {
     STK_ESTALE = -1012,       /* a source file changed since it was indexed  */
     STK_ENOGPU = -1013,       /* no usable GPU (no CUDA build, driver, device) */
     STK_ECUDA = -1014,        /* a CUDA call failed (the message says which)  */
-    STK_EOUTSIDE = -1015      /* an index names a file outside the directory
+    STK_EOUTSIDE = -1015,     /* an index names a file outside the directory
                                * its files may be read from                 */
+    STK_ETIMEOUT = -1016      /* a wait passed its deadline: a remote transfer
+                               * given up after its retries, or another
+                               * process that stopped while holding a lock.
+                               * Not -ETIMEDOUT, which stk_loader_next_timeout
+                               * returns when no batch is ready yet          */
 };
 
 #define STK_ERROR_MAX 512

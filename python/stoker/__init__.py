@@ -32,6 +32,9 @@ Exceptions:
     - ``AccessDenied`` (also a ``PermissionError``): an object store refused
       the credentials (HTTP 403), or a file's permissions did.
     - ``OutOfMemory`` (also a ``MemoryError``): memory could not be had.
+    - ``Timeout`` (also a ``TimeoutError``): a wait passed its deadline (a
+      remote transfer with no progress through all its retries, another
+      process that stopped while holding a shared cache's lock).
     - ``StokerError`` itself: anything else (a damaged shard, a truncated
       file, an unsupported layout).
 
@@ -43,13 +46,14 @@ Exceptions:
     rather than a failure of stoker's.
 """
 from . import _stoker
-from ._errors import AccessDenied, InvalidArgument, NotFound, OutOfMemory, StokerError
+from ._errors import AccessDenied, InvalidArgument, NotFound, OutOfMemory, StokerError, Timeout
 from ._loader import Loader, gpu_count, gpu_status
 from ._types import Batch, PathLike
 from ._write import bits, index, write
 from .profile import profile
 
 __all__ = ["Loader", "StokerError", "InvalidArgument", "NotFound", "AccessDenied", "OutOfMemory",
+           "Timeout",
            "bits", "gpu_count", "gpu_status", "index", "profile", "write", "version"]
 __version__: str = _stoker.version
 version: str = _stoker.version

@@ -10,13 +10,15 @@ apart are also the built-in exceptions Python code already catches:
     NotFound          also a FileNotFoundError
     AccessDenied      also a PermissionError   (an object store said 403)
     OutOfMemory       also a MemoryError
+    Timeout           also a TimeoutError  (a remote transfer given up after
+                                            its retries, a stopped process)
 
 Anything else (a damaged shard, a truncated file, an unsupported layout)
 is a plain StokerError.  A value of the wrong Python type is a TypeError,
 as anywhere in Python.
 """
 
-__all__ = ["StokerError", "InvalidArgument", "NotFound", "AccessDenied", "OutOfMemory"]
+__all__ = ["StokerError", "InvalidArgument", "NotFound", "AccessDenied", "OutOfMemory", "Timeout"]
 
 
 class StokerError(RuntimeError):
@@ -64,3 +66,12 @@ class AccessDenied(StokerError, PermissionError):
 
 class OutOfMemory(StokerError, MemoryError):
     """Memory could not be had (also a MemoryError)."""
+
+
+class Timeout(StokerError, TimeoutError):
+    """A wait passed its deadline (also a TimeoutError): a remote transfer
+    that made no progress through all its retries, or another process that
+    stopped while holding a lock stoker needed."""
+
+    def __str__(self):
+        return self.message

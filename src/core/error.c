@@ -27,6 +27,7 @@ const char *stk_strerror(int code) {
     case STK_ENOGPU: return "no usable GPU";
     case STK_ECUDA: return "a CUDA call failed";
     case STK_EOUTSIDE: return "a file outside the directory an index may read from";
+    case STK_ETIMEOUT: return "a wait passed its deadline";
     default: break;
     }
     if (code < 0 && code > -4096) {

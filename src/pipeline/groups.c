@@ -379,6 +379,8 @@ static group *load_into(stk_loader *ld, worker *w, group *victim, uint64_t g, ui
     pthread_cond_broadcast(&ld->cv);
     if (r) {
         victim->users = 0;
+        victim->rc = r;
+        if (err) victim->err = *err;
         *rc = r;
         return NULL;
     }
@@ -415,8 +417,16 @@ static group *group_acquire(stk_loader *ld, worker *w, uint64_t g, uint64_t gen,
             pthread_cond_wait(&ld->cv, &ld->mu);
             continue;
         }
-        if (found) { /* failed earlier: try again, in the same buffer */
+        if (found) {
+            /* A load ahead failed: the batch that needs the group gets its
+             * error (a second try would wait as long again, on a remote
+             * dataset for minutes); the next asker tries again. */
             found->state = G_EMPTY;
+            if (found->rc != -ECANCELED) {
+                *rc = found->rc;
+                if (err) *err = found->err;
+                return NULL;
+            }
             victim = found;
         }
         /* A group loaded ahead for later batches may give way to one needed

@@ -123,6 +123,8 @@ typedef struct group {
     uint64_t g, gen;
     int users;
     uint64_t last_batch; /* the last batch (of this rank) that needs it */
+    int rc;              /* G_FAILED: why, for the batch that needs it */
+    stk_error err;
     uint8_t *buf;
     span *spans;
     size_t nspans, spans_cap;

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct stk__http {
@@ -29,6 +30,9 @@ struct stk__http {
     int connections;
     unsigned rng;
     stk_remote_stats st;
+    const int *beat; /* files whose mtime says "alive" (stk__http_beat) */
+    size_t nbeat;
+    uint64_t beat_ns; /* last beat */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -53,7 +57,7 @@ int stk__http_new(const stk__url *u, stk__aws *aws, stk__http **out, stk_error *
     h->url = u;
     h->aws = u->scheme == STK__URL_S3 ? aws : NULL;
     h->retries = (int)env_long("STOKER_REMOTE_RETRIES", 8, 0, 100);
-    h->timeout_s = env_long("STOKER_REMOTE_TIMEOUT", 30, 1, 3600);
+    h->timeout_s = stk__http_timeout_s();
     h->connections = (int)env_long("STOKER_REMOTE_CONNECTIONS", 16, 1, 1024);
     h->rng = (unsigned)stk__now_ns() ^ (unsigned)getpid();
     h->multi = curl_multi_init();
@@ -79,6 +83,22 @@ uint64_t stk__http_part_bytes(void) {
     return (uint64_t)env_long("STOKER_REMOTE_PART_MB", 8, 1, 1024) << 20;
 }
 
+long stk__http_timeout_s(void) { return env_long("STOKER_REMOTE_TIMEOUT", 30, 1, 3600); }
+
+void stk__http_beat(stk__http *h, const int *fds, size_t n) {
+    h->beat = fds;
+    h->nbeat = fds ? n : 0;
+    h->beat_ns = 0;
+}
+
+static void beat(stk__http *h) {
+    if (!h->nbeat) return;
+    uint64_t now = stk__now_ns();
+    if (h->beat_ns && now - h->beat_ns < 500000000u) return;
+    h->beat_ns = now;
+    for (size_t i = 0; i < h->nbeat; i++) futimens(h->beat[i], NULL);
+}
+
 /* ---- one transfer ---- */
 
 typedef struct xfer {
@@ -86,8 +106,10 @@ typedef struct xfer {
     stk__fetch *f;
     CURL *e;
     struct curl_slist *headers;
-    long status; /* of the response being received */
-    bool stale;  /* its ETag is not the pinned one */
+    long status;      /* of the response being received */
+    bool stale;       /* its ETag is not the pinned one */
+    bool stalled;     /* abandoned: no byte for the timeout */
+    uint64_t last_ns; /* when the last byte (or the request) went */
 } xfer;
 
 static const char *what(const stk__fetch *f) { return f->what ? f->what : f->url; }
@@ -105,6 +127,7 @@ static size_t on_header(char *buf, size_t size, size_t n, void *arg) {
     xfer *x = arg;
     stk__fetch *f = x->f;
     size_t len = size * n;
+    x->last_ns = stk__now_ns();
     if (len > 5 && strncmp(buf, "HTTP/", 5) == 0) {
         /* A new response (after a 100 Continue, say): forget the last. */
         f->etag[0] = f->last_modified[0] = f->retry_after[0] = f->region[0] = '\0';
@@ -158,6 +181,7 @@ static size_t on_body(char *buf, size_t size, size_t n, void *arg) {
     xfer *x = arg;
     stk__fetch *f = x->f;
     size_t len = size * n;
+    x->last_ns = stk__now_ns();
     if (x->status == 0) response_started(x);
     if (x->status / 100 != 2) {
         size_t room = sizeof f->errbody - 1 - f->errlen;
@@ -215,12 +239,26 @@ static void s3_element(const stk__fetch *f, const char *tag, char *out, size_t c
     if (a && b) header_value(a + strlen(open), (size_t)(b - a - strlen(open)), out, cap);
 }
 
+/* A stall: no byte for the whole timeout, counted from the last one that
+ * came (curl's own low-speed limit averages over its window, and let a
+ * transfer that stopped dead run on for seconds more). */
+static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow) {
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    xfer *x = arg;
+    if (stk__now_ns() - x->last_ns <= (uint64_t)x->h->timeout_s * 1000000000u) return 0;
+    x->stalled = true;
+    return 1;
+}
+
 static int start(stk__http *h, xfer *x, stk_error *err) {
     stk__fetch *f = x->f;
     x->e = curl_easy_init();
     if (!x->e) return stk__err(err, -ENOMEM, "libcurl: cannot make a handle");
     x->status = 0;
     x->stale = false;
+    x->stalled = false;
+    x->last_ns = stk__now_ns();
     f->got = 0;
     f->mem_len = 0;
     f->errlen = 0;
@@ -238,9 +276,9 @@ static int start(stk__http *h, xfer *x, stk_error *err) {
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, h->timeout_s < 10 ? h->timeout_s : 10L);
-    /* A stall: fewer than one byte a second over the whole timeout. */
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, h->timeout_s);
+    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(e, CURLOPT_XFERINFODATA, x);
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, h->aws ? 0L : 1L);
     curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
     curl_easy_setopt(e, CURLOPT_USERAGENT, "stoker/" STK_VERSION_STRING);
@@ -322,6 +360,12 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
                          what(f), f->etag, f->want_etag);
         return -1;
     }
+    if (cc != CURLE_OK && x->stalled) {
+        snprintf(f->err.message, sizeof f->err.message, "stalled: no byte for %ld s",
+                 h->timeout_s);
+        f->err.code = STK_ETIMEOUT;
+        return 1;
+    }
     if (cc != CURLE_OK) {
         switch (cc) {
         case CURLE_WRITE_ERROR:
@@ -339,7 +383,7 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
             /* Connection refused or reset, timeouts, stalls, partial
              * bodies, name resolution: all may pass. */
             snprintf(f->err.message, sizeof f->err.message, "%s", curl_easy_strerror(cc));
-            f->err.code = cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO;
+            f->err.code = cc == CURLE_OPERATION_TIMEDOUT ? STK_ETIMEOUT : -EIO;
             return 1;
         }
     }
@@ -420,6 +464,7 @@ int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err) {
     /* Requests start in order; one waiting for its backoff lets later ones
      * go first. */
     while (left > 0) {
+        beat(h);
         int64_t now = (int64_t)stk__now_ns();
         int64_t wake = now + 100000000;
         for (size_t i = 0; i < n && active < h->connections; i++) {

@@ -28,11 +28,15 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TRIES 3
 
-enum { B_ABSENT, B_FLIGHT, B_PRESENT };
+/* B_BAD: failed its checksum on every try; asked for again, it is the same
+ * error at once (fetching it again from another thread would only repeat
+ * the tries).  Transfer errors leave a block absent: they may pass. */
+enum { B_ABSENT, B_FLIGHT, B_PRESENT, B_BAD };
 
 typedef struct fshard {
     char *url, *name, *part, *final, *present_path, *lock_path;
@@ -43,6 +47,8 @@ typedef struct fshard {
     int fd, present_fd, lock_fd;
     int lockers; /* this process's threads holding the shard's lock (under mu):
                   * flock is per open file, which they share */
+    bool given_up; /* a wait for another process's lock timed out (under mu):
+                    * the next waiters fail at once until the lock is had */
 } fshard;
 
 struct stk__fetcher {
@@ -243,6 +249,7 @@ typedef struct want {
     uint32_t s;
     uint64_t b;
     bool got; /* arrived and checked */
+    bool bad; /* failed its checksum on every try */
 } want;
 
 static int open_fds(fshard *s, stk_error *err) {
@@ -330,6 +337,18 @@ static void record(stk__fetcher *f, const want *w, size_t n) {
     }
 }
 
+/* The error for block b of shard i, which failed its checksum TRIES times. */
+static int bad_block(const stk__fetcher *f, uint32_t i, uint64_t b, stk_error *err) {
+    const stk__shard *sh = &f->ds->shards[i];
+    uint64_t a, z;
+    block_bytes(sh, b, &a, &z);
+    return stk__err(err, STK_ECHECKSUM,
+                    "%s: after %d fetches, block %" PRIu64 " (bytes %" PRIu64 "..%" PRIu64
+                    ", records %" PRIu64 "..%" PRIu64 ") checksum mismatch",
+                    f->sh[i].name, TRIES, b, a, z, stk__dataset_record_at(f->ds, sh, a),
+                    stk__dataset_record_at(f->ds, sh, z - 1));
+}
+
 /* Fetches blocks w[0..n) of shards whose locks this thread holds. */
 static int fetch_locked(stk__fetcher *f, want *w, size_t n, stk_error *err) {
     /* Another process may have fetched some since this one looked. */
@@ -344,6 +363,12 @@ static int fetch_locked(stk__fetcher *f, want *w, size_t n, stk_error *err) {
     pthread_mutex_unlock(&f->mu);
     stk__http *h = client_get(f, err);
     if (!h) return err ? err->code : -ENOMEM;
+    /* The locks' files beat while this thread fetches (see lock_wait). */
+    int *beats = stk__malloc((n ? n : 1) * sizeof *beats);
+    size_t nb = 0;
+    for (size_t i = 0; beats && i < n; i++)
+        if (i == 0 || w[i].s != w[i - 1].s) beats[nb++] = f->sh[w[i].s].lock_fd;
+    stk__http_beat(h, beats, nb);
     int rc = 0;
     for (int t = 0; t < TRIES && rc == 0; t++) {
         size_t left = 0;
@@ -351,20 +376,14 @@ static int fetch_locked(stk__fetcher *f, want *w, size_t n, stk_error *err) {
         if (!left) break;
         rc = fetch_once(f, h, w, n, err);
     }
+    stk__http_beat(h, NULL, 0);
+    stk__free(beats);
     client_put(f, h);
     if (rc == 0) {
         for (size_t i = 0; i < n; i++) {
             if (w[i].got) continue;
-            const stk__shard *sh = &f->ds->shards[w[i].s];
-            uint64_t a, z;
-            block_bytes(sh, w[i].b, &a, &z);
-            rc = stk__err(err, STK_ECHECKSUM,
-                          "%s: after %d fetches, block %" PRIu64 " (bytes %" PRIu64 "..%" PRIu64
-                          ", records %" PRIu64 "..%" PRIu64 ") checksum mismatch",
-                          f->sh[w[i].s].name, TRIES, w[i].b, a, z,
-                          stk__dataset_record_at(f->ds, sh, a),
-                          stk__dataset_record_at(f->ds, sh, z - 1));
-            break;
+            w[i].bad = true;
+            if (rc == 0) rc = bad_block(f, w[i].s, w[i].b, err);
         }
     }
     record(f, w, n);
@@ -397,17 +416,56 @@ static int by_shard_block(const void *x, const void *y) {
 static bool lock_try(fshard *s) {
     if (s->lockers > 0 || flock(s->lock_fd, LOCK_EX | LOCK_NB) == 0) {
         s->lockers++;
+        s->given_up = false;
         return true;
     }
     return false;
 }
 
-/* ... waiting for another process to let it go (not under mu). */
+/* ... waiting for another process to let it go (not under mu).  Its holder
+ * beats the lock's file while it fetches (stk__http_beat); a holder whose
+ * heart stopped for longer than a transfer may go without a byte (it was
+ * stopped, or hangs) is given up on, so that no wait is unbounded. */
 static int lock_wait(stk__fetcher *f, fshard *s, stk_error *err) {
-    if (flock(s->lock_fd, LOCK_EX) != 0)
-        return stk__err(err, -errno, "%s: %s", s->lock_path, stk_strerror(-errno));
+    const int64_t limit = ((int64_t)stk__http_timeout_s() + 5) * 1000000000;
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    int64_t alive = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec; /* waiting began */
+    useconds_t nap = 2000;
+    for (;;) {
+        if (flock(s->lock_fd, LOCK_EX | LOCK_NB) == 0) break;
+        if (errno != EWOULDBLOCK && errno != EINTR)
+            return stk__err(err, -errno, "%s: %s", s->lock_path, stk_strerror(-errno));
+        pthread_mutex_lock(&f->mu);
+        bool given_up = s->given_up;
+        pthread_mutex_unlock(&f->mu);
+        if (given_up)
+            return stk__err(err, STK_ETIMEOUT,
+                            "%s: another process holds this shard's cache lock (%s) and "
+                            "showed no sign of life; is it stopped?",
+                            s->name, s->lock_path);
+        struct stat st;
+        if (fstat(s->lock_fd, &st) == 0) {
+            int64_t m = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+            if (m > alive) alive = m;
+        }
+        clock_gettime(CLOCK_REALTIME, &t);
+        int64_t now = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+        if (now - alive > limit) {
+            pthread_mutex_lock(&f->mu);
+            s->given_up = true;
+            pthread_mutex_unlock(&f->mu);
+            return stk__err(err, STK_ETIMEOUT,
+                            "%s: another process holds this shard's cache lock (%s) and has "
+                            "shown no sign of life for %lld s; is it stopped?",
+                            s->name, s->lock_path, (long long)((now - alive) / 1000000000));
+        }
+        usleep(nap);
+        if (nap < 50000) nap *= 2;
+    }
     pthread_mutex_lock(&f->mu);
     s->lockers++;
+    s->given_up = false;
     pthread_mutex_unlock(&f->mu);
     return 0;
 }
@@ -488,6 +546,10 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
             uint64_t b1 = (hi - 1 - sh->data_off) / sh->block_size;
             for (uint64_t b = b0; b <= b1; b++) {
                 if (s->state[b] == B_PRESENT) continue;
+                if (s->state[b] == B_BAD) {
+                    rc = bad_block(f, r[i].shard, b, err);
+                    break;
+                }
                 if (s->state[b] == B_FLIGHT) {
                     waiting = true;
                     continue;
@@ -503,7 +565,7 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
                     cap = nc;
                 }
                 s->state[b] = B_FLIGHT;
-                w[nw++] = (want){(uint32_t)r[i].shard, b, false};
+                w[nw++] = (want){(uint32_t)r[i].shard, b, false, false};
             }
             if (rc) break;
         }
@@ -521,7 +583,7 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
         rc = fetch_claimed(f, w, nw, err);
         pthread_mutex_lock(&f->mu);
         for (size_t i = 0; i < nw; i++)
-            f->sh[w[i].s].state[w[i].b] = w[i].got ? B_PRESENT : B_ABSENT;
+            f->sh[w[i].s].state[w[i].b] = w[i].got ? B_PRESENT : w[i].bad ? B_BAD : B_ABSENT;
         if (rc == 0) name_complete(f, w, nw);
         pthread_cond_broadcast(&f->cv);
         if (rc) break;

@@ -133,6 +133,14 @@ int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err);
 void stk__http_stats(const stk__http *h, stk_remote_stats *out);
 /* The bytes of one range request: $STOKER_REMOTE_PART_MB MiB, default 8. */
 uint64_t stk__http_part_bytes(void);
+/* Seconds without a byte after which a transfer is abandoned:
+ * $STOKER_REMOTE_TIMEOUT, default 30. */
+long stk__http_timeout_s(void);
+/* While h runs requests, the modification times of files fds[0..n) are set
+ * to now every half second or so: a heartbeat that tells processes waiting
+ * for the locks on those files that their holder is alive.  NULL, 0 stops.
+ * fds must stay open until then. */
+void stk__http_beat(stk__http *h, const int *fds, size_t n);
 
 /* ---- cache.c ---- */
 

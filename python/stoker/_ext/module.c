@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <string.h>
 
-PyObject *StokerError, *InvalidArgument, *NotFound, *AccessDenied, *OutOfMemory;
+PyObject *StokerError, *InvalidArgument, *NotFound, *AccessDenied, *OutOfMemory, *Timeout;
 
 PyObject *raise_stk(int rc, const stk_error *e) {
     const char *msg = e && e->message[0] ? e->message : stk_strerror(rc);
@@ -16,6 +16,7 @@ PyObject *raise_stk(int rc, const stk_error *e) {
                      : rc == -ENOMEM ? OutOfMemory
                      : rc == -ENOENT ? NotFound
                      : rc == -EACCES ? AccessDenied
+                     : rc == STK_ETIMEOUT ? Timeout
                                      : StokerError;
     PyObject *args = Py_BuildValue("(is)", rc, msg);
     if (args) {
@@ -147,8 +148,11 @@ static int import_errors(void) {
     NotFound = PyObject_GetAttrString(errors, "NotFound");
     AccessDenied = PyObject_GetAttrString(errors, "AccessDenied");
     OutOfMemory = PyObject_GetAttrString(errors, "OutOfMemory");
+    Timeout = PyObject_GetAttrString(errors, "Timeout");
     Py_DECREF(errors);
-    return StokerError && InvalidArgument && NotFound && AccessDenied && OutOfMemory ? 0 : -1;
+    return StokerError && InvalidArgument && NotFound && AccessDenied && OutOfMemory && Timeout
+               ? 0
+               : -1;
 }
 
 PyMODINIT_FUNC PyInit__stoker(void) {
