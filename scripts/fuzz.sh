@@ -9,9 +9,9 @@ command -v clang >/dev/null || { echo "fuzz: installing clang"; apt-get install 
 SECS=${FUZZ_SECONDS:-60}
 B=build-fuzz
 mkdir -p $B
-LIBS=$(pkg-config --cflags --libs libzstd liburing libxxhash jansson zlib)
+LIBS="$(pkg-config --cflags --libs libzstd liburing libxxhash jansson zlib libcurl) $(pkg-config --cflags --libs hdf5 2>/dev/null | sed "s/^/-DSTK_HAVE_HDF5 /")"
 SRC=$(ls src/*/*.c)
-for t in ${FUZZ_TARGETS:-manifest npy shard wav index}; do
+for t in ${FUZZ_TARGETS:-manifest npy shard wav index response url}; do
     clang -g -O1 -std=c11 -D_FILE_OFFSET_BITS=64 -D_POSIX_C_SOURCE=200809L -fsanitize=fuzzer,address,undefined \
         -Iinclude -Isrc $SRC tests/fuzz/fuzz_$t.c $LIBS -lpthread -lm -o $B/fuzz_$t
     mkdir -p $B/corpus-$t

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -114,53 +113,11 @@ typedef struct xfer {
 
 static const char *what(const stk__fetch *f) { return f->what ? f->what : f->url; }
 
-/* Copies a header's value (trimmed) into dst. */
-static void header_value(const char *v, size_t n, char *dst, size_t cap) {
-    while (n && (*v == ' ' || *v == '\t')) v++, n--;
-    while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' ')) n--;
-    if (n >= cap) n = cap - 1;
-    memcpy(dst, v, n);
-    dst[n] = '\0';
-}
-
 static size_t on_header(char *buf, size_t size, size_t n, void *arg) {
     xfer *x = arg;
-    stk__fetch *f = x->f;
-    size_t len = size * n;
     x->last_ns = stk__now_ns();
-    if (len > 5 && strncmp(buf, "HTTP/", 5) == 0) {
-        /* A new response (after a 100 Continue, say): forget the last. */
-        f->etag[0] = f->last_modified[0] = f->retry_after[0] = f->region[0] = '\0';
-        f->object_size = UINT64_MAX;
-        f->skip = 0;
-        return len;
-    }
-    const char *colon = memchr(buf, ':', len);
-    if (!colon) return len;
-    size_t kl = (size_t)(colon - buf);
-    const char *v = colon + 1;
-    size_t vl = len - kl - 1;
-    char tmp[128];
-    if (kl == 4 && strncasecmp(buf, "etag", 4) == 0) {
-        header_value(v, vl, f->etag, sizeof f->etag);
-    } else if (kl == 13 && strncasecmp(buf, "last-modified", 13) == 0) {
-        header_value(v, vl, f->last_modified, sizeof f->last_modified);
-    } else if (kl == 11 && strncasecmp(buf, "retry-after", 11) == 0) {
-        header_value(v, vl, f->retry_after, sizeof f->retry_after);
-    } else if (kl == 19 && strncasecmp(buf, "x-amz-bucket-region", 19) == 0) {
-        header_value(v, vl, f->region, sizeof f->region);
-    } else if (kl == 13 && strncasecmp(buf, "content-range", 13) == 0) {
-        header_value(v, vl, tmp, sizeof tmp);
-        const char *slash = strchr(tmp, '/');
-        if (slash && slash[1] != '*') f->object_size = strtoull(slash + 1, NULL, 10);
-    } else if (kl == 14 && strncasecmp(buf, "content-length", 14) == 0) {
-        header_value(v, vl, tmp, sizeof tmp);
-        /* The whole object's size only when no range was asked or none was
-         * honoured; Content-Range, when present, wins. */
-        if (f->object_size == UINT64_MAX && f->lo == 0 && f->hi == 0)
-            f->object_size = strtoull(tmp, NULL, 10);
-    }
-    return len;
+    stk__fetch_header(x->f, buf, size * n);
+    return size * n;
 }
 
 /* Called once the headers of a final response are in: decides whether the
@@ -226,17 +183,6 @@ static size_t on_body(char *buf, size_t size, size_t n, void *arg) {
     }
     f->got += k;
     return len;
-}
-
-/* Element `tag` of an XML error body (<Code>...</Code>), or "". */
-static void s3_element(const stk__fetch *f, const char *tag, char *out, size_t cap) {
-    char open[32], close[32];
-    snprintf(open, sizeof open, "<%s>", tag);
-    snprintf(close, sizeof close, "</%s>", tag);
-    out[0] = '\0';
-    const char *a = strstr(f->errbody, open);
-    const char *b = a ? strstr(a, close) : NULL;
-    if (a && b) header_value(a + strlen(open), (size_t)(b - a - strlen(open)), out, cap);
 }
 
 /* A stall: no byte for the whole timeout, counted from the last one that
@@ -333,11 +279,8 @@ static void finish(stk__http *h, xfer *x) {
 /* Delay before attempt `a` (1, 2, ...): 200 ms doubling up to 20 s, with
  * jitter (a random part of half), or the server's Retry-After. */
 static int64_t backoff_ns(stk__http *h, const stk__fetch *f, int a) {
-    if (f->retry_after[0]) {
-        char *end;
-        long s = strtol(f->retry_after, &end, 10);
-        if (!*end && s >= 0) return (int64_t)(s > 60 ? 60 : s) * 1000000000;
-    }
+    int64_t ra = stk__retry_after_s(f->retry_after, time(NULL));
+    if (ra >= 0) return (ra > 60 ? 60 : ra) * 1000000000;
     int64_t base = 200000000LL << (a - 1 > 7 ? 7 : a - 1);
     if (base > 20000000000LL) base = 20000000000LL;
     int64_t jitter = (int64_t)(rand_r(&h->rng) % 1000) * (base / 2) / 1000;
@@ -351,8 +294,8 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
     if (x->status == 0 && cc == CURLE_OK) response_started(x);
     long st = x->status;
     char code[64];
-    s3_element(f, "Code", code, sizeof code);
-    if (!f->region[0]) s3_element(f, "Region", f->region, sizeof f->region);
+    stk__xml_element(f->errbody, "Code", code, sizeof code);
+    if (!f->region[0]) stk__xml_element(f->errbody, "Region", f->region, sizeof f->region);
     if (x->stale) {
         f->rc = stk__err(&f->err, STK_ESTALE,
                          "%s: the object changed since the dataset was opened (ETag %s, "

@@ -118,6 +118,20 @@ typedef struct stk__fetch {
     stk_error err;
 } stk__fetch;
 
+/* ---- parse.c: what servers send ---- */
+
+/* Takes one response header line (as received, line end included) into f:
+ * ETag, Last-Modified, Retry-After, x-amz-bucket-region, the object's size
+ * from Content-Range (or Content-Length of an unranged request); a status
+ * line starts a new response and forgets the last one's. */
+void stk__fetch_header(stk__fetch *f, const char *buf, size_t len);
+/* The text of the first element `tag` of an XML body (NUL-terminated) into
+ * out (cap > 0), trimmed and cut to fit; "" when there is none. */
+void stk__xml_element(const char *body, const char *tag, char *out, size_t cap);
+/* Retry-After's delay in seconds from `now` (seconds or an HTTP date; a
+ * date past is 0), or -1 when v is absent or not understood. */
+int64_t stk__retry_after_s(const char *v, int64_t now);
+
 typedef struct stk__http stk__http;
 
 /* A client for the dataset URL `u` (signing S3 requests with `aws`, which

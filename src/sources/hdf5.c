@@ -26,13 +26,6 @@ void stk__h5info_free(stk__h5info *h) {
 
 #ifndef STK_HAVE_HDF5
 
-/* H5Ewalk2 callback: keeps the description of the innermost error. */
-static herr_t h5_last_error(unsigned n, const H5E_error2_t *e, void *data) {
-    (void)n;
-    if (e && e->desc && e->desc[0]) snprintf((char *)data, 256, "%s", e->desc);
-    return 0;
-}
-
 int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_error *err) {
     STK__UNUSED(dset);
     memset(out, 0, sizeof *out);

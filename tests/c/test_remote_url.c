@@ -361,10 +361,65 @@ static void out_of_memory(void) {
     CHECK(points > 10);
 }
 
+/* What servers send: header lines, XML error bodies, Retry-After. */
+static void responses(void) {
+    stk__fetch f;
+    memset(&f, 0, sizeof f);
+    f.object_size = UINT64_MAX;
+    f.lo = 100, f.hi = 200;
+    const char *lines[] = {"HTTP/1.1 206 Partial Content\r\n", "ETag:  \"abc\" \r\n",
+                           "content-range: bytes 100-199/134288\r\n",
+                           "Content-Length: 100\r\n", "Retry-After: 7\r\n",
+                           "X-Amz-Bucket-Region: eu-west-1\r\n", "no colon here\r\n"};
+    for (size_t i = 0; i < sizeof lines / sizeof *lines; i++)
+        stk__fetch_header(&f, lines[i], strlen(lines[i]));
+    CHECK(!strcmp(f.etag, "\"abc\"") && f.object_size == 134288);
+    CHECK(!strcmp(f.retry_after, "7") && !strcmp(f.region, "eu-west-1"));
+    /* A new response forgets the last one's headers. */
+    stk__fetch_header(&f, "HTTP/1.1 200 OK\r\n", 17);
+    CHECK(f.etag[0] == '\0' && f.object_size == UINT64_MAX && f.region[0] == '\0');
+    /* Sizes that are not plain digits, or overflow, stay unknown. */
+    const char *odd[] = {"Content-Range: bytes 0-9/*\r\n", "Content-Range: bytes 0-9/-5\r\n",
+                         "Content-Range: bytes 0-9/18446744073709551616\r\n",
+                         "Content-Range: bytes 0-9/12x\r\n"};
+    for (size_t i = 0; i < sizeof odd / sizeof *odd; i++) {
+        f.object_size = UINT64_MAX;
+        stk__fetch_header(&f, odd[i], strlen(odd[i]));
+        CHECK(f.object_size == UINT64_MAX);
+    }
+    /* Content-Length is the object's size only for an unranged request. */
+    stk__fetch_header(&f, "Content-Length: 55\r\n", 20);
+    CHECK(f.object_size == UINT64_MAX);
+    f.lo = f.hi = 0;
+    stk__fetch_header(&f, "Content-Length: 55\r\n", 20);
+    CHECK(f.object_size == 55);
+
+    char out[16];
+    const char *body = "<Error><Code> SlowDown </Code><Region>us-west-2</Region>"
+                       "<Message>a message longer than the buffer</Message></Error>";
+    stk__xml_element(body, "Code", out, sizeof out);
+    CHECK(!strcmp(out, "SlowDown"));
+    stk__xml_element(body, "Message", out, sizeof out);
+    CHECK(strlen(out) == sizeof out - 1 && !strncmp(out, "a message", 9));
+    stk__xml_element(body, "Nope", out, sizeof out);
+    CHECK(out[0] == '\0');
+    stk__xml_element("<Code>unterminated", "Code", out, sizeof out);
+    CHECK(out[0] == '\0');
+
+    const int64_t now = 1445412480; /* Wed, 21 Oct 2015 07:28:00 GMT */
+    CHECK(stk__retry_after_s("3", now) == 3 && stk__retry_after_s("0", now) == 0);
+    CHECK(stk__retry_after_s("Wed, 21 Oct 2015 07:28:30 GMT", now) == 30);
+    CHECK(stk__retry_after_s("Wed, 21 Oct 2015 07:00:00 GMT", now) == 0);
+    CHECK(stk__retry_after_s("", now) == -1 && stk__retry_after_s(NULL, now) == -1);
+    CHECK(stk__retry_after_s("-1", now) == -1 && stk__retry_after_s("soon", now) == -1);
+    CHECK(stk__retry_after_s("99999999999999999999", now) == -1);
+}
+
 int main(void) {
     snprintf(tmp, sizeof tmp, "%s", test_dir("remote-url"));
     CHECK(mkdir(tmp, 0700) == 0);
     urls();
+    responses();
     objects();
     from_env_and_defaults();
     from_files();

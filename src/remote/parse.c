@@ -1,0 +1,99 @@
+/*
+ * parse.c: what servers send that stoker reads: response header lines, the
+ * elements of an S3 XML error body, Retry-After.  Pure functions of their
+ * input, kept apart from the transfers so that they can be fuzzed
+ * (tests/fuzz/fuzz_response.c): a server's bytes are untrusted input.
+ */
+#define _GNU_SOURCE
+#include "remote.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Copies v[0..n) trimmed of blanks and line ends into dst (cap > 0),
+ * cut to fit. */
+static void value(const char *v, size_t n, char *dst, size_t cap) {
+    while (n && (*v == ' ' || *v == '\t')) v++, n--;
+    while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, v, n);
+    dst[n] = '\0';
+}
+
+/* A size of decimal digits only (no sign, no blank, no overflow), else
+ * UINT64_MAX: the size is then unknown, which is never trusted. */
+static uint64_t size_of(const char *s) {
+    if (!*s) return UINT64_MAX;
+    uint64_t x = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || x > (UINT64_MAX - 9) / 10) return UINT64_MAX;
+        x = x * 10 + (uint64_t)(*s - '0');
+    }
+    return x;
+}
+
+void stk__fetch_header(stk__fetch *f, const char *buf, size_t len) {
+    if (len > 5 && strncmp(buf, "HTTP/", 5) == 0) {
+        /* A new response (after a 100 Continue, say): forget the last. */
+        f->etag[0] = f->last_modified[0] = f->retry_after[0] = f->region[0] = '\0';
+        f->object_size = UINT64_MAX;
+        f->skip = 0;
+        return;
+    }
+    const char *colon = memchr(buf, ':', len);
+    if (!colon) return;
+    size_t kl = (size_t)(colon - buf);
+    const char *v = colon + 1;
+    size_t vl = len - kl - 1;
+    char tmp[128];
+    if (kl == 4 && strncasecmp(buf, "etag", 4) == 0) {
+        value(v, vl, f->etag, sizeof f->etag);
+    } else if (kl == 13 && strncasecmp(buf, "last-modified", 13) == 0) {
+        value(v, vl, f->last_modified, sizeof f->last_modified);
+    } else if (kl == 11 && strncasecmp(buf, "retry-after", 11) == 0) {
+        value(v, vl, f->retry_after, sizeof f->retry_after);
+    } else if (kl == 19 && strncasecmp(buf, "x-amz-bucket-region", 19) == 0) {
+        value(v, vl, f->region, sizeof f->region);
+    } else if (kl == 13 && strncasecmp(buf, "content-range", 13) == 0) {
+        /* "bytes a-b/total"; an asterisk for the total, or anything else:
+         * unknown. */
+        value(v, vl, tmp, sizeof tmp);
+        const char *slash = strchr(tmp, '/');
+        if (slash) f->object_size = size_of(slash + 1);
+    } else if (kl == 14 && strncasecmp(buf, "content-length", 14) == 0) {
+        value(v, vl, tmp, sizeof tmp);
+        /* The whole object's size only when no range was asked or none was
+         * honoured; Content-Range, when present, wins. */
+        if (f->object_size == UINT64_MAX && f->lo == 0 && f->hi == 0)
+            f->object_size = size_of(tmp);
+    }
+}
+
+void stk__xml_element(const char *body, const char *tag, char *out, size_t cap) {
+    char open[40], close[40];
+    out[0] = '\0';
+    if (snprintf(open, sizeof open, "<%s>", tag) >= (int)sizeof open) return;
+    snprintf(close, sizeof close, "</%s>", tag);
+    const char *a = strstr(body, open);
+    if (!a) return;
+    a += strlen(open);
+    const char *b = strstr(a, close);
+    if (b) value(a, (size_t)(b - a), out, cap);
+}
+
+int64_t stk__retry_after_s(const char *v, int64_t now) {
+    if (!v || !*v) return -1;
+    if (*v >= '0' && *v <= '9') {
+        uint64_t s = size_of(v);
+        return s == UINT64_MAX ? -1 : s > INT32_MAX ? INT32_MAX : (int64_t)s;
+    }
+    /* An HTTP date: the seconds until then (0 if past). */
+    time_t t = curl_getdate(v, NULL);
+    if (t == (time_t)-1) return -1;
+    return (int64_t)t > now ? (int64_t)t - now : 0;
+}
