@@ -20,6 +20,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 /* mkdir -p */
@@ -103,6 +104,33 @@ static bool busy(const char *dir) {
     }
     closedir(d);
     return held;
+}
+
+static int64_t wall_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+int stk__flock_alive(int fd, int64_t limit_ns, bool (*give_up)(void *ctx), void *ctx,
+                     int64_t *silent_ns) {
+    int64_t alive = wall_ns(); /* waiting began */
+    useconds_t nap = 2000;
+    *silent_ns = 0;
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK && errno != EINTR) return -errno;
+        if (give_up && give_up(ctx)) return 1;
+        struct stat st;
+        if (fstat(fd, &st) == 0) {
+            int64_t m = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+            if (m > alive) alive = m;
+        }
+        *silent_ns = wall_ns() - alive;
+        if (*silent_ns > limit_ns) return 1;
+        usleep(nap);
+        if (nap < 50000) nap *= 2;
+    }
+    return 0;
 }
 
 typedef int (*entry_fn)(void *ctx, const stk_cache_entry *e);
@@ -196,10 +224,26 @@ static int remove_entry(void *ctx, const stk_cache_entry *e) {
     return 0;
 }
 
+/* The node's copies of manifests (open.c), by URL: cleared with everything
+ * (their lock files stay, as a dataset directory's do while busy). */
+static void forget_manifests(const char *cache_dir) {
+    char *root = NULL;
+    if (stk__cache_root(cache_dir, &root, NULL)) return;
+    DIR *d = opendir(root);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (n == 18 && strncmp(de->d_name, "m-", 2) == 0) unlinkat(dirfd(d), de->d_name, 0);
+    }
+    if (d) closedir(d);
+    stk__free(root);
+}
+
 int stk_cache_clear(const char *cache_dir, const char *origin, uint64_t *bytes, stk_error *err) {
     clear_job j = {origin, 0};
     if (bytes) *bytes = 0;
     int rc = walk(cache_dir, remove_entry, &j, err);
+    if (rc == 0 && !origin) forget_manifests(cache_dir);
     if (bytes) *bytes = j.bytes;
     return rc;
 }

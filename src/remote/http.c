@@ -237,6 +237,15 @@ static int start(stk__http *h, xfer *x, stk_error *err) {
         curl_easy_setopt(e, CURLOPT_RANGE, range);
     }
     struct curl_slist *hd = NULL;
+    if (f->if_none_match && *f->if_none_match) {
+        char inm[160];
+        snprintf(inm, sizeof inm, "If-None-Match: %s", f->if_none_match);
+        if (!(hd = curl_slist_append(hd, inm))) {
+            curl_easy_cleanup(e);
+            x->e = NULL;
+            return stk__err(err, -ENOMEM, "out of memory");
+        }
+    }
     if (h->aws && h->aws->access_key) {
         char sig[128], tok[4096];
         snprintf(sig, sizeof sig, "aws:amz:%s:s3", h->aws->region);
@@ -254,8 +263,8 @@ static int start(stk__http *h, xfer *x, stk_error *err) {
             x->e = NULL;
             return stk__err(err, -ENOMEM, "out of memory");
         }
-        curl_easy_setopt(e, CURLOPT_HTTPHEADER, hd);
     }
+    if (hd) curl_easy_setopt(e, CURLOPT_HTTPHEADER, hd);
     x->headers = hd;
     h->st.requests++;
     CURLMcode mc = curl_multi_add_handle(h->multi, e);
@@ -330,6 +339,7 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
             return 1;
         }
     }
+    if (st == 304 && f->if_none_match && *f->if_none_match) return 0;
     if (st / 100 == 2) {
         if (!f->head && f->hi && f->got != f->hi - f->lo) {
             snprintf(f->err.message, sizeof f->err.message, "short body: %llu of %llu bytes",

@@ -426,47 +426,34 @@ static bool lock_try(fshard *s) {
  * beats the lock's file while it fetches (stk__http_beat); a holder whose
  * heart stopped for longer than a transfer may go without a byte (it was
  * stopped, or hangs) is given up on, so that no wait is unbounded. */
+typedef struct waiter {
+    stk__fetcher *f;
+    fshard *s;
+} waiter;
+
+static bool given_up(void *ctx) {
+    waiter *w = ctx;
+    pthread_mutex_lock(&w->f->mu);
+    bool g = w->s->given_up;
+    pthread_mutex_unlock(&w->f->mu);
+    return g;
+}
+
 static int lock_wait(stk__fetcher *f, fshard *s, stk_error *err) {
     const int64_t limit = ((int64_t)stk__http_timeout_s() + 5) * 1000000000;
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    int64_t alive = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec; /* waiting began */
-    useconds_t nap = 2000;
-    for (;;) {
-        if (flock(s->lock_fd, LOCK_EX | LOCK_NB) == 0) break;
-        if (errno != EWOULDBLOCK && errno != EINTR)
-            return stk__err(err, -errno, "%s: %s", s->lock_path, stk_strerror(-errno));
-        pthread_mutex_lock(&f->mu);
-        bool given_up = s->given_up;
-        pthread_mutex_unlock(&f->mu);
-        if (given_up)
-            return stk__err(err, STK_ETIMEOUT,
-                            "%s: another process holds this shard's cache lock (%s) and "
-                            "showed no sign of life; is it stopped?",
-                            s->name, s->lock_path);
-        struct stat st;
-        if (fstat(s->lock_fd, &st) == 0) {
-            int64_t m = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-            if (m > alive) alive = m;
-        }
-        clock_gettime(CLOCK_REALTIME, &t);
-        int64_t now = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-        if (now - alive > limit) {
-            pthread_mutex_lock(&f->mu);
-            s->given_up = true;
-            pthread_mutex_unlock(&f->mu);
-            return stk__err(err, STK_ETIMEOUT,
-                            "%s: another process holds this shard's cache lock (%s) and has "
-                            "shown no sign of life for %lld s; is it stopped?",
-                            s->name, s->lock_path, (long long)((now - alive) / 1000000000));
-        }
-        usleep(nap);
-        if (nap < 50000) nap *= 2;
-    }
+    waiter w = {f, s};
+    int64_t silent;
+    int rc = stk__flock_alive(s->lock_fd, limit, given_up, &w, &silent);
+    if (rc < 0) return stk__err(err, rc, "%s: %s", s->lock_path, stk_strerror(rc));
     pthread_mutex_lock(&f->mu);
-    s->lockers++;
-    s->given_up = false;
+    if (rc == 1) s->given_up = true;
+    else s->lockers++, s->given_up = false;
     pthread_mutex_unlock(&f->mu);
+    if (rc == 1)
+        return stk__err(err, STK_ETIMEOUT,
+                        "%s: another process holds this shard's cache lock (%s) and has shown "
+                        "no sign of life for over %lld s; is it stopped?",
+                        s->name, s->lock_path, (long long)(limit / 1000000000));
     return 0;
 }
 

@@ -36,6 +36,7 @@ typedef struct remote {
     uint64_t cached;
     int64_t timeout_s;
     uint64_t part; /* bytes per range request */
+    bool fresh_ends; /* fetch every partial shard's ends, reusing none */
 } remote;
 
 static bool size_is(const char *path, uint64_t bytes) {
@@ -72,10 +73,13 @@ static bool held(const char *path, const stk__manifest *m, size_t i) {
         /* It and its other names (the .part it grew in, with its presence
          * file) go; it is fetched again. */
         char *part = stk__concat(path, "", ".part"), *present = stk__concat(path, "", ".present");
+        char *pin = stk__concat(path, "", ".pin");
         if (part) unlink(part);
         if (present) unlink(present);
+        if (pin) unlink(pin);
         stk__free(part);
         stk__free(present);
+        stk__free(pin);
         unlink(path);
         return false;
     }
@@ -83,22 +87,110 @@ static bool held(const char *path, const stk__manifest *m, size_t i) {
     return true;
 }
 
-/* Fetches the manifest; *text from stk__malloc. */
-static int fetch_manifest(remote *r, char **text, size_t *len, char **murl, stk_error *err) {
+/* The manifest, as this node last had it: `<cache root>/m-<hash of its
+ * URL>` holds its ETag on a first line, then its bytes. */
+typedef struct known {
+    char *path, *lock;
+    char *text; /* the file */
+    size_t len;
+    const char *etag, *body;
+    size_t body_len;
+    bool fresh; /* fetched or confirmed less than STOKER_MANIFEST_TTL ago */
+} known;
+
+static void known_read(known *k, int64_t ttl) {
+    struct stat st;
+    if (stat(k->path, &st) != 0 || stk__read_file(k->path, &k->text, &k->len) != 0) return;
+    char *nl = memchr(k->text, '\n', k->len);
+    if (!nl) {
+        stk__free(k->text);
+        k->text = NULL;
+        return;
+    }
+    *nl = '\0';
+    k->etag = k->text;
+    k->body = nl + 1;
+    k->body_len = k->len - (size_t)(nl + 1 - k->text);
+    k->fresh = (int64_t)time(NULL) - (int64_t)st.st_mtim.tv_sec < ttl;
+}
+
+/* The lock that lets one process of the node open the dataset (fetch its
+ * manifest, and its shards' headers and indexes) while the others wait and
+ * then reuse what it fetched.  A holder that shows no sign of life is not
+ * waited for: going on without the lock costs only requests of one's own. */
+static int known_lock(const known *k, int64_t timeout_s) {
+    int fd = k->lock ? open(k->lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644) : -1;
+    int64_t silent;
+    if (fd >= 0 && stk__flock_alive(fd, (timeout_s + 5) * 1000000000, NULL, NULL, &silent) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* Fetches the manifest, once per node: a copy fetched or confirmed less than
+ * $STOKER_MANIFEST_TTL seconds ago (default 10: the ranks and DataLoader
+ * workers of one launch) is taken as it is; an older one is asked for again
+ * with If-None-Match, so that an unchanged manifest costs an empty answer.
+ * *text from stk__malloc. */
+static int fetch_manifest(remote *r, const char *root, bool ask, char **text, size_t *len,
+                          char **murl, bool *copy, int *lock_fd, stk_error *err) {
+    *copy = false;
     *murl = stk__url_object(&r->url, r->have_aws ? &r->aws : NULL, STK__MANIFEST);
     if (!*murl) return stk__err(err, -ENOMEM, "out of memory");
+    const char *t = getenv("STOKER_MANIFEST_TTL");
+    int64_t ttl = t && *t ? atoll(t) : 10;
+    known k;
+    memset(&k, 0, sizeof k);
+    char key[24];
+    snprintf(key, sizeof key, "m-%016" PRIx64, stk__hash(*murl, strlen(*murl)));
+    k.path = stk__path_join(root, key);
+    k.lock = k.path ? stk__concat(k.path, "", ".lock") : NULL;
+    int lfd = *lock_fd >= 0 ? *lock_fd : known_lock(&k, r->timeout_s);
+    *lock_fd = lfd;
+    if (k.path && ask) unlink(k.path); /* the copy did not parse */
+    else if (k.path) known_read(&k, ttl);
+    int rc = 0;
     stk__fetch f;
     memset(&f, 0, sizeof f);
-    char *name = NULL;
-    if (asprintf(&name, "%s/%s", r->url.text, STK__MANIFEST) < 0) name = NULL;
-    f.url = *murl;
-    f.what = name;
-    f.fd = -1;
-    int rc = stk__http_run(r->http, &f, 1, err);
-    free(name);
-    if (rc == -ENOENT && err)
-        stk__err(err, -ENOENT, "%s: no dataset there (its manifest, %s, is not found)",
-                 r->url.text, *murl);
+    if (!k.fresh) {
+        char *name = NULL;
+        if (asprintf(&name, "%s/%s", r->url.text, STK__MANIFEST) < 0) name = NULL;
+        f.url = *murl;
+        f.what = name;
+        f.fd = -1;
+        f.if_none_match = k.text ? k.etag : NULL;
+        rc = stk__http_run(r->http, &f, 1, err);
+        free(name);
+        if (rc == -ENOENT && err)
+            stk__err(err, -ENOENT, "%s: no dataset there (its manifest, %s, is not found)",
+                     r->url.text, *murl);
+    }
+    if (rc == 0 && (k.fresh || f.status == 304)) {
+        /* The copy this node has. */
+        if (f.status == 304) utimensat(AT_FDCWD, k.path, NULL, 0);
+        *copy = true;
+        stk__free(f.mem);
+        f.mem = stk__malloc(k.body_len + 1);
+        if (f.mem) memcpy(f.mem, k.body, k.body_len), f.mem[k.body_len] = '\0';
+        f.mem_len = k.body_len;
+        if (!f.mem) rc = stk__err(err, -ENOMEM, "out of memory");
+    } else if (rc == 0 && k.path) {
+        /* Kept for the node's next opens; a copy that cannot be written
+         * costs them a request, nothing more. */
+        size_t el = strlen(f.etag), n = el + 1 + f.mem_len;
+        char *rec = memchr(f.etag, '\n', el) ? NULL : stk__malloc(n ? n : 1);
+        if (rec) {
+            memcpy(rec, f.etag, el);
+            rec[el] = '\n';
+            if (f.mem_len) memcpy(rec + el + 1, f.mem, f.mem_len);
+            stk__write_file_atomic(root, key, rec, n, false);
+            stk__free(rec);
+        }
+    }
+    stk__free(k.text);
+    stk__free(k.path);
+    stk__free(k.lock);
     if (rc) {
         stk__free(f.mem);
         return rc;
@@ -117,10 +209,32 @@ static int fetch_manifest(remote *r, char **text, size_t *len, char **murl, stk_
 typedef struct partial {
     size_t i;
     char *url, *name, *final, *part;
+    char *pin_path; /* <final>.pin: the pin, once the ends are in the .part */
     int fd;
+    bool reused; /* its ends were in the .part already */
     char pin[128];
     uint8_t header[STK__HEADER_SIZE];
 } partial;
+
+/* A partial shard whose ends another open of this node fetched: its pin is
+ * read back, and nothing is fetched (the dataset's open checks the ends
+ * against the manifest; remote_open opens again with fresh ends if they
+ * fail). */
+static bool ends_known(partial *p) {
+    char *text = NULL;
+    size_t len = 0;
+    if (stk__read_file(p->pin_path, &text, &len) != 0) return false;
+    bool ok = len < sizeof p->pin && !memchr(text, '\n', len);
+    if (ok) snprintf(p->pin, sizeof p->pin, "%s", text);
+    stk__free(text);
+    return ok;
+}
+
+/* Records that p's ends are in its .part, pinned: for later opens. */
+static void ends_keep(const remote *r, const partial *p) {
+    const char *base = strrchr(p->pin_path, '/');
+    stk__write_file_atomic(r->dir, base ? base + 1 : p->pin_path, p->pin, strlen(p->pin), false);
+}
 
 
 /* Fetches each partial shard's header (pinning the object: its ETag, and
@@ -130,22 +244,32 @@ static int fetch_ends(remote *r, partial *ps, size_t n, stk_error *err) {
     stk__fetch *f = stk__calloc(n ? n : 1, sizeof *f);
     if (!f) return stk__err(err, -ENOMEM, "out of memory");
     int rc = 0;
-    for (size_t k = 0; k < n; k++) {
-        uint64_t bytes = r->m.shards[ps[k].i].bytes;
-        f[k] = (stk__fetch){.url = ps[k].url, .what = ps[k].name, .lo = 0,
-                            .hi = STK__MIN((uint64_t)STK__HEADER_SIZE, bytes), .fd = ps[k].fd};
+    /* f[j] for the shards whose ends are fetched: at[j] is its partial. */
+    size_t *at = stk__calloc(n ? n : 1, sizeof *at);
+    if (!at) {
+        stk__free(f);
+        return stk__err(err, -ENOMEM, "out of memory");
     }
-    rc = stk__http_run(r->http, f, n, err);
-    for (size_t k = 0; rc == 0 && k < n; k++) {
+    size_t nf = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (ps[k].reused) continue;
+        uint64_t bytes = r->m.shards[ps[k].i].bytes;
+        at[nf] = k;
+        f[nf++] = (stk__fetch){.url = ps[k].url, .what = ps[k].name, .lo = 0,
+                               .hi = STK__MIN((uint64_t)STK__HEADER_SIZE, bytes), .fd = ps[k].fd};
+    }
+    rc = stk__http_run(r->http, f, nf, err);
+    for (size_t j = 0; rc == 0 && j < nf; j++) {
+        size_t k = at[j];
         uint64_t want = r->m.shards[ps[k].i].bytes;
-        if (f[k].object_size != UINT64_MAX && f[k].object_size != want) {
+        if (f[j].object_size != UINT64_MAX && f[j].object_size != want) {
             rc = stk__err(err, STK_EMISMATCH,
                           "%s: the object has %" PRIu64 " bytes; the dataset's manifest says "
                           "%" PRIu64 ": it was replaced after the manifest was written",
-                          ps[k].name, f[k].object_size, want);
+                          ps[k].name, f[j].object_size, want);
             break;
         }
-        snprintf(ps[k].pin, sizeof ps[k].pin, "%s", f[k].etag);
+        snprintf(ps[k].pin, sizeof ps[k].pin, "%s", f[j].etag);
         ssize_t got = stk__pread_full(ps[k].fd, ps[k].header, sizeof ps[k].header, 0);
         if (got != (ssize_t)sizeof ps[k].header) {
             rc = got < 0 ? stk__err(err, (int)got, "%s: %s", ps[k].part, stk_strerror((int)got))
@@ -157,10 +281,12 @@ static int fetch_ends(remote *r, partial *ps, size_t n, stk_error *err) {
          * header says is checked when the dataset opens. */
         uint64_t index_off = stk__ld64(ps[k].header + STK__H_INDEX_OFF);
         if (index_off < STK__HEADER_SIZE || index_off > want) index_off = STK__HEADER_SIZE;
-        f[k] = (stk__fetch){.url = ps[k].url, .what = ps[k].name, .lo = index_off, .hi = want,
+        f[j] = (stk__fetch){.url = ps[k].url, .what = ps[k].name, .lo = index_off, .hi = want,
                             .fd = ps[k].fd, .fd_off = index_off, .want_etag = ps[k].pin};
     }
-    if (rc == 0) rc = stk__http_run(r->http, f, n, err);
+    if (rc == 0) rc = stk__http_run(r->http, f, nf, err);
+    for (size_t j = 0; rc == 0 && j < nf; j++) ends_keep(r, &ps[at[j]]);
+    stk__free(at);
     stk__free(f);
     return rc;
 }
@@ -194,6 +320,7 @@ static int open_cached(remote *r, stk_dataset **out, stk_error *err) {
     int rc = 0;
     size_t np = 0;
     uint64_t missing = 0;
+    r->cached = 0;
     bool trust = true; /* the presence files, unless a .part is older than the boot */
     int64_t boot = boot_time();
     for (size_t i = 0; i < n && rc == 0; i++) {
@@ -216,12 +343,18 @@ static int open_cached(remote *r, stk_dataset **out, stk_error *err) {
         p->part = stk__concat(final, "", ".part");
         p->name = stk__concat(r->url.text, "/", e->file);
         p->url = stk__url_object(&r->url, r->have_aws ? &r->aws : NULL, e->file);
-        if (!p->part || !p->name || !p->url) {
+        p->pin_path = stk__concat(final, "", ".pin");
+        if (!p->part || !p->name || !p->url || !p->pin_path) {
             rc = stk__err(err, -ENOMEM, "out of memory");
             break;
         }
-        struct stat st;
-        if (stat(p->part, &st) == 0 && (int64_t)st.st_mtim.tv_sec < boot) trust = false;
+        struct stat st, pst;
+        bool was = stat(p->part, &st) == 0;
+        if (was && (int64_t)st.st_mtim.tv_sec < boot) trust = false;
+        was = was && (uint64_t)st.st_size == e->bytes;
+        p->reused = was && !r->fresh_ends && (int64_t)st.st_mtim.tv_sec >= boot &&
+                    stat(p->pin_path, &pst) == 0 && (int64_t)pst.st_mtim.tv_sec >= boot &&
+                    ends_known(p);
         p->fd = stk__open(p->part, O_RDWR | O_CREAT | O_NOFOLLOW, 0644);
         if (p->fd < 0) {
             rc = stk__err(err, p->fd, "%s: %s", p->part, stk_strerror(p->fd));
@@ -271,6 +404,13 @@ static int open_cached(remote *r, stk_dataset **out, stk_error *err) {
     }
     stk__fetcher_free(fe);
     for (size_t k = 0; k < np; k++) {
+        if (rc && ps[k].reused) {
+            /* Perhaps those ends are what failed: the caller tries again
+             * with fresh ones. */
+            unlink(ps[k].pin_path);
+            r->fresh_ends = true;
+        }
+        stk__free(ps[k].pin_path);
         if (ps[k].fd >= 0) close(ps[k].fd);
         stk__free(ps[k].url);
         stk__free(ps[k].name);
@@ -285,15 +425,12 @@ static int open_cached(remote *r, stk_dataset **out, stk_error *err) {
 
 /* The cache directory of this dataset version, its manifest and origin
  * written there once. */
-static int prepare_dir(remote *r, const stk_open_options *opts, const char *text, size_t len,
+static int prepare_dir(remote *r, const char *root, const char *text, size_t len,
                        stk_error *err) {
-    char *root = NULL;
-    int rc = stk__cache_root(opts ? opts->cache_dir : NULL, &root, err);
-    if (rc) return rc;
+    int rc = 0;
     char key[17];
     snprintf(key, sizeof key, "%016" PRIx64, stk__hash(text, len));
     r->dir = stk__path_join(root, key);
-    stk__free(root);
     if (!r->dir) return stk__err(err, -ENOMEM, "out of memory");
     if (mkdir(r->dir, 0755) != 0 && errno != EEXIST) {
         rc = -errno;
@@ -318,10 +455,11 @@ int stk__remote_open(const char *path, const stk_open_options *opts, stk_dataset
     *out = NULL;
     remote r;
     memset(&r, 0, sizeof r);
-    char *text = NULL, *murl = NULL;
+    char *text = NULL, *murl = NULL, *root = NULL;
     size_t len = 0;
-    const char *t = getenv("STOKER_REMOTE_TIMEOUT");
-    r.timeout_s = t && atoi(t) > 0 ? atoi(t) : 30;
+    int lock_fd = -1; /* the node's open of this URL: held until the dataset is
+                       * open, beating while it fetches */
+    r.timeout_s = stk__http_timeout_s();
     r.part = stk__http_part_bytes();
     int rc = stk__url_parse(path, &r.url, err);
     if (rc) return rc;
@@ -330,8 +468,21 @@ int stk__remote_open(const char *path, const stk_open_options *opts, stk_dataset
         r.have_aws = true;
     }
     if ((rc = stk__http_new(&r.url, r.have_aws ? &r.aws : NULL, &r.http, err))) goto out;
-    if ((rc = fetch_manifest(&r, &text, &len, &murl, err))) goto out;
-    if ((rc = stk__manifest_parse(text, len, murl, &r.m, err))) goto out;
+    if ((rc = stk__cache_root(opts ? opts->cache_dir : NULL, &root, err))) goto out;
+    bool copy = false;
+    rc = fetch_manifest(&r, root, false, &text, &len, &murl, &copy, &lock_fd, err);
+    if (lock_fd >= 0) stk__http_beat(r.http, &lock_fd, 1);
+    if (rc) goto out;
+    rc = stk__manifest_parse(text, len, murl, &r.m, err);
+    if (rc && copy) {
+        /* The node's copy is damaged: the store's is fetched. */
+        stk__free(text);
+        stk__free(murl);
+        text = murl = NULL;
+        rc = fetch_manifest(&r, root, true, &text, &len, &murl, &copy, &lock_fd, err);
+        if (rc == 0) rc = stk__manifest_parse(text, len, murl, &r.m, err);
+    }
+    if (rc) goto out;
     if (r.m.is_part) {
         rc = stk__err(err, STK_EINCOMPLETE, "%s: is part %u of %u, not a whole dataset", murl,
                       r.m.part_index, r.m.part_count);
@@ -349,9 +500,11 @@ int stk__remote_open(const char *path, const stk_open_options *opts, stk_dataset
             goto out;
         }
     }
-    if ((rc = prepare_dir(&r, opts, text, len, err))) goto out;
+    if ((rc = prepare_dir(&r, root, text, len, err))) goto out;
     stk_dataset *ds = NULL;
-    if ((rc = open_cached(&r, &ds, err))) goto out;
+    rc = open_cached(&r, &ds, err);
+    if (rc && r.fresh_ends) rc = open_cached(&r, &ds, err);
+    if (rc) goto out;
     ds->origin = stk__strdup(r.url.text);
     ds->remote = stk__calloc(1, sizeof *ds->remote);
     if (!ds->origin || !ds->remote) {
@@ -363,8 +516,10 @@ int stk__remote_open(const char *path, const stk_open_options *opts, stk_dataset
     ds->remote->bytes_cached = r.cached;
     *out = ds;
 out:
+    if (lock_fd >= 0) close(lock_fd);
     stk__free(text);
     stk__free(murl);
+    stk__free(root);
     stk__manifest_clear(&r.m);
     stk__free(r.dir);
     stk__http_free(r.http);

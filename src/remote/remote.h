@@ -95,6 +95,8 @@ typedef struct stk__fetch {
     int fd;
     uint64_t fd_off;
     const char *want_etag; /* NULL or "": not checked */
+    const char *if_none_match; /* an ETag: "not modified" (304) is then a
+                                * success, with status 304 and no body */
     /* results */
     uint8_t *mem;
     size_t mem_len, mem_cap;
@@ -157,6 +159,15 @@ long stk__http_timeout_s(void);
 void stk__http_beat(stk__http *h, const int *fds, size_t n);
 
 /* ---- cache.c ---- */
+
+/* Takes the exclusive flock on fd, waiting while its holder shows life: a
+ * holder beats the file (stk__http_beat) while it works, so a file whose
+ * time stood still for limit_ns means a holder that was stopped or hangs.
+ * Returns 0 once taken, 1 when the holder showed no life for limit_ns (or
+ * give_up(ctx), when given, says to stop waiting), else -errno.  *silent_ns
+ * is then how long it showed none. */
+int stk__flock_alive(int fd, int64_t limit_ns, bool (*give_up)(void *ctx), void *ctx,
+                     int64_t *silent_ns);
 
 /* The cache directory: `opt`, else $STOKER_CACHE_DIR, else
  * $XDG_CACHE_HOME/stoker, else $HOME/.cache/stoker; created if absent.
