@@ -419,12 +419,20 @@ STK_API int stk_dataset_open_with(const char *path, const stk_open_options *opts
  *
  * The cache holds one directory per dataset version (keyed by the
  * manifest's checksum); a restarted run reuses what it holds, block by
- * block.  Several processes share it: blocks being fetched by one are
- * waited for by the others, never fetched twice.  Failures: 5xx, 429, SlowDown, resets,
- * timeouts and stalled transfers are retried with exponential backoff and
- * jitter (Retry-After honoured), at most $STOKER_REMOTE_RETRIES times
- * (default 8) per request; a transfer making no progress for
- * $STOKER_REMOTE_TIMEOUT seconds (default 30) is abandoned and retried.
+ * block.  Several processes share it: the processes of a node that open one
+ * URL together fetch its manifest and its shards' headers and indexes once
+ * (one opens, the others wait and reuse; a manifest fetched less than
+ * $STOKER_MANIFEST_TTL seconds ago, default 10, is not asked for again, an
+ * older one is confirmed with If-None-Match), and blocks being fetched by
+ * one are waited for by the others, never fetched twice.  Failures: 5xx,
+ * 429, SlowDown, resets, timeouts and stalled transfers are retried with
+ * exponential backoff and jitter (Retry-After honoured), at most
+ * $STOKER_REMOTE_RETRIES times (default 8) per request; a transfer with no
+ * byte for $STOKER_REMOTE_TIMEOUT seconds (default 30) is abandoned and
+ * retried, and one stalled through every try is STK_ETIMEOUT.  A process
+ * waiting for another's lock waits while that one shows life (it beats the
+ * lock file while it fetches) and gives up with STK_ETIMEOUT once it has
+ * shown none for the timeout and 5 s.
  * 403 is -EACCES, 404 -ENOENT, a wrong region -EINVAL, each naming the URL.
  * $STOKER_REMOTE_CONNECTIONS (default 16) requests are in flight at once,
  * each a range of $STOKER_REMOTE_PART_MB MiB (default 8).
