@@ -429,7 +429,9 @@ STK_API int stk_dataset_open_with(const char *path, const stk_open_options *opts
  * exponential backoff and jitter (Retry-After honoured), at most
  * $STOKER_REMOTE_RETRIES times (default 8) per request; a transfer with no
  * byte for $STOKER_REMOTE_TIMEOUT seconds (default 30) is abandoned and
- * retried, and one stalled through every try is STK_ETIMEOUT.  A process
+ * retried, and one stalled through every try is STK_ETIMEOUT; a range taking
+ * $STOKER_REMOTE_LATE times (default 4; 0: never) longer than the rate the
+ * others get predicts, and over 2 s, is sent again at once.  A process
  * waiting for another's lock waits while that one shows life (it beats the
  * lock file while it fetches) and gives up with STK_ETIMEOUT once it has
  * shown none for the timeout and 5 s.

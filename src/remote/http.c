@@ -29,6 +29,9 @@ struct stk__http {
     int connections;
     unsigned rng;
     stk_remote_stats st;
+    double rate;     /* bytes/s a transfer typically gets (moving average) */
+    int late;        /* a transfer taking this many times longer than that
+                      * rate predicts is sent again (0: never) */
     const int *beat; /* files whose mtime says "alive" (stk__http_beat) */
     size_t nbeat;
     uint64_t beat_ns; /* last beat */
@@ -58,6 +61,7 @@ int stk__http_new(const stk__url *u, stk__aws *aws, stk__http **out, stk_error *
     h->retries = (int)env_long("STOKER_REMOTE_RETRIES", 8, 0, 100);
     h->timeout_s = stk__http_timeout_s();
     h->connections = (int)env_long("STOKER_REMOTE_CONNECTIONS", 16, 1, 1024);
+    h->late = (int)env_long("STOKER_REMOTE_LATE", 4, 0, 1000);
     h->rng = (unsigned)stk__now_ns() ^ (unsigned)getpid();
     h->multi = curl_multi_init();
     if (!h->multi) {
@@ -108,6 +112,8 @@ typedef struct xfer {
     long status;      /* of the response being received */
     bool stale;       /* its ETag is not the pinned one */
     bool stalled;     /* abandoned: no byte for the timeout */
+    bool late;        /* abandoned: far slower than its siblings */
+    uint64_t start_ns;
     uint64_t last_ns; /* when the last byte (or the request) went */
 } xfer;
 
@@ -190,11 +196,28 @@ static size_t on_body(char *buf, size_t size, size_t n, void *arg) {
  * transfer that stopped dead run on for seconds more). */
 static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                        curl_off_t ulnow) {
-    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    (void)dltotal, (void)ultotal, (void)ulnow;
     xfer *x = arg;
-    if (stk__now_ns() - x->last_ns <= (uint64_t)x->h->timeout_s * 1000000000u) return 0;
-    x->stalled = true;
-    return 1;
+    const stk__http *h = x->h;
+    const stk__fetch *f = x->f;
+    uint64_t now = stk__now_ns();
+    if (now - x->last_ns > (uint64_t)h->timeout_s * 1000000000u) {
+        x->stalled = true;
+        return 1;
+    }
+    /* Late: a range taking `late` times longer than the rate the others
+     * get predicts (and over 2 s), though bytes still come: a slow server
+     * or path, which a new request usually avoids. */
+    if (h->late && h->rate > 0 && !f->head && f->hi > f->lo && dlnow >= 0 &&
+        (uint64_t)dlnow < f->hi - f->lo) {
+        double el = (double)(now - x->start_ns) / 1e9;
+        double expect = (double)(f->hi - f->lo) / h->rate;
+        if (el > 2.0 && el > h->late * expect) {
+            x->late = true;
+            return 1;
+        }
+    }
+    return 0;
 }
 
 static int start(stk__http *h, xfer *x, stk_error *err) {
@@ -204,7 +227,8 @@ static int start(stk__http *h, xfer *x, stk_error *err) {
     x->status = 0;
     x->stale = false;
     x->stalled = false;
-    x->last_ns = stk__now_ns();
+    x->late = false;
+    x->start_ns = x->last_ns = stk__now_ns();
     f->got = 0;
     f->mem_len = 0;
     f->errlen = 0;
@@ -311,6 +335,14 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
                          "pinned %s); a dataset must not be rewritten while it is read",
                          what(f), f->etag, f->want_etag);
         return -1;
+    }
+    if (cc != CURLE_OK && x->late) {
+        snprintf(f->err.message, sizeof f->err.message,
+                 "late: %.1f s for %llu bytes where others get %.1f MB/s",
+                 (double)(stk__now_ns() - x->start_ns) / 1e9,
+                 (unsigned long long)(f->hi - f->lo), h->rate / 1e6);
+        f->err.code = -EIO;
+        return 1;
     }
     if (cc != CURLE_OK && x->stalled) {
         snprintf(f->err.message, sizeof f->err.message, "stalled: no byte for %ld s",
@@ -451,9 +483,18 @@ int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err) {
             finish(h, x);
             active--;
             stk__fetch *fx = x->f;
+            uint64_t took = stk__now_ns() - x->start_ns;
+            if (v == 0 && !fx->head && fx->got >= (16u << 10) && took > 0) {
+                /* What a transfer typically gets (small ones say more about
+                 * latency than rate, and are left out). */
+                double r = (double)fx->got * 1e9 / (double)took;
+                h->rate = h->rate > 0 ? 0.8 * h->rate + 0.2 * r : r;
+            }
             if (v == 1 && fx->attempts <= h->retries) {
                 h->st.retries++;
-                fx->not_before_ns = (int64_t)stk__now_ns() + backoff_ns(h, fx, fx->attempts);
+                /* A late one goes again at once: the server was not busy. */
+                fx->not_before_ns = (int64_t)stk__now_ns() +
+                                    (x->late ? 0 : backoff_ns(h, fx, fx->attempts));
                 continue;
             }
             if (v == 1) {

@@ -495,6 +495,54 @@ def test_transfer_that_always_stalls_is_a_timeout(faulty, aws, tmp_path, monkeyp
     assert "stalled" in str(e.value) and "2 attempts" in str(e.value) and url in str(e.value)
 
 
+def test_late_transfer_is_sent_again(faulty, aws, tmp_path, monkeypatch):
+    """A range that trickles (bytes keep coming, so it never stalls) far
+    slower than the others is abandoned and sent again at once, instead of
+    taking a minute."""
+    monkeypatch.setenv("STOKER_REMOTE_TIMEOUT", "5")
+    slowed = {"done": False}
+
+    def plan(h, path, head):
+        rng = h.headers.get("Range")
+        if path.startswith("big/shard-000002") and rng and not head and not slowed["done"]:
+            data = (h.server.root / path).read_bytes()
+            lo, hi = (int(v) for v in rng.split("=")[1].split("-"))
+            if lo == 0 or hi - lo < 100_000:
+                return False  # the header and index at open
+            slowed["done"] = True
+            body = data[lo:hi + 1]
+            h.send_response(206)
+            h.send_header("Content-Length", str(len(body)))
+            h.send_header("Content-Range", f"bytes {lo}-{hi}/{len(data)}")
+            h.send_header("ETag", '"v1"')
+            h.end_headers()
+            try:
+                for i in range(0, len(body), 8192):  # 32 KiB/s, a byte every 0.25 s
+                    h.wfile.write(body[i:i + 8192])
+                    h.wfile.flush()
+                    time.sleep(0.25)
+            except OSError:
+                pass  # the client gave up on it
+            return True
+        return False
+
+    srv, url = faulty(plan)
+    big = srv.root / "big"
+    rng = np.random.default_rng(4)
+    stoker.write(str(big), {"x": rng.standard_normal((40, 50_000)).astype(np.float32)},
+                 shard_bytes=2_000_000)
+    big_url = url.rsplit("/", 1)[0] + "/big"
+    t0 = time.monotonic()
+    with stoker.Loader(big_url, 4, shuffle="sequential", cache_dir=tmp_path / "c") as ld:
+        got = [{k: np.array(v) for k, v in b.items()} for b in ld]
+        st = ld.remote_stats()
+    took = time.monotonic() - t0
+    assert slowed["done"] and st["retries"] >= 1
+    assert took < 20, took  # the trickle alone would take over a minute
+    with stoker.Loader(str(big), 4, shuffle="sequential") as ld:
+        same(got, [{k: np.array(v) for k, v in b.items()} for b in ld])
+
+
 def test_stalled_transfer_is_abandoned_and_retried(faulty, aws, tmp_path, monkeypatch):
     monkeypatch.setenv("STOKER_REMOTE_TIMEOUT", "2")
     stalled = {"done": False}
