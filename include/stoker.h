@@ -463,6 +463,22 @@ STK_API int stk_dataset_remote_stats(const stk_dataset *ds, stk_remote_stats *ou
  * ask).  Returns 0 (at once for a local dataset) or a fetch error. */
 STK_API int stk_dataset_fetch_all(const stk_dataset *ds, stk_error *err);
 
+/* Uploads the local dataset in directory `dir` to `url` (s3://bucket/prefix,
+ * credentials and endpoint as for reading).  The dataset is checked whole
+ * first (every shard against the manifest, every block against its
+ * checksum); then every shard is sent, many at once (one PUT each, or a
+ * multipart upload in parts of $STOKER_REMOTE_PART_MB MiB, at least 5, when
+ * larger; a failed multipart upload is aborted), and the manifest last, so
+ * that a reader never finds a manifest whose shards are not all there.  A
+ * dataset already at `url` (its manifest answers) is -EEXIST unless
+ * `replace`; replacing one in place makes its open readers fail with
+ * STK_ESTALE, so a new prefix is the better way to publish a new version.
+ * `progress`, when given, is called with the bytes sent so far and in all.
+ * `dir` and `url` are read during the call only. */
+STK_API int stk_dataset_push(const char *dir, const char *url, int replace,
+                             void (*progress)(void *ctx, uint64_t done, uint64_t total),
+                             void *ctx, stk_error *err);
+
 /* What the link to a remote dataset delivers: its shard objects fetched
  * again (not into the cache) the way opening fetches them, ranges of
  * $STOKER_REMOTE_PART_MB MiB (default 8) with every connection busy, for

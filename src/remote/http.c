@@ -191,6 +191,24 @@ static size_t on_body(char *buf, size_t size, size_t n, void *arg) {
     return len;
 }
 
+/* An upload's body, read from its file as curl sends it. */
+static size_t on_read(char *buf, size_t size, size_t n, void *arg) {
+    xfer *x = arg;
+    stk__fetch *f = x->f;
+    x->last_ns = stk__now_ns(); /* sending is progress too */
+    size_t want = size * n;
+    uint64_t left = f->up_len - f->up_sent;
+    if (want > left) want = (size_t)left;
+    if (!want) return 0;
+    ssize_t got = stk__pread_full(f->up_fd, buf, want, f->up_off + f->up_sent);
+    if (got != (ssize_t)want) {
+        f->store_err = got < 0 ? (int)got : -EIO;
+        return CURL_READFUNC_ABORT;
+    }
+    f->up_sent += want;
+    return want;
+}
+
 /* A stall: no byte for the whole timeout, counted from the last one that
  * came (curl's own low-speed limit averages over its window, and let a
  * transfer that stopped dead run on for seconds more). */
@@ -253,6 +271,19 @@ static int start(stk__http *h, xfer *x, stk_error *err) {
     curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
     curl_easy_setopt(e, CURLOPT_USERAGENT, "stoker/" STK_VERSION_STRING);
     if (f->head) curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    struct curl_slist *hd = NULL;
+    if (f->method) curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, f->method);
+    if (f->put) {
+        f->up_sent = 0;
+        curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
+        curl_easy_setopt(e, CURLOPT_READDATA, x);
+        curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)f->up_len);
+    } else if (f->post) {
+        curl_easy_setopt(e, CURLOPT_POST, 1L);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, f->post);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(f->post));
+    }
     char range[64];
     if (!f->head && (f->lo || f->hi)) {
         if (f->hi) snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)f->lo,
@@ -260,7 +291,6 @@ static int start(stk__http *h, xfer *x, stk_error *err) {
         else snprintf(range, sizeof range, "%llu-", (unsigned long long)f->lo);
         curl_easy_setopt(e, CURLOPT_RANGE, range);
     }
-    struct curl_slist *hd = NULL;
     if (f->if_none_match && *f->if_none_match) {
         char inm[160];
         snprintf(inm, sizeof inm, "If-None-Match: %s", f->if_none_match);
@@ -334,6 +364,11 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
                          "%s: the object changed since the dataset was opened (ETag %s, "
                          "pinned %s); a dataset must not be rewritten while it is read",
                          what(f), f->etag, f->want_etag);
+        return -1;
+    }
+    if (cc != CURLE_OK && f->put && f->store_err) {
+        f->rc = stk__err(&f->err, f->store_err, "%s: cannot read what is to be sent: %s", what(f),
+                         stk_strerror(f->store_err));
         return -1;
     }
     if (cc != CURLE_OK && x->late) {

@@ -97,6 +97,14 @@ typedef struct stk__fetch {
     const char *want_etag; /* NULL or "": not checked */
     const char *if_none_match; /* an ETag: "not modified" (304) is then a
                                 * success, with status 304 and no body */
+    /* A request with a body (uploads): PUT of bytes [up_off, up_off +
+     * up_len) of file up_fd, or POST of text `post` (NULL: none).  The
+     * response body goes where a GET's would (fd -1: mem). */
+    bool put;
+    const char *method; /* another method than GET/PUT/POST (DELETE), or NULL */
+    int up_fd;
+    uint64_t up_off, up_len, up_sent;
+    const char *post;
     /* results */
     uint8_t *mem;
     size_t mem_len, mem_cap;

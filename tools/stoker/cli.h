@@ -34,6 +34,7 @@ int cmd_cat(int argc, char **argv);
 int cmd_read(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
+int cmd_push(int argc, char **argv);
 
 /* ---- errors ---- */
 

@@ -32,6 +32,7 @@ static const command commands[] = {
     {"read", cmd_read, "iterate batches and report the throughput and the stall"},
     {"doctor", cmd_doctor, "where the loader's time goes, and whether a run is input-bound"},
     {"cache", cmd_cache, "show, fill or clear the local cache of remote datasets"},
+    {"push", cmd_push, "upload a dataset to an object store, manifest last"},
     {"version", cmd_version, "print the library and format versions"},
 };
 
