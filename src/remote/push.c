@@ -148,6 +148,7 @@ static int multipart(pusher *p, const char *name, int fd, uint64_t size,
         stk__free(u);
     }
     for (uint64_t k = 0; urls && k < n; k++) stk__free(urls[k]);
+    for (uint64_t k = 0; parts && k < n; k++) stk__free(parts[k].mem);
     stk__free(urls);
     stk__free(parts);
     stk__free(body);
