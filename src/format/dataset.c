@@ -446,6 +446,16 @@ int stk__shard_check(const char *path, const stk__manifest *m, size_t i, stk_err
 
 int stk__dataset_ensure_all(const stk_dataset *ds, stk_error *err) {
     if (!ds->ensure) return 0;
+    if (ds->cache_limited) {
+        uint64_t total = 0;
+        for (size_t s = 0; s < ds->nshards; s++) total += ds->shards[s].size;
+        return stk__err(err, -ENOSPC,
+                        "%s: this needs the whole dataset (%llu MiB) in the cache, and its "
+                        "cache budget is %llu MiB",
+                        ds->origin ? ds->origin : ds->dir,
+                        (unsigned long long)((total + (1u << 20) - 1) >> 20),
+                        (unsigned long long)(ds->cache_budget >> 20));
+    }
     stk__range *r = stk__calloc(ds->nshards ? ds->nshards : 1, sizeof *r);
     if (!r) return stk__err(err, -ENOMEM, "out of memory");
     for (size_t s = 0; s < ds->nshards; s++)
@@ -627,6 +637,10 @@ static int read_in_place(const stk_dataset *ds, const stk__shard *sh, const stk_
     return 0;
 }
 
+static int read_stored(const stk_dataset *ds, const stk__shard *sh, const stk_extent *x,
+                       uint64_t record, size_t field, void *buf, size_t cap, uint32_t flags,
+                       stk_error *err);
+
 int stk_dataset_read(const stk_dataset *ds, uint64_t record, size_t field, void *buf,
                      size_t cap, size_t *len, uint32_t flags, stk_error *err) {
     stk_extent x;
@@ -642,11 +656,22 @@ int stk_dataset_read(const stk_dataset *ds, uint64_t record, size_t field, void 
     if (ds->caps.source) return read_in_place(ds, sh, &x, record, field, buf, err);
     if (ds->caps.lazy) {
         /* The whole record: a verified read checks it whole. */
-        uint64_t a, b;
-        stk__record_span(ds, stk__entry(ds, sh, record - sh->first), &a, &b);
-        if ((rc = stk__dataset_ensure(ds, x.shard, a, b, err))) return rc;
+        stk__range r = {x.shard, 0, 0};
+        stk__record_span(ds, stk__entry(ds, sh, record - sh->first), &r.lo, &r.hi);
+        if ((rc = stk__dataset_ensure(ds, x.shard, r.lo, r.hi, err))) return rc;
         x.data = sh->map + x.offset;
+        rc = read_stored(ds, sh, &x, record, field, buf, cap, flags, err);
+        stk__dataset_release(ds, &r, 1);
+        return rc;
     }
+    return read_stored(ds, sh, &x, record, field, buf, cap, flags, err);
+}
+
+/* Record `record`'s field `field` as stored (x), into buf. */
+static int read_stored(const stk_dataset *ds, const stk__shard *sh, const stk_extent *x_,
+                       uint64_t record, size_t field, void *buf, size_t cap, uint32_t flags,
+                       stk_error *err) {
+    stk_extent x = *x_;
     if (flags & STK_READ_VERIFY) {
         const uint64_t *e = stk__entry(ds, sh, record - sh->first);
         uint64_t a, b;

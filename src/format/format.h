@@ -244,7 +244,26 @@ struct stk_dataset {
     void (*ensure_stats)(void *ctx, stk_remote_stats *out);
     void (*ensure_free)(void *ctx);
     void *ensure_ctx;
+    /* Once what ensure() brought has been read, the same ranges are let
+     * go: under a cache budget, bytes between the two are never evicted. */
+    void (*ensure_release)(void *ctx, const struct stk__range *r, size_t n);
+    /* A cache budget smaller than the dataset (cache_limited; a budget of
+     * 0 streams).  The reader says what it will read: ensure_plan with
+     * sign +1 adds each range as one future use of its bytes, -1 takes one
+     * away as it is read, 0 forgets every use it added (a new epoch); the
+     * cache evicts first what has the fewest uses left.  NULL without a
+     * budget. */
+    bool cache_limited;
+    uint64_t cache_budget;
+    void (*ensure_plan)(void *ctx, const struct stk__range *r, size_t n, int sign);
 };
+
+/* Lets go of what stk__dataset_ensure-like calls brought (see
+ * ensure_release). */
+static inline void stk__dataset_release(const stk_dataset *ds, const struct stk__range *r,
+                                        size_t n) {
+    if (ds->ensure_release) ds->ensure_release(ds->ensure_ctx, r, n);
+}
 
 /* Makes bytes [lo, hi) of shard s readable: at once for a dataset whose
  * bytes are all there, else through ds->ensure.  0 or an error. */

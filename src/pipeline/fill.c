@@ -315,22 +315,56 @@ static void warm_wait(stk_loader *ld, uint32_t n, const uint64_t *recs, const ui
     }
 }
 
-/* A lazy dataset (a remote one): the records of the batch are fetched
- * before anything reads them, all at once.  Whole records: a window's
- * rows are a part of its record, and checks read whole records or
- * blocks. */
-static int ensure_records(stk_loader *ld, uint32_t n, const uint64_t *recs, stk_error *err) {
-    const stk_dataset *ds = ld->ds;
-    stk__range *r = stk__malloc((n ? n : 1) * sizeof *r);
-    if (!r) return stk__err(err, -ENOMEM, "out of memory");
+/* The byte ranges of records recs[0..n) (whole records: a window's rows
+ * are a part of its record, and checks read whole records or blocks), in
+ * r[0..n). */
+static void record_ranges(const stk_dataset *ds, uint32_t n, const uint64_t *recs,
+                          stk__range *r) {
     for (uint32_t j = 0; j < n; j++) {
         size_t si = stk__dataset_shard_of(ds, recs[j]);
         const stk__shard *sh = &ds->shards[si];
         stk__record_span(ds, stk__entry(ds, sh, recs[j] - sh->first), &r[j].lo, &r[j].hi);
         r[j].shard = (uint32_t)si;
     }
-    int rc = ds->ensure(ds->ensure_ctx, r, n, err);
+}
+
+void stk__ld_plan_reads(stk_loader *ld) {
+    const stk_dataset *ds = ld->ds;
+    /* (Not before the ring exists: the open sets the epoch twice.) */
+    if (!ds->ensure_plan || ld->plan_only || !ld->slots) return;
+    ds->ensure_plan(ds->ensure_ctx, NULL, 0, 0);
+    uint32_t B = ld->opt.batch_size;
+    uint64_t *ids = stk__malloc(2 * (size_t)B * sizeof *ids);
+    stk__range *r = stk__malloc((size_t)B * sizeof *r);
+    for (uint64_t b = 0; ids && r && b < ld->nbatches; b++) {
+        uint64_t first = b * B;
+        uint32_t n = (uint32_t)STK__MIN((uint64_t)B, ld->deal.per_rank - first);
+        stk__order_fill(&ld->order, &ld->deal, first, n, ids, NULL, NULL);
+        for (uint32_t j = 0; j < n; j++) {
+            uint64_t t;
+            stk__space_locate(&ld->space, ids[j], &ids[B + j], &t);
+        }
+        record_ranges(ds, n, ids + B, r);
+        ds->ensure_plan(ds->ensure_ctx, r, n, +1);
+    }
+    stk__free(ids);
     stk__free(r);
+}
+
+/* A lazy dataset (a remote one): the records of the batch are fetched
+ * before anything reads them, all at once; they are let go of once read
+ * (*held, to pass to stk__dataset_release). */
+static int ensure_records(stk_loader *ld, uint32_t n, const uint64_t *recs, stk__range **held,
+                          stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    *held = NULL;
+    stk__range *r = stk__malloc((n ? n : 1) * sizeof *r);
+    if (!r) return stk__err(err, -ENOMEM, "out of memory");
+    record_ranges(ds, n, recs, r);
+    if (ds->ensure_plan) ds->ensure_plan(ds->ensure_ctx, r, n, -1);
+    int rc = ld->use_groups ? 0 : ds->ensure(ds->ensure_ctx, r, n, err);
+    if (rc || ld->use_groups) stk__free(r);
+    else *held = r;
     return rc;
 }
 
@@ -343,9 +377,11 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
                     ld->use_groups ? w->slots : NULL);
     for (uint32_t j = 0; j < n; j++) stk__space_locate(&ld->space, s->samples[j], &recs[j], &ts[j]);
     if (ld->warm && !stk__warm_done(ld->warm)) warm_wait(ld, n, recs, ts);
-    /* Block order fetches each group's spans as the group loads. */
-    if (ld->ds->ensure && !ld->use_groups) {
-        int re = ensure_records(ld, n, recs, err);
+    /* Block order fetches each group's spans as the group loads (it only
+     * counts the batch's reads as done here). */
+    stk__range *held = NULL;
+    if (ld->ds->ensure && (!ld->use_groups || ld->ds->ensure_plan)) {
+        int re = ensure_records(ld, n, recs, &held, err);
         if (re) return re;
     }
     ld->st_plan_n += n;
@@ -377,6 +413,10 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
         uint64_t tv = stk__ld_span_open(ld, STK__EV_VERIFY);
         rc = stk__ld_verify_samples(ld, w, n, recs, ts, err);
         stk__ld_span_add(ld, w, STK__EV_VERIFY, tv, stk__now_ns(), STK__EV_NONE, STK__EV_NONE);
+    }
+    if (held) {
+        stk__dataset_release(ld->ds, held, n);
+        stk__free(held);
     }
     if (rc == 0) {
         uint64_t bytes = 0;

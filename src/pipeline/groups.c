@@ -292,13 +292,16 @@ static int group_read(stk_loader *ld, worker *w, group *gr, stk_error *err) {
 
 /* A lazy dataset (a remote one): the group's spans are fetched, all at
  * once, before they are read. */
-static int ensure_spans(const stk_loader *ld, const group *gr, stk_error *err) {
+static int ensure_spans(const stk_loader *ld, const group *gr, stk__range **held,
+                        stk_error *err) {
+    *held = NULL;
     stk__range *r = stk__malloc((gr->nspans ? gr->nspans : 1) * sizeof *r);
     if (!r) return stk__err(err, -ENOMEM, "out of memory");
     for (size_t i = 0; i < gr->nspans; i++)
         r[i] = (stk__range){gr->spans[i].shard, gr->spans[i].lo, gr->spans[i].hi};
     int rc = ld->ds->ensure(ld->ds->ensure_ctx, r, gr->nspans, err);
-    stk__free(r);
+    if (rc) stk__free(r);
+    else *held = r;
     return rc;
 }
 
@@ -336,11 +339,19 @@ static int group_load(stk_loader *ld, worker *w, group *gr, uint64_t g, stk_erro
                         "(lower block_bytes or block_group)",
                         ld->ds->dir, (unsigned long long)g, (unsigned long long)pos,
                         (unsigned long long)ld->group_cap);
+    stk__range *held = NULL;
     if (ld->ds->ensure) {
-        int rc = ensure_spans(ld, gr, err);
+        int rc = ensure_spans(ld, gr, &held, err);
         if (rc) return rc;
     }
-    return group_read(ld, w, gr, err);
+    /* Read into the group's buffer (never through the mapping under a cache
+     * budget: open refuses it), the spans are let go. */
+    int rc = group_read(ld, w, gr, err);
+    if (held) {
+        stk__dataset_release(ld->ds, held, gr->nspans);
+        stk__free(held);
+    }
+    return rc;
 }
 
 /* ---- sharing the buffers ---- */

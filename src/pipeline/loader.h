@@ -414,6 +414,10 @@ int stk__ld_fill_groups(stk_loader *ld, worker *w, stk_batch *s, uint64_t *recs,
 /* ---- checks.c ---- */
 
 int stk__ld_checks_init(stk_loader *ld, const stk_loader_options *o, stk_error *err);
+/* A lazy dataset under a cache budget: tells it every read of the epoch
+ * from the loader's position on (stk_dataset.ensure_plan), so that it
+ * evicts what is needed least soon.  Under mu. */
+void stk__ld_plan_reads(stk_loader *ld);
 void stk__ld_sample_span(const stk_loader *ld, uint64_t rec, uint64_t t0, uint64_t t1,
                          size_t *shard, uint64_t *lo, uint64_t *hi);
 bool stk__ld_blocks_checked(const stk_loader *ld, size_t si, uint64_t x, uint64_t z);

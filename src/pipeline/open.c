@@ -245,6 +245,46 @@ static int start_threads(stk_loader *ld, bool reader, stk_error *err) {
     return 0;
 }
 
+/* A remote dataset whose cache budget is smaller than it: the bytes the
+ * loader's threads may hold in the cache at once (each a batch's records
+ * in whole 64 KiB blocks, or a block-order group) must fit the budget, or
+ * the loader would only thrash: said now.  A budget of 0 streams: the
+ * cache is then whatever the threads hold. */
+static int check_cache_window(const stk_loader *ld, const stk_loader_options *o,
+                              stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    if (!ds->cache_limited || !ds->cache_budget || ld->plan_only) return 0;
+    uint64_t data = 0, per = 0;
+    for (size_t s = 0; s < ds->nshards; s++) data += ds->shards[s].data_end - ds->shards[s].data_off;
+    int holders = ld->nw;
+    if (ld->use_groups) {
+        per = ld->group_cap;
+        holders += 1; /* the group reader */
+    } else {
+        uint64_t longest = 0, bs = ds->block_size ? ds->block_size : 1;
+        for (size_t s = 0; s < ds->nshards; s++) {
+            const stk__shard *sh = &ds->shards[s];
+            for (uint64_t i = 0; i < sh->nrec; i++) {
+                uint64_t a, z;
+                stk__record_span(ds, stk__entry(ds, sh, i), &a, &z);
+                longest = STK__MAX(longest, z - a);
+            }
+        }
+        per = (uint64_t)o->batch_size * ((longest + bs - 1) / bs + 1) * bs;
+    }
+    uint64_t window = STK__MIN(per * (uint64_t)holders, data);
+    if (window <= ds->cache_budget) return 0;
+    return stk__err(err, -ENOSPC,
+                    "%s: the cache budget (%llu KiB) cannot hold what the loader's %d threads "
+                    "may read at once (%llu KiB: %s, in whole %u KiB blocks); raise "
+                    "cache_budget, or lower threads, %s (a budget of 0 streams)",
+                    ds->origin ? ds->origin : ds->dir,
+                    (unsigned long long)(ds->cache_budget >> 10), holders,
+                    (unsigned long long)(window >> 10),
+                    ld->use_groups ? "a block group each" : "a batch of records each",
+                    ds->block_size >> 10, ld->use_groups ? "block_bytes or block_group" : "batch_size");
+}
+
 /* Open's steps after the options are checked, in order (each may use
  * what the ones before it decided); on failure the caller closes `ld`,
  * which frees whatever was made. */
@@ -263,7 +303,8 @@ static int set_up(stk_loader *ld, const stk_loader_options *o, stk_error *err) {
     if ((rc = stk__ld_choose_paths(ld, o, err))) return rc;
     uint64_t stage_cap = stk__ld_stage_bytes(ld, o), R;
     if ((rc = stk__ld_ring_size(ld, o, budget, groups_bytes, stage_cap, &R, err)) ||
-        (rc = alloc_ring(ld, R, err)) || (rc = stk__ld_alloc_groups(ld, groups_bytes, err)))
+        (rc = check_cache_window(ld, o, err)) || (rc = alloc_ring(ld, R, err)) ||
+        (rc = stk__ld_alloc_groups(ld, groups_bytes, err)))
         return rc;
     stk__ld_set_epoch_locked(ld, o->seed, o->epoch, 0);
     ld->fingerprint = stk__ld_fingerprint(ld);

@@ -318,8 +318,18 @@ int stk__ld_choose_backend(stk_loader *ld, const stk_loader_options *o, stk_erro
     double resident = plan_only ? 1.0 : stk_dataset_resident(ds);
     ld->fits = resident >= 0.9 || fits_in_memory(ds, resident);
     ld->warm_up = !plan_only && want_warm_up(ds, o, ld->backend, resident, ld->fits);
+    /* Under a cache budget, block order reads each group into its buffer
+     * while the cache holds it; through the mapping it would read the
+     * group's bytes later, when they may have been evicted. */
+    bool no_map = ds->cache_limited && o->order == STK_ORDER_BLOCK && !plan_only;
+    if (no_map && ld->backend == STK_BACKEND_MMAP)
+        return stk__err(err, -EINVAL,
+                        "backend: mmap cannot read %s in block order under a cache budget "
+                        "smaller than the dataset; use pool or uring (or the default)",
+                        ds->origin ? ds->origin : ds->dir);
     if (ld->backend == STK_BACKEND_AUTO) {
-        if (!o->direct && (resident >= 0.9 || ld->warm_up)) ld->backend = STK_BACKEND_MMAP;
+        if (!o->direct && !no_map && (resident >= 0.9 || ld->warm_up))
+            ld->backend = STK_BACKEND_MMAP;
         else ld->backend = stk__io_uring_available() ? STK_BACKEND_URING : STK_BACKEND_POOL;
     } else if (ld->backend == STK_BACKEND_URING && !stk__io_uring_available()) {
         return stk__err(err, -ENOSYS, "backend: io_uring is not available on this system");

@@ -15,7 +15,7 @@
  * link), which later opens trust.
  */
 #define _GNU_SOURCE
-#include "remote.h"
+#include "lazy.h"
 #include "../core/hash.h"
 #include "../format/format.h"
 
@@ -31,43 +31,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TRIES 3
-
-/* B_BAD: failed its checksum on every try; asked for again, it is the same
- * error at once (fetching it again from another thread would only repeat
- * the tries).  Transfer errors leave a block absent: they may pass. */
-enum { B_ABSENT, B_FLIGHT, B_PRESENT, B_BAD };
-
-typedef struct fshard {
-    char *url, *name, *part, *final, *present_path, *lock_path;
-    char pin[128];
-    bool complete;
-    uint8_t *state; /* per block */
-    uint64_t nblocks;
-    int fd, present_fd, lock_fd;
-    int lockers; /* this process's threads holding the shard's lock (under mu):
-                  * flock is per open file, which they share */
-    bool given_up; /* a wait for another process's lock timed out (under mu):
-                    * the next waiters fail at once until the lock is had */
-} fshard;
-
-struct stk__fetcher {
-    stk__url url;
-    const stk_dataset *ds;
-    fshard *sh;
-    size_t n;
-    uint64_t part;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    stk__http **idle; /* clients not in use */
-    size_t nidle, cap_idle;
-    stk__aws **awss;  /* each client's own settings */
-    size_t naws;
-    stk_remote_stats done; /* of clients freed */
-    stk__http **all;
-    size_t nall;
-};
-
 int stk__fetcher_new(const char *url_text, size_t n, stk__fetcher **out, stk_error *err) {
     *out = NULL;
     stk__fetcher *f = stk__calloc(1, sizeof *f);
@@ -81,7 +44,9 @@ int stk__fetcher_new(const char *url_text, size_t n, stk__fetcher **out, stk_err
     }
     f->n = n;
     f->part = stk__http_part_bytes();
-    for (size_t i = 0; i < n; i++) f->sh[i].fd = f->sh[i].present_fd = f->sh[i].lock_fd = -1;
+    for (size_t i = 0; i < n; i++)
+        f->sh[i].fd = f->sh[i].present_fd = f->sh[i].lock_fd = f->sh[i].evict_fd = -1;
+    f->budget_fd = f->uses_fd = -1;
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv, NULL);
     *out = f;
@@ -90,6 +55,7 @@ int stk__fetcher_new(const char *url_text, size_t n, stk__fetcher **out, stk_err
 
 void stk__fetcher_free(stk__fetcher *f) {
     if (!f) return;
+    stk__budget_free(f);
     for (size_t i = 0; i < f->n; i++) {
         fshard *s = &f->sh[i];
         stk__free(s->url);
@@ -152,6 +118,7 @@ static void read_presence(fshard *s) {
 }
 
 static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err);
+static void release(void *ctx, const stk__range *r, size_t n);
 static void stats(void *ctx, stk_remote_stats *out) {
     stk__fetcher *f = ctx;
     pthread_mutex_lock(&f->mu);
@@ -186,6 +153,7 @@ int stk__fetcher_attach(stk__fetcher *f, stk_dataset *ds, bool trust_presence, s
     }
     ds->caps.lazy = true;
     ds->ensure = ensure;
+    ds->ensure_release = release;
     ds->ensure_stats = stats;
     ds->ensure_free = free_ctx;
     ds->ensure_ctx = f;
@@ -245,13 +213,6 @@ static void client_put(stk__fetcher *f, stk__http *h) {
 
 /* ---- fetching blocks ---- */
 
-typedef struct want {
-    uint32_t s;
-    uint64_t b;
-    bool got; /* arrived and checked */
-    bool bad; /* failed its checksum on every try */
-} want;
-
 static int open_fds(fshard *s, stk_error *err) {
     if (s->fd < 0) {
         int fd = stk__open(s->part, O_RDWR | O_NOFOLLOW, 0);
@@ -264,12 +225,6 @@ static int open_fds(fshard *s, stk_error *err) {
         s->lock_fd = fd;
     }
     return 0;
-}
-
-/* Block b of shard s: bytes [*a, *z). */
-static void block_bytes(const stk__shard *sh, uint64_t b, uint64_t *a, uint64_t *z) {
-    *a = sh->data_off + b * sh->block_size;
-    *z = STK__MIN(*a + sh->block_size, sh->data_end);
 }
 
 /* Fetches the blocks w[0..n) (sorted by shard and block, their shards'
@@ -287,11 +242,11 @@ static int fetch_once(stk__fetcher *f, stk__http *h, want *w, size_t n, stk_erro
         const stk__shard *sh = &f->ds->shards[w[i].s];
         fshard *s = &f->sh[w[i].s];
         uint64_t a, z;
-        block_bytes(sh, w[i].b, &a, &z);
+        stk__block_bytes(sh, w[i].b, &a, &z);
         size_t j = i + 1;
         for (; j < n && !w[j].got && w[j].s == w[i].s && w[j].b == w[j - 1].b + 1; j++) {
             uint64_t a2, z2;
-            block_bytes(sh, w[j].b, &a2, &z2);
+            stk__block_bytes(sh, w[j].b, &a2, &z2);
             if (z2 - a > f->part) break;
             z = z2;
         }
@@ -308,7 +263,7 @@ static int fetch_once(stk__fetcher *f, stk__http *h, want *w, size_t n, stk_erro
         if (w[i].got) continue;
         const stk__shard *sh = &f->ds->shards[w[i].s];
         uint64_t a, z;
-        block_bytes(sh, w[i].b, &a, &z);
+        stk__block_bytes(sh, w[i].b, &a, &z);
         if (!buf && !(buf = stk__malloc(sh->block_size ? sh->block_size : 1))) {
             rc = stk__err(err, -ENOMEM, "out of memory");
             break;
@@ -341,7 +296,7 @@ static void record(stk__fetcher *f, const want *w, size_t n) {
 static int bad_block(const stk__fetcher *f, uint32_t i, uint64_t b, stk_error *err) {
     const stk__shard *sh = &f->ds->shards[i];
     uint64_t a, z;
-    block_bytes(sh, b, &a, &z);
+    stk__block_bytes(sh, b, &a, &z);
     return stk__err(err, STK_ECHECKSUM,
                     "%s: after %d fetches, block %" PRIu64 " (bytes %" PRIu64 "..%" PRIu64
                     ", records %" PRIu64 "..%" PRIu64 ") checksum mismatch",
@@ -400,6 +355,8 @@ static void name_complete(stk__fetcher *f, const want *w, size_t n) {
         bool all = true;
         for (uint64_t b = 0; b < s->nblocks && all; b++) all = s->state[b] == B_PRESENT;
         if (!all) continue;
+        /* Under a budget blocks come and go: a shard is never named whole. */
+        if (f->limited) continue;
         s->complete = true;
         if (link(s->part, s->final) != 0 && errno != EEXIST) s->complete = false;
     }
@@ -520,6 +477,7 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
     want *w = NULL;
     size_t cap = 0;
     pthread_mutex_lock(&f->mu);
+    if (f->limited) stk__budget_hold(f, r, n);
     for (;;) {
         size_t nw = 0;
         bool waiting = false;
@@ -527,10 +485,9 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
             fshard *s = &f->sh[r[i].shard];
             if (s->complete) continue;
             const stk__shard *sh = &ds->shards[r[i].shard];
-            uint64_t lo = STK__MAX(r[i].lo, sh->data_off), hi = STK__MIN(r[i].hi, sh->data_end);
-            if (lo >= hi) continue; /* header, index, blocks: fetched at open */
-            uint64_t b0 = (lo - sh->data_off) / sh->block_size;
-            uint64_t b1 = (hi - 1 - sh->data_off) / sh->block_size;
+            uint64_t b0, b1;
+            /* Header, index, blocks: fetched at open. */
+            if (!stk__range_blocks(sh, r[i].lo, r[i].hi, &b0, &b1)) continue;
             for (uint64_t b = b0; b <= b1; b++) {
                 if (s->state[b] == B_PRESENT) continue;
                 if (s->state[b] == B_BAD) {
@@ -567,7 +524,9 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
             continue;
         }
         pthread_mutex_unlock(&f->mu);
-        rc = fetch_claimed(f, w, nw, err);
+        rc = f->limited ? stk__budget_reserve(f, w, nw, err) : 0;
+        if (rc == 0) rc = fetch_claimed(f, w, nw, err);
+        if (f->limited) stk__budget_unreserve(f, w, nw);
         pthread_mutex_lock(&f->mu);
         for (size_t i = 0; i < nw; i++)
             f->sh[w[i].s].state[w[i].b] = w[i].got ? B_PRESENT : w[i].bad ? B_BAD : B_ABSENT;
@@ -575,7 +534,16 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
         pthread_cond_broadcast(&f->cv);
         if (rc) break;
     }
+    if (rc && f->limited) stk__budget_release_locked(f, r, n);
     pthread_mutex_unlock(&f->mu);
     stk__free(w);
     return rc;
+}
+
+static void release(void *ctx, const stk__range *r, size_t n) {
+    stk__fetcher *f = ctx;
+    if (!f->limited) return;
+    pthread_mutex_lock(&f->mu);
+    stk__budget_release_locked(f, r, n);
+    pthread_mutex_unlock(&f->mu);
 }

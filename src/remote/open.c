@@ -37,6 +37,8 @@ typedef struct remote {
     int64_t timeout_s;
     uint64_t part; /* bytes per range request */
     bool fresh_ends; /* fetch every partial shard's ends, reusing none */
+    bool limited;    /* a cache budget smaller than the dataset */
+    uint64_t budget;
 } remote;
 
 static bool size_is(const char *path, uint64_t bytes) {
@@ -305,6 +307,30 @@ static char *path_of(void *ctx, size_t i, const char *file) {
     return stk__path_join(p->r->dir, file);
 }
 
+/* $STOKER_CACHE_BUDGET: bytes, or with a K, M, G or T suffix (powers of
+ * 1024); unset or empty: *out unchanged. */
+static int env_budget(uint64_t *out, stk_error *err) {
+    const char *v = getenv("STOKER_CACHE_BUDGET");
+    if (!v || !*v) return 0;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    int shift = 0;
+    if (end && *end) {
+        const char *units = "KMGT";
+        const char *u = strchr(units, *end & ~0x20);
+        if (u && *end != '\0' && (end[1] == '\0' || ((end[1] & ~0x20) == 'B' && !end[2]) ||
+                                  ((end[1] & ~0x20) == 'I' && (end[2] & ~0x20) == 'B' && !end[3])))
+            shift = 10 * (int)(u - units + 1);
+        else shift = -1;
+    }
+    if (errno || end == v || v[0] == '-' || shift < 0 || (shift && x > (UINT64_MAX >> shift)))
+        return stk__err(err, -EINVAL,
+                        "STOKER_CACHE_BUDGET=%s: not a size in bytes (such as 500M or 20G)", v);
+    *out = (uint64_t)x << shift;
+    return 0;
+}
+
 /* Opens the dataset from the cache: shards held whole are read as they
  * are; the others get a .part file with their header and tail, and a
  * fetcher that brings their blocks when the reader asks. */
@@ -370,6 +396,7 @@ static int open_cached(remote *r, stk_dataset **out, stk_error *err) {
         uint64_t on_disk = (uint64_t)st.st_blocks * 512;
         missing += e->bytes > on_disk ? e->bytes - on_disk : 0;
     }
+    if (r->limited && missing > r->budget) missing = r->budget;
     if (rc == 0 && missing > stk__cache_room(r->dir))
         rc = stk__err(err, -ENOSPC,
                       "%s: the cache at %s has room for %" PRIu64 " MiB (free space less "
@@ -397,6 +424,17 @@ static int open_cached(remote *r, stk_dataset **out, stk_error *err) {
     if (rc == 0 && fe) {
         rc = stk__fetcher_attach(fe, ds, trust, err);
         if (rc == 0) fe = NULL; /* the dataset's now */
+        if (rc == 0 && r->limited) rc = stk__budget_start(ds, r->dir, r->budget, err);
+    }
+    if (rc == 0 && r->limited && r->budget) {
+        uint64_t used = stk__cache_du(r->dir);
+        if (used > r->budget)
+            rc = stk__err(err, -ENOSPC,
+                          "%s: its cache (%s) already takes %" PRIu64 " KiB (shards held whole, "
+                          "and every shard's header and index), more than the cache budget of "
+                          "%" PRIu64 " KiB; raise the budget or clear the cache (stoker cache "
+                          "clear)",
+                          r->url.text, r->dir, used >> 10, r->budget >> 10);
     }
     if (rc) {
         stk_dataset_close(ds);
@@ -488,17 +526,12 @@ int stk__remote_open(const char *path, const stk_open_options *opts, stk_dataset
                       r.m.part_index, r.m.part_count);
         goto out;
     }
-    if (opts && opts->cache_budget != STK_CACHE_BUDGET_AUTO) {
+    r.budget = opts ? opts->cache_budget : STK_CACHE_BUDGET_AUTO;
+    if (r.budget == STK_CACHE_BUDGET_AUTO && (rc = env_budget(&r.budget, err))) goto out;
+    if (r.budget != STK_CACHE_BUDGET_AUTO) {
         uint64_t need = 0;
         for (size_t i = 0; i < r.m.nshards; i++) need += r.m.shards[i].bytes;
-        if (need > opts->cache_budget) {
-            rc = stk__err(err, -ENOSPC,
-                          "%s: the dataset takes %" PRIu64 " MiB and the cache budget is %" PRIu64
-                          " MiB; reading a dataset larger than its cache (streaming) is not "
-                          "supported yet",
-                          path, (need + (1u << 20) - 1) >> 20, opts->cache_budget >> 20);
-            goto out;
-        }
+        r.limited = need > r.budget;
     }
     if ((rc = prepare_dir(&r, root, text, len, err))) goto out;
     stk_dataset *ds = NULL;

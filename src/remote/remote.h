@@ -208,6 +208,13 @@ int stk__fetcher_shard(stk__fetcher *f, size_t i, const char *url, const char *n
 int stk__fetcher_attach(stk__fetcher *f, stk_dataset *ds, bool trust_presence, stk_error *err);
 void stk__fetcher_free(stk__fetcher *f);
 
+/* ---- budget.c ---- */
+
+/* Puts lazy dataset ds's cache (directory `dir`) under a budget of
+ * `budget` bytes of disk, smaller than the dataset (0: stream): see
+ * budget.c. */
+int stk__budget_start(stk_dataset *ds, const char *dir, uint64_t budget, stk_error *err);
+
 /* ---- open.c ---- */
 
 /* Opens remote dataset `url` through the cache (stoker.h, "Datasets in

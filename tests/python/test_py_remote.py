@@ -432,12 +432,6 @@ def test_access_denied_and_not_found(served, aws, monkeypatch):
         stoker.Loader("s3://No_Such_Bucket/ds", 8)
 
 
-def test_budget_smaller_than_dataset_is_refused(served, aws):
-    with pytest.raises(stoker.StokerError) as e:
-        stoker.Loader("s3://bucket/ds", 8, cache_budget=1000)
-    assert "budget" in str(e.value) and "not supported yet" in str(e.value)
-
-
 def test_corrupt_object_named_after_refetches(served, aws, tmp_path):
     bad = served["root"] / "bucket" / "bad"
     make_dataset(bad, n=100, seed=1)
