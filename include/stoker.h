@@ -439,8 +439,18 @@ STK_API int stk_dataset_open_with(const char *path, const stk_open_options *opts
  * $STOKER_REMOTE_CONNECTIONS (default 16) requests are in flight at once,
  * each a range of $STOKER_REMOTE_PART_MB MiB (default 8).
  *
- * Not yet: a budget smaller than the dataset (open refuses it, saying so)
- * and eviction.
+ * The cache's budget (stk_open_options.cache_budget, else
+ * $STOKER_CACHE_BUDGET, else the disk's free space less 5%) may be smaller
+ * than the dataset: blocks are then evicted as others arrive, the disk use
+ * of the dataset's cache directory (measured in disk blocks, with every
+ * process of the node sharing it counted) never exceeding the budget.
+ * What goes first is what the node's readers will use least soon (a
+ * loader tells the cache every read of its epoch ahead); a block a reader
+ * is between fetching and reading is never evicted, by any process.  A
+ * loader whose threads may hold more at once than the budget is refused at
+ * open; a budget of 0 streams (nothing is kept but what is being read).
+ * Reading everything at once (stk_dataset_fetch_all, a validity rule, the
+ * GPU's resident copy) is refused under such a budget.
  */
 
 /* What reading a remote dataset has fetched so far (opening it, and every
@@ -452,6 +462,11 @@ typedef struct stk_remote_stats {
     uint64_t bytes_cached;  /* bytes of whole shards the cache held at open */
     double network_seconds; /* time spent waiting on the network, summed over
                              * the threads that waited */
+    /* Under a cache budget smaller than the dataset (else all 0): */
+    uint64_t cache_budget;  /* the budget (0: streaming) */
+    uint64_t cache_peak;    /* the largest disk use this process measured */
+    uint64_t bytes_evicted; /* bytes this process evicted */
+    int cache_limited;      /* 1 when the budget applies */
 } stk_remote_stats;
 
 /* The remote statistics of `ds`.  Returns 0, or -EINVAL for a local

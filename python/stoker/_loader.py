@@ -357,8 +357,14 @@ class Loader:
             S3 credentials, region and endpoint come from the AWS variables
             and files, as for the AWS CLI. See ``remote_stats()``.
         cache_budget: Bytes of disk the dataset's cache may take (default:
-            the free space less 5%); a dataset larger than it is refused at
-            open (reading one larger than its cache is not supported yet).
+            ``$STOKER_CACHE_BUDGET``, else the free space less 5%). It may
+            be smaller than the dataset: blocks are evicted as others
+            arrive, those the node's readers will use least soon first,
+            never one a reader is between fetching and reading; processes
+            of one node share the budget. A loader whose threads may hold
+            more at once than the budget (a batch of records, or a block
+            group, each) is refused. 0 streams: nothing is kept but what is
+            being read.
 
     Ragged fields (record mode) come as ``name`` (the rows concatenated) and
     ``name_offsets`` (int64, batch_size + 1).
@@ -606,7 +612,10 @@ class Loader:
         Returns:
             A dict: requests (retries included), retries, bytes_fetched (body
             bytes received), bytes_cached (shard bytes the cache already
-            held) and network_seconds (wall time waiting on the network).
+            held), network_seconds (wall time waiting on the network); and
+            under a cache budget smaller than the dataset, cache_budget (None
+            otherwise), cache_peak (the largest disk use of the dataset's
+            cache this process measured) and bytes_evicted.
         """
         return self._c.remote_stats()
 

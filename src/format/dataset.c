@@ -481,6 +481,10 @@ int stk_dataset_remote_stats(const stk_dataset *ds, stk_remote_stats *out) {
         out->retries += more.retries;
         out->bytes_fetched += more.bytes_fetched;
         out->network_seconds += more.network_seconds;
+        out->cache_limited = more.cache_limited;
+        out->cache_budget = more.cache_budget;
+        out->cache_peak = more.cache_peak;
+        out->bytes_evicted = more.bytes_evicted;
     }
     return 0;
 }

@@ -131,6 +131,12 @@ static void stats(void *ctx, stk_remote_stats *out) {
         out->bytes_fetched += st.bytes_fetched;
         out->network_seconds += st.network_seconds;
     }
+    if (f->limited) {
+        out->cache_limited = 1;
+        out->cache_budget = f->budget;
+        out->cache_peak = f->peak;
+        out->bytes_evicted = f->evicted;
+    }
     pthread_mutex_unlock(&f->mu);
 }
 static void free_ctx(void *ctx) { stk__fetcher_free(ctx); }

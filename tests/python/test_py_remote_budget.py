@@ -119,6 +119,8 @@ def test_budget_far_smaller_than_dataset(big, aws, tmp_path, order):
     # Two epochs through a cache a seventh of the data: fetched again, not
     # kept.
     assert stats["bytes_fetched"] > 1.5 * dataset_bytes(big)
+    assert stats["cache_budget"] == budget and 0 < stats["cache_peak"] <= budget
+    assert stats["bytes_evicted"] > dataset_bytes(big) / 2
 
 
 @pytest.mark.parametrize("order,most", [
@@ -185,6 +187,16 @@ def test_budget_from_the_environment(big, aws, tmp_path, monkeypatch):
                              shuffle="random")
     same(got, read_epochs(str(big), epochs=1, threads=2, shuffle="random")[0])
     assert s.peak <= 2 * MiB
+    # The command line: the same from --cache-budget, which doctor reports.
+    monkeypatch.delenv("STOKER_CACHE_BUDGET")
+    cli = [str(stoker_exe()), "doctor", "s3://bucket/big", "--cache-dir", str(tmp_path / "d"),
+           "--cache-budget", "2M", "--batch", "4", "--threads", "2", "--shuffle", "random"]
+    p = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    line = [x for x in p.stdout.splitlines() if "cache budget" in x]
+    assert line and "2.00 MiB" in line[0] and "evicted" in line[0], p.stdout
+    p = subprocess.run(cli[:-6] + ["--cache-budget", "half"], capture_output=True, text=True)
+    assert p.returncode == 2 and "--cache-budget" in p.stderr
 
 
 SHARER = r"""

@@ -17,6 +17,7 @@
 
 const char prog[] = "stoker";
 const char *cli_cache_dir;
+uint64_t cli_cache_budget = STK_CACHE_BUDGET_AUTO;
 
 double now_s(void) {
     struct timespec ts;
@@ -195,5 +196,6 @@ int open_path(const char *path, const char *root, stk_dataset **ds, stk_error *e
     stk_open_options_init(&oo);
     oo.root = root;
     oo.cache_dir = cli_cache_dir;
+    oo.cache_budget = cli_cache_budget;
     return stk_dataset_open_with(path, &oo, ds, err);
 }

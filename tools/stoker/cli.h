@@ -22,6 +22,9 @@ enum { EXIT_DAMAGED = 1, EXIT_ERROR = 2 };
 extern const char prog[];
 /* --cache-dir, every command's option (NULL: the library's default). */
 extern const char *cli_cache_dir;
+/* --cache-budget, every command's (STK_CACHE_BUDGET_AUTO: the library's
+ * default, $STOKER_CACHE_BUDGET or the disk's free space). */
+extern uint64_t cli_cache_budget;
 
 /* ---- the commands: each takes the arguments after its name ---- */
 

@@ -114,6 +114,16 @@ static void print_network(stk_dataset *ds) {
            " retried); the cache held %s (%.0f%% of the bytes)\n",
            stk_dataset_path(ds), hf, rs.network_seconds, rs.requests, rs.retries, hc,
            all ? 100.0 * (double)rs.bytes_cached / (double)all : 0);
+    if (rs.cache_limited) {
+        char hb[32], hp[32], he[32];
+        human_bytes((double)rs.cache_budget, hb, sizeof hb);
+        human_bytes((double)rs.cache_peak, hp, sizeof hp);
+        human_bytes((double)rs.bytes_evicted, he, sizeof he);
+        if (rs.cache_budget)
+            printf("  cache budget %s: at most %s on disk; %s evicted\n", hb, hp, he);
+        else
+            printf("  streaming (cache budget 0): %s evicted\n", he);
+    }
     double link = 0, rate = rs.network_seconds > 0 ? (double)rs.bytes_fetched / rs.network_seconds
                                                    : 0;
     stk_error e = {0};

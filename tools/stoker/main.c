@@ -51,7 +51,8 @@ static void print_help(FILE *out) {
           "A dataset may be a directory, an in-place index, or the URL of a dataset in\n"
           "an object store (s3://bucket/prefix, https://host/path), read through a\n"
           "local cache: --cache-dir DIR (any command; default $STOKER_CACHE_DIR, else\n"
-          "~/.cache/stoker).\n"
+          "~/.cache/stoker), --cache-budget SIZE (the disk the dataset's cache may take;\n"
+          "default $STOKER_CACHE_BUDGET, else the free space less 5%; 0 streams).\n"
           "\n"
           "Example:\n"
           "  stoker pack --from npy series/ -o series.stk && stoker verify series.stk\n",
@@ -66,8 +67,8 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--version")) cmd = "version";
-    /* --cache-dir is every command's: taken out before the command sees
-     * its arguments. */
+    /* --cache-dir and --cache-budget are every command's: taken out before
+     * the command sees its arguments. */
     int kept = 2;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--cache-dir")) {
@@ -78,6 +79,13 @@ int main(int argc, char **argv) {
             cli_cache_dir = argv[++i];
         } else if (!strncmp(argv[i], "--cache-dir=", 12)) {
             cli_cache_dir = argv[i] + 12;
+        } else if (!strcmp(argv[i], "--cache-budget") || !strncmp(argv[i], "--cache-budget=", 15)) {
+            const char *v = argv[i][14] == '=' ? argv[i] + 15 : i + 1 < argc ? argv[++i] : NULL;
+            if (!v) {
+                fprintf(stderr, "%s %s: error: --cache-budget needs a value\n", prog, cmd);
+                return EXIT_ERROR;
+            }
+            cli_cache_budget = opt_size(cmd, "--cache-budget", v, 0, UINT64_MAX - 1);
         } else {
             argv[kept++] = argv[i];
         }

@@ -227,11 +227,16 @@ static PyObject *loader_remote_stats(LoaderObject *self, PyObject *unused) {
     if (check_process(self)) return NULL;
     stk_remote_stats rs;
     if (stk_dataset_remote_stats(self->ds, &rs) != 0) Py_RETURN_NONE;
-    return Py_BuildValue("{sKsKsKsKsd}", "requests", (unsigned long long)rs.requests, "retries",
-                         (unsigned long long)rs.retries, "bytes_fetched",
+    PyObject *budget = rs.cache_limited ? PyLong_FromUnsignedLongLong(rs.cache_budget)
+                                        : Py_NewRef(Py_None);
+    if (!budget) return NULL;
+    return Py_BuildValue("{sKsKsKsKsdsNsKsK}", "requests", (unsigned long long)rs.requests,
+                         "retries", (unsigned long long)rs.retries, "bytes_fetched",
                          (unsigned long long)rs.bytes_fetched, "bytes_cached",
                          (unsigned long long)rs.bytes_cached, "network_seconds",
-                         rs.network_seconds);
+                         rs.network_seconds, "cache_budget", budget, "cache_peak",
+                         (unsigned long long)rs.cache_peak, "bytes_evicted",
+                         (unsigned long long)rs.bytes_evicted);
 }
 
 static PyObject *loader_counts(LoaderObject *self, PyObject *unused) {
