@@ -247,6 +247,11 @@ struct stk_dataset {
     /* Once what ensure() brought has been read, the same ranges are let
      * go: under a cache budget, bytes between the two are never evicted. */
     void (*ensure_release)(void *ctx, const struct stk__range *r, size_t n);
+    /* Read-ahead: the n ranges will be read soon, in this order after what
+     * was announced before; their fetch starts in the background, and
+     * nothing waits for it (a later ensure() waits for what is still in
+     * flight).  NULL for a dataset whose bytes are all there. */
+    void (*ensure_ahead)(void *ctx, const struct stk__range *r, size_t n);
     /* A cache budget smaller than the dataset (cache_limited; a budget of
      * 0 streams).  The reader says what it will read: ensure_plan with
      * sign +1 adds each range as one future use of its bytes, -1 takes one

@@ -351,6 +351,44 @@ void stk__ld_plan_reads(stk_loader *ld) {
     stk__free(r);
 }
 
+bool stk__ld_ahead_claim(stk_loader *ld, uint64_t at, uint64_t end, uint64_t gen,
+                         uint64_t *from, uint64_t *to) {
+    if (!ld->ahead_n) return false;
+    pthread_mutex_lock(&ld->mu);
+    bool ok = gen == ld->gen;
+    if (ok) {
+        *from = STK__MAX(ld->ahead_next, at + 1);
+        *to = STK__MIN(at + 1 + ld->ahead_n, end);
+        ok = *to > *from;
+        if (ok) ld->ahead_next = *to;
+    }
+    pthread_mutex_unlock(&ld->mu);
+    return ok;
+}
+
+void stk__ld_announce_batches(stk_loader *ld, worker *w, uint64_t b, uint64_t gen) {
+    const stk_dataset *ds = ld->ds;
+    uint64_t from, to;
+    if (!ds->ensure_ahead || !stk__ld_ahead_claim(ld, b, ld->nbatches, gen, &from, &to)) return;
+    uint32_t B = ld->opt.batch_size;
+    uint64_t *ids = stk__malloc(2 * (size_t)B * sizeof *ids);
+    stk__range *r = stk__malloc((size_t)B * sizeof *r);
+    for (uint64_t x = from; ids && r && x < to; x++) {
+        uint64_t first = x * B;
+        if (first >= w->deal.per_rank) break;
+        uint32_t n = (uint32_t)STK__MIN((uint64_t)B, w->deal.per_rank - first);
+        stk__order_fill(&w->order, &w->deal, first, n, ids, NULL, NULL);
+        for (uint32_t j = 0; j < n; j++) {
+            uint64_t t;
+            stk__space_locate(&ld->space, ids[j], &ids[B + j], &t);
+        }
+        record_ranges(ds, n, ids + B, r);
+        ds->ensure_ahead(ds->ensure_ctx, r, n);
+    }
+    stk__free(ids);
+    stk__free(r);
+}
+
 /* A lazy dataset (a remote one): the records of the batch are fetched
  * before anything reads them, all at once; they are let go of once read
  * (*held, to pass to stk__dataset_release). */
@@ -380,6 +418,7 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
     /* Block order fetches each group's spans as the group loads (it only
      * counts the batch's reads as done here). */
     stk__range *held = NULL;
+    if (ld->ds->ensure && !ld->use_groups) stk__ld_announce_batches(ld, w, s->b, gen);
     if (ld->ds->ensure && (!ld->use_groups || ld->ds->ensure_plan)) {
         int re = ensure_records(ld, n, recs, &held, err);
         if (re) return re;

@@ -305,6 +305,28 @@ static int ensure_spans(const stk_loader *ld, const group *gr, stk__range **held
     return rc;
 }
 
+void stk__ld_announce_groups(stk_loader *ld, worker *w, uint64_t g, uint64_t gen) {
+    const stk_dataset *ds = ld->ds;
+    uint64_t from, to;
+    if (!ds->ensure_ahead || !stk__ld_ahead_claim(ld, g, w->order.ngroups, gen, &from, &to))
+        return;
+    group *tmp = stk__calloc(1, sizeof *tmp);
+    for (uint64_t x = from; tmp && x < to; x++) {
+        tmp->nspans = 0;
+        bool ok = true;
+        for (uint64_t m = 0; ok && m < stk__order_group_blocks(&w->order, x); m++)
+            ok = stk__ld_block_spans(ld, stk__order_group_block(&w->order, x, m), tmp) == 0;
+        stk__range *r = ok ? stk__malloc((tmp->nspans ? tmp->nspans : 1) * sizeof *r) : NULL;
+        if (!r) break;
+        for (size_t i = 0; i < tmp->nspans; i++)
+            r[i] = (stk__range){tmp->spans[i].shard, tmp->spans[i].lo, tmp->spans[i].hi};
+        ds->ensure_ahead(ds->ensure_ctx, r, tmp->nspans);
+        stk__free(r);
+    }
+    if (tmp) stk__free(tmp->spans);
+    stk__free(tmp);
+}
+
 /* Lays out group g's spans in `gr` and reads them. */
 static int group_load(stk_loader *ld, worker *w, group *gr, uint64_t g, stk_error *err) {
     gr->nspans = 0;
@@ -341,6 +363,7 @@ static int group_load(stk_loader *ld, worker *w, group *gr, uint64_t g, stk_erro
                         (unsigned long long)ld->group_cap);
     stk__range *held = NULL;
     if (ld->ds->ensure) {
+        stk__ld_announce_groups(ld, w, g, gr->gen);
         int rc = ensure_spans(ld, gr, &held, err);
         if (rc) return rc;
     }

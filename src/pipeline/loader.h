@@ -198,6 +198,11 @@ struct stk_loader {
     uint64_t seed, epoch;
     uint64_t nbatches;
     uint64_t gen;
+    /* A lazy (remote) dataset's read-ahead: batches (block order: groups)
+     * announced to it ahead of their fill, up to ahead_n past the one being
+     * filled; ahead_next is the next to announce (under mu, reset with
+     * each epoch). */
+    uint64_t ahead_n, ahead_next;
 
     stk_batch *slots;
     uint32_t R;
@@ -418,6 +423,15 @@ int stk__ld_checks_init(stk_loader *ld, const stk_loader_options *o, stk_error *
  * from the loader's position on (stk_dataset.ensure_plan), so that it
  * evicts what is needed least soon.  Under mu. */
 void stk__ld_plan_reads(stk_loader *ld);
+/* A lazy dataset: announces the batches after b (block order: the groups
+ * after g) up to ld->ahead_n ahead, those not announced yet this epoch,
+ * so that their bytes are fetched in the background (not under mu). */
+void stk__ld_announce_batches(stk_loader *ld, worker *w, uint64_t b, uint64_t gen);
+void stk__ld_announce_groups(stk_loader *ld, worker *w, uint64_t g, uint64_t gen);
+/* Up to which unit the batches (groups) after `at` are announced: [*from,
+ * *to) to announce now, claimed under mu.  false: nothing. */
+bool stk__ld_ahead_claim(stk_loader *ld, uint64_t at, uint64_t end, uint64_t gen,
+                         uint64_t *from, uint64_t *to);
 void stk__ld_sample_span(const stk_loader *ld, uint64_t rec, uint64_t t0, uint64_t t1,
                          size_t *shard, uint64_t *lo, uint64_t *hi);
 bool stk__ld_blocks_checked(const stk_loader *ld, size_t si, uint64_t x, uint64_t z);

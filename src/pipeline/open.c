@@ -12,6 +12,7 @@
 #include "loader.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -245,15 +246,38 @@ static int start_threads(stk_loader *ld, bool reader, stk_error *err) {
     return 0;
 }
 
+/* A lazy (remote) dataset's read-ahead: $STOKER_REMOTE_AHEAD_MB MiB
+ * (default 64; 0: none) of batches, or block groups, past the one being
+ * filled are announced to it (stk_dataset.ensure_ahead), which fetches
+ * them in the background, many ranges in flight. */
+static void size_ahead(stk_loader *ld, const stk_loader_options *o) {
+    ld->ahead_n = 0;
+    if (!ld->ds->ensure_ahead || ld->plan_only) return;
+    uint64_t mb = 64;
+    const char *v = getenv("STOKER_REMOTE_AHEAD_MB");
+    if (v && *v) {
+        char *end;
+        unsigned long long x = strtoull(v, &end, 10);
+        if (!*end && x < (1ull << 40)) mb = x;
+    }
+    uint64_t unit = ld->use_groups ? ld->group_cap
+                                   : (uint64_t)o->batch_size * stk__ld_mean_sample_bytes(ld);
+    ld->ahead_n = unit ? ((mb << 20) + unit - 1) / unit : 0;
+}
+
 /* A remote dataset whose cache budget is smaller than it: the bytes the
  * loader's threads may hold in the cache at once (each a batch's records
  * in whole 64 KiB blocks, or a block-order group) must fit the budget, or
  * the loader would only thrash: said now.  A budget of 0 streams: the
  * cache is then whatever the threads hold. */
-static int check_cache_window(const stk_loader *ld, const stk_loader_options *o,
+static int check_cache_window(stk_loader *ld, const stk_loader_options *o,
                               stk_error *err) {
     const stk_dataset *ds = ld->ds;
-    if (!ds->cache_limited || !ds->cache_budget || ld->plan_only) return 0;
+    if (!ds->cache_limited || ld->plan_only) return 0;
+    if (!ds->cache_budget) {
+        ld->ahead_n = 0; /* streaming keeps nothing ahead */
+        return 0;
+    }
     uint64_t data = 0, per = 0;
     for (size_t s = 0; s < ds->nshards; s++) data += ds->shards[s].data_end - ds->shards[s].data_off;
     int holders = ld->nw;
@@ -273,7 +297,14 @@ static int check_cache_window(const stk_loader *ld, const stk_loader_options *o,
         per = (uint64_t)o->batch_size * ((longest + bs - 1) / bs + 1) * bs;
     }
     uint64_t window = STK__MIN(per * (uint64_t)holders, data);
-    if (window <= ds->cache_budget) return 0;
+    if (window <= ds->cache_budget) {
+        /* Read-ahead takes at most half of what the window leaves. */
+        uint64_t room = (ds->cache_budget - window) / 2;
+        if (ld->ahead_n)
+            ld->ahead_n = STK__MIN(ld->ahead_n,
+                                   room / STK__MAX(ld->use_groups ? ld->group_cap : per, 1));
+        return 0;
+    }
     return stk__err(err, -ENOSPC,
                     "%s: the cache budget (%llu KiB) cannot hold what the loader's %d threads "
                     "may read at once (%llu KiB: %s, in whole %u KiB blocks); raise "
@@ -303,7 +334,7 @@ static int set_up(stk_loader *ld, const stk_loader_options *o, stk_error *err) {
     if ((rc = stk__ld_choose_paths(ld, o, err))) return rc;
     uint64_t stage_cap = stk__ld_stage_bytes(ld, o), R;
     if ((rc = stk__ld_ring_size(ld, o, budget, groups_bytes, stage_cap, &R, err)) ||
-        (rc = check_cache_window(ld, o, err)) || (rc = alloc_ring(ld, R, err)) ||
+        (size_ahead(ld, o), rc = check_cache_window(ld, o, err)) || (rc = alloc_ring(ld, R, err)) ||
         (rc = stk__ld_alloc_groups(ld, groups_bytes, err)))
         return rc;
     stk__ld_set_epoch_locked(ld, o->seed, o->epoch, 0);

@@ -34,6 +34,7 @@ void stk__ld_set_epoch_locked(stk_loader *ld, uint64_t seed, uint64_t epoch, uin
     ld->gen++;
     atomic_store_explicit(&ld->warm_gen, ld->gen, memory_order_release);
     ld->next_fill = ld->next_take = 0;
+    ld->ahead_next = 0;
     stk__ld_plan_reads(ld);
 }
 

@@ -101,29 +101,42 @@ int stk__budget_init(stk__fetcher *f, const char *dir, uint64_t budget, stk_erro
         else if ((alone || (uint64_t)st.st_size < len) && ftruncate(f->uses_fd, (off_t)len) != 0)
             rc = -errno;
         if (rc == 0 && fallocate(f->uses_fd, 0, 0, (off_t)len) != 0) rc = -errno;
+        /* Alone: bytes allocated for blocks that never arrived (a process
+         * stopped between its reservation and its fetch) are given back,
+         * before any other process may start fetching (it waits for the
+         * shared lock below). */
+        for (size_t i = 0; rc == 0 && alone && i < f->n; i++) {
+            fshard *s = &f->sh[i];
+            if (s->complete) continue;
+            const stk__shard *sh = &ds->shards[i];
+            for (uint64_t b = 0; b < s->nblocks; b++) {
+                uint8_t byte = 0;
+                if (stk__pread_full(s->present_fd, &byte, 1, b) == 1 && byte == 1) continue;
+                uint64_t a, z;
+                stk__block_bytes(sh, b, &a, &z);
+                fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a,
+                          (off_t)(z - a));
+            }
+        }
         if (rc == 0 && flock(f->uses_fd, LOCK_SH) != 0) rc = -errno;
         if (rc) stk__err(err, rc, "%s: %s", up, stk_strerror(rc));
     }
     struct stat pst;
     f->page = rc == 0 && fstat(f->budget_fd, &pst) == 0 && pst.st_blksize > 0
                   ? (uint64_t)pst.st_blksize : 4096;
+    /* Writing into allocated blocks, and punching holes, split a file's
+     * extents, and the file system may take blocks of its own to map them
+     * while a fetch writes, outside the budget lock (ext4: one block per
+     * 340 extents beyond the inode's 4; a shard of n blocks has at most
+     * n / 2 + 1 extents).  Kept in reserve. */
+    f->margin = 0;
+    for (size_t i = 0; i < f->n; i++)
+        if (!f->sh[i].complete && f->sh[i].nblocks > 6)
+            f->margin += f->page * ((f->sh[i].nblocks / 2 + 1 + 339) / 340);
     if (rc == 0) {
         void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, f->uses_fd, 0);
         if (m == MAP_FAILED) rc = stk__err(err, -errno, "%s: %s", up, stk_strerror(-errno));
         else f->uses = m;
-    }
-    /* Alone: bytes allocated for blocks that never arrived (a process
-     * stopped between its reservation and its fetch) are given back. */
-    for (size_t i = 0; rc == 0 && alone && i < f->n; i++) {
-        fshard *s = &f->sh[i];
-        if (s->complete) continue;
-        const stk__shard *sh = &ds->shards[i];
-        for (uint64_t b = 0; b < s->nblocks; b++) {
-            if (s->state[b] == B_PRESENT) continue;
-            uint64_t a, z;
-            stk__block_bytes(sh, b, &a, &z);
-            fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a, (off_t)(z - a));
-        }
     }
     stk__free(bl);
     stk__free(up);
@@ -221,6 +234,22 @@ void stk__budget_hold(stk__fetcher *f, const stk__range *r, size_t n) {
     }
 }
 
+/* Holds (or lets go of) blocks w[0..n): a range per block. */
+static void hold_wants(stk__fetcher *f, const want *w, size_t n, bool take) {
+    for (size_t i = 0; i < n; i++) {
+        const stk__shard *sh = &f->ds->shards[w[i].s];
+        stk__range r = {w[i].s, 0, 0};
+        stk__block_bytes(sh, w[i].b, &r.lo, &r.hi);
+        if (take) stk__budget_hold(f, &r, 1);
+        else stk__budget_release_locked(f, &r, 1);
+    }
+}
+
+void stk__budget_hold_wants(stk__fetcher *f, const want *w, size_t n) { hold_wants(f, w, n, true); }
+void stk__budget_release_wants(stk__fetcher *f, const want *w, size_t n) {
+    hold_wants(f, w, n, false);
+}
+
 void stk__budget_release_locked(stk__fetcher *f, const stk__range *r, size_t n) {
     for (size_t i = 0; i < n; i++) {
         fshard *s = &f->sh[r[i].shard];
@@ -314,19 +343,14 @@ static uint64_t evict(stk__fetcher *f, uint64_t goal) {
 }
 
 /* The disk blocks w may take: each block's bytes widened to whole pages of
- * the file system (a block need not start on one), a page shared by two
- * blocks counted once. */
+ * the file system (a block need not start on one; a page two blocks share
+ * is counted twice, w being in no particular order). */
 static uint64_t want_bytes(const stk__fetcher *f, const want *w, size_t n) {
-    uint64_t need = 0, last_s = UINT64_MAX, last_z = 0;
+    uint64_t need = 0;
     for (size_t i = 0; i < n; i++) {
         uint64_t a, z, pg = f->page;
         stk__block_bytes(&f->ds->shards[w[i].s], w[i].b, &a, &z);
-        a = a / pg * pg;
-        z = (z + pg - 1) / pg * pg;
-        if (w[i].s == last_s && a < last_z) a = STK__MIN(last_z, z);
-        need += z - a;
-        last_s = w[i].s;
-        last_z = z;
+        need += (z + pg - 1) / pg * pg - a / pg * pg;
     }
     return need;
 }
@@ -340,10 +364,10 @@ static void allocate(stk__fetcher *f, const want *w, size_t n) {
     }
 }
 
-int stk__budget_reserve(stk__fetcher *f, const want *w, size_t n, stk_error *err) {
+int stk__budget_reserve(stk__fetcher *f, const want *w, size_t n, bool wait, stk_error *err) {
     uint64_t need = want_bytes(f, w, n);
     const uint64_t B = f->budget;
-    if (B && need > B)
+    if (B && need + f->margin > B)
         return stk__err(err, -ENOSPC,
                         "%s: one read needs %" PRIu64 " KiB of the cache at once, more than its "
                         "budget of %" PRIu64 " KiB; raise the cache budget",
@@ -360,14 +384,16 @@ int stk__budget_reserve(stk__fetcher *f, const want *w, size_t n, stk_error *err
             ok = true;
         } else {
             used = stk__cache_du(f->dir);
-            if (used + need > B) {
+            uint64_t room = B > f->margin ? B - f->margin : 0;
+            if (used + need > room) {
                 /* A sixteenth of the budget more than needed: the disk is
                  * measured again less often. */
-                uint64_t target = B - need, slack = STK__MIN(B / 16, target);
+                uint64_t target = room > need ? room - need : 0;
+                uint64_t slack = STK__MIN(B / 16, target);
                 evict(f, used - (target - slack));
                 used = stk__cache_du(f->dir);
             }
-            ok = used + need <= B;
+            ok = used + need <= room;
         }
         if (ok) {
             allocate(f, w, n);
@@ -385,6 +411,7 @@ int stk__budget_reserve(stk__fetcher *f, const want *w, size_t n, stk_error *err
         flock(f->budget_fd, LOCK_UN);
         pthread_mutex_unlock(&f->mu);
         if (ok) return 0;
+        if (!wait) return -EAGAIN;
         /* Everything left is held by readers: they let go once they have
          * read it. */
         if ((int64_t)(stk__now_ns() - t0) > limit)
@@ -398,24 +425,4 @@ int stk__budget_reserve(stk__fetcher *f, const want *w, size_t n, stk_error *err
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-}
-
-void stk__budget_unreserve(stk__fetcher *f, const want *w, size_t n) {
-    pthread_mutex_lock(&f->mu);
-    for (size_t i = 0; i < n; i++) {
-        if (w[i].got) continue;
-        /* Only while no other process may be fetching the block (this one
-         * holds its shard's lock): else its bytes stay allocated, to be
-         * fetched into later or given back by the next open that finds
-         * itself alone. */
-        fshard *s = &f->sh[w[i].s];
-        bool took = false;
-        if (s->lock_fd < 0 || (s->lockers == 0 && !(took = flock(s->lock_fd, LOCK_EX | LOCK_NB) == 0)))
-            continue;
-        uint64_t a, z;
-        stk__block_bytes(&f->ds->shards[w[i].s], w[i].b, &a, &z);
-        fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a, (off_t)(z - a));
-        if (took) flock(s->lock_fd, LOCK_UN);
-    }
-    pthread_mutex_unlock(&f->mu);
 }

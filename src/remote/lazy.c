@@ -49,12 +49,21 @@ int stk__fetcher_new(const char *url_text, size_t n, stk__fetcher **out, stk_err
     f->budget_fd = f->uses_fd = -1;
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv, NULL);
+    pthread_cond_init(&f->ahead_cv, NULL);
     *out = f;
     return 0;
 }
 
 void stk__fetcher_free(stk__fetcher *f) {
     if (!f) return;
+    if (f->ahead_started) {
+        pthread_mutex_lock(&f->mu);
+        f->ahead_stop = true;
+        pthread_cond_broadcast(&f->ahead_cv);
+        pthread_mutex_unlock(&f->mu);
+        pthread_join(f->ahead_tid, NULL);
+    }
+    stk__free(f->aq);
     stk__budget_free(f);
     for (size_t i = 0; i < f->n; i++) {
         fshard *s = &f->sh[i];
@@ -81,6 +90,7 @@ void stk__fetcher_free(stk__fetcher *f) {
     stk__url_free(&f->url);
     pthread_mutex_destroy(&f->mu);
     pthread_cond_destroy(&f->cv);
+    pthread_cond_destroy(&f->ahead_cv);
     stk__free(f);
 }
 
@@ -119,6 +129,7 @@ static void read_presence(fshard *s) {
 
 static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err);
 static void release(void *ctx, const stk__range *r, size_t n);
+static void ahead(void *ctx, const stk__range *r, size_t n);
 static void stats(void *ctx, stk_remote_stats *out) {
     stk__fetcher *f = ctx;
     pthread_mutex_lock(&f->mu);
@@ -160,6 +171,7 @@ int stk__fetcher_attach(stk__fetcher *f, stk_dataset *ds, bool trust_presence, s
     ds->caps.lazy = true;
     ds->ensure = ensure;
     ds->ensure_release = release;
+    ds->ensure_ahead = ahead;
     ds->ensure_stats = stats;
     ds->ensure_free = free_ctx;
     ds->ensure_ctx = f;
@@ -292,7 +304,7 @@ static int fetch_once(stk__fetcher *f, stk__http *h, want *w, size_t n, stk_erro
 static void record(stk__fetcher *f, const want *w, size_t n) {
     const uint8_t one = 1;
     for (size_t i = 0; i < n; i++) {
-        if (!w[i].got) continue;
+        if (!w[i].got || w[i].had) continue;
         fshard *s = &f->sh[w[i].s];
         stk__pwrite_full(s->present_fd, &one, 1, w[i].b);
     }
@@ -319,7 +331,7 @@ static int fetch_locked(stk__fetcher *f, want *w, size_t n, stk_error *err) {
         uint8_t byte = 0;
         if (s->present_fd >= 0 && stk__pread_full(s->present_fd, &byte, 1, w[i].b) == 1 &&
             byte == 1)
-            w[i].got = true;
+            w[i].got = w[i].had = true;
     }
     pthread_mutex_unlock(&f->mu);
     stk__http *h = client_get(f, err);
@@ -515,7 +527,7 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
                     cap = nc;
                 }
                 s->state[b] = B_FLIGHT;
-                w[nw++] = (want){(uint32_t)r[i].shard, b, false, false};
+                w[nw++] = (want){.s = (uint32_t)r[i].shard, .b = b};
             }
             if (rc) break;
         }
@@ -530,9 +542,13 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
             continue;
         }
         pthread_mutex_unlock(&f->mu);
-        rc = f->limited ? stk__budget_reserve(f, w, nw, err) : 0;
+        /* Under a budget, room is made and allocated first.  What was
+         * allocated for blocks that do not arrive stays allocated (and
+         * counted): another process may have allocated the same blocks and
+         * be about to fetch them; they are fetched into later, or given
+         * back by the next open that finds itself alone. */
+        rc = f->limited ? stk__budget_reserve(f, w, nw, true, err) : 0;
         if (rc == 0) rc = fetch_claimed(f, w, nw, err);
-        if (f->limited) stk__budget_unreserve(f, w, nw);
         pthread_mutex_lock(&f->mu);
         for (size_t i = 0; i < nw; i++)
             f->sh[w[i].s].state[w[i].b] = w[i].got ? B_PRESENT : w[i].bad ? B_BAD : B_ABSENT;
@@ -544,6 +560,128 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
     pthread_mutex_unlock(&f->mu);
     stk__free(w);
     return rc;
+}
+
+/* ---- read-ahead ---- */
+
+/* Fetches what is queued, in the order it came, a round of at most this
+ * many bytes at a time (so that closing waits for one round at most). */
+#define AHEAD_ROUND (64ull << 20)
+
+static void *ahead_main(void *arg) {
+    stk__fetcher *f = arg;
+    const stk_dataset *ds = f->ds;
+    want *w = NULL;
+    size_t cap = 0;
+    stk__range *r = NULL;
+    pthread_mutex_lock(&f->mu);
+    for (;;) {
+        while (!f->ahead_stop && f->naq == 0) pthread_cond_wait(&f->ahead_cv, &f->mu);
+        if (f->ahead_stop) break;
+        /* The oldest queued ranges, up to a round's bytes. */
+        size_t k = 0;
+        uint64_t bytes = 0;
+        while (k < f->naq && (k == 0 || bytes < AHEAD_ROUND)) bytes += f->aq[k].hi - f->aq[k].lo, k++;
+        stk__range *taken = stk__malloc(k * sizeof *taken);
+        if (!taken) break;
+        memcpy(taken, f->aq, k * sizeof *taken);
+        memmove(f->aq, f->aq + k, (f->naq - k) * sizeof *f->aq);
+        f->naq -= k;
+        f->aq_bytes -= STK__MIN(f->aq_bytes, bytes);
+        stk__free(r);
+        r = taken;
+        /* Claim what nobody has or fetches (no hold: what arrives may be
+         * evicted before it is read, under a budget; it is then fetched
+         * again when read). */
+        size_t nw = 0;
+        for (size_t i = 0; i < k; i++) {
+            fshard *s = &f->sh[r[i].shard];
+            uint64_t b0, b1;
+            if (s->complete || !stk__range_blocks(&ds->shards[r[i].shard], r[i].lo, r[i].hi, &b0, &b1))
+                continue;
+            for (uint64_t b = b0; b <= b1; b++) {
+                if (s->state[b] != B_ABSENT) continue;
+                if (s->holds) {
+                    /* Under a budget, the disk may say more than this
+                     * process knows. */
+                    uint8_t byte = 0;
+                    if (stk__pread_full(s->present_fd, &byte, 1, b) == 1 && byte == 1) {
+                        s->state[b] = B_PRESENT;
+                        continue;
+                    }
+                }
+                if (nw == cap) {
+                    size_t nc = cap ? cap * 2 : 256;
+                    want *g = stk__realloc(w, nc * sizeof *g);
+                    if (!g) break;
+                    w = g;
+                    cap = nc;
+                }
+                s->state[b] = B_FLIGHT;
+                w[nw++] = (want){.s = r[i].shard, .b = b};
+            }
+        }
+        if (nw == 0) continue;
+        /* Held like a reader's: no process evicts them, or the room made
+         * for them, until they are fetched. */
+        if (f->limited) stk__budget_hold_wants(f, w, nw);
+        pthread_mutex_unlock(&f->mu);
+        stk_error err = {0};
+        int rc = f->limited ? stk__budget_reserve(f, w, nw, false, &err) : 0;
+        if (rc == 0) rc = fetch_claimed(f, w, nw, &err);
+        pthread_mutex_lock(&f->mu);
+        for (size_t i = 0; i < nw; i++) {
+            fshard *s = &f->sh[w[i].s];
+            uint8_t st = w[i].got ? B_PRESENT : w[i].bad ? B_BAD : B_ABSENT;
+            if (st == B_PRESENT && s->holds && s->holds[w[i].b]) {
+                /* A reader of this process holds it, and read its presence
+                 * when it took its lock, while the block was in flight:
+                 * what the disk says now stands until that reader lets go
+                 * (this thread held nothing, and another process may have
+                 * evicted what it found present). */
+                uint8_t byte = 0;
+                if (stk__pread_full(s->present_fd, &byte, 1, w[i].b) != 1 || byte != 1)
+                    st = B_ABSENT;
+            }
+            s->state[w[i].b] = st;
+        }
+        if (f->limited) stk__budget_release_wants(f, w, nw);
+        if (rc == 0) name_complete(f, w, nw);
+        /* A failure is left to the reader, which fetches the blocks again
+         * and reports what it gets. */
+        pthread_cond_broadcast(&f->cv);
+    }
+    pthread_mutex_unlock(&f->mu);
+    stk__free(r);
+    stk__free(w);
+    return NULL;
+}
+
+static void ahead(void *ctx, const stk__range *r, size_t n) {
+    stk__fetcher *f = ctx;
+    pthread_mutex_lock(&f->mu);
+    if (f->ahead_stop) {
+        pthread_mutex_unlock(&f->mu);
+        return;
+    }
+    if (f->naq + n > f->cap_aq) {
+        size_t nc = STK__MAX(f->cap_aq * 2, f->naq + n + 64);
+        stk__range *g = stk__realloc(f->aq, nc * sizeof *g);
+        if (!g) {
+            pthread_mutex_unlock(&f->mu);
+            return; /* read-ahead is a hint */
+        }
+        f->aq = g;
+        f->cap_aq = nc;
+    }
+    for (size_t i = 0; i < n; i++) {
+        f->aq[f->naq++] = r[i];
+        f->aq_bytes += r[i].hi - r[i].lo;
+    }
+    if (!f->ahead_started)
+        f->ahead_started = pthread_create(&f->ahead_tid, NULL, ahead_main, f) == 0;
+    pthread_cond_signal(&f->ahead_cv);
+    pthread_mutex_unlock(&f->mu);
 }
 
 static void release(void *ctx, const stk__range *r, size_t n) {

@@ -62,9 +62,18 @@ struct stk__fetcher {
     _Atomic uint32_t *uses;
     uint64_t nuses;  /* blocks counted there (every shard's) */
     uint64_t page;   /* the file system's block size */
+    uint64_t margin; /* bytes kept for the file system's own blocks */
     uint32_t tick_now;
     uint64_t peak;   /* the largest disk use seen after a reservation */
     uint64_t evicted; /* bytes evicted by this process */
+    /* Read-ahead (stk_dataset.ensure_ahead), under mu: ranges queued for a
+     * thread of their own that fetches them in the order they came. */
+    stk__range *aq;
+    size_t naq, cap_aq;
+    uint64_t aq_bytes;
+    pthread_t ahead_tid;
+    bool ahead_started, ahead_stop;
+    pthread_cond_t ahead_cv;
 };
 
 /* ---- budget.c ---- */
@@ -80,19 +89,27 @@ void stk__budget_plan(void *ctx, const stk__range *r, size_t n, int sign);
  * since this one saw it is absent again. */
 void stk__budget_hold(stk__fetcher *f, const stk__range *r, size_t n);
 void stk__budget_release_locked(stk__fetcher *f, const stk__range *r, size_t n);
-/* Makes room for the blocks w (not under mu): evicts what is needed least
- * soon, waiting while other readers hold everything, then allocates their
- * bytes so that the disk use counts them before they arrive. */
+/* The same for blocks w[0..n) (the read-ahead holds what it fetches, so
+ * that the room made for them stays theirs). */
 struct want;
-int stk__budget_reserve(stk__fetcher *f, const struct want *w, size_t n, stk_error *err);
-/* Gives back the disk reserved for blocks of w that did not arrive. */
-void stk__budget_unreserve(stk__fetcher *f, const struct want *w, size_t n);
+void stk__budget_hold_wants(stk__fetcher *f, const struct want *w, size_t n);
+void stk__budget_release_wants(stk__fetcher *f, const struct want *w, size_t n);
+/* Makes room for the blocks w (not under mu): evicts what is needed least
+ * soon, waiting while other readers hold everything (unless !wait:
+ * -EAGAIN at once), then allocates their bytes so that the disk use counts
+ * them before they arrive. */
+struct want;
+int stk__budget_reserve(stk__fetcher *f, const struct want *w, size_t n, bool wait,
+                        stk_error *err);
 
 typedef struct want {
     uint32_t s;
     uint64_t b;
     bool got; /* arrived and checked */
     bool bad; /* failed its checksum on every try */
+    bool had; /* found present: another process fetched it (its presence
+               * mark is that process's to write, and may since have been
+               * cleared by an eviction: never written again here) */
 } want;
 
 /* Block b of shard sh: bytes [*a, *z). */

@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -85,6 +86,94 @@ static int read_all(stk_dataset *ds) {
         CHECK(len == (size_t)(1 + r % 64) * 64 * 4 && memcmp(out, rows[r % NROWS], len) == 0);
     }
     return 0;
+}
+
+/* Disk the dataset directories under `cache` take (their files' blocks),
+ * each walked under a shared lock on its budget.lock, which a process
+ * holds exclusively while it evicts and allocates. */
+static uint64_t cache_use(const char *cache) {
+    uint64_t most = 0;
+    DIR *d = opendir(cache);
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.' || e->d_name[0] == 'm') continue; /* m-*: manifest copies */
+        char sub[1024], lk[1100];
+        snprintf(sub, sizeof sub, "%s/%s", cache, e->d_name);
+        snprintf(lk, sizeof lk, "%s/budget.lock", sub);
+        int fd = open(lk, O_RDONLY);
+        if (fd >= 0) flock(fd, LOCK_SH);
+        DIR *dd = opendir(sub);
+        uint64_t total = 0;
+        struct dirent *f;
+        while (dd && (f = readdir(dd))) {
+            struct stat st;
+            if (f->d_name[0] != '.' && fstatat(dirfd(dd), f->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+                total += (uint64_t)st.st_blocks * 512;
+        }
+        if (dd) closedir(dd);
+        if (fd >= 0) close(fd);
+        if (total > most) most = total;
+    }
+    closedir(d);
+    return most;
+}
+
+/* A loader of 2 threads reads every record through a cache of `budget`
+ * bytes (smaller than the dataset) in `order`: each record as written,
+ * and the cache's disk use, taken after every batch, within the budget. */
+static void read_budgeted(const char *url, const char *cache, uint64_t budget, stk_order order) {
+    stk_error err = {0};
+    stk_open_options oo;
+    stk_open_options_init(&oo);
+    oo.cache_dir = cache;
+    oo.cache_budget = budget;
+    stk_dataset *ds = NULL;
+    CHECK_OK(stk_dataset_open_with(url, &oo, &ds, &err));
+    stk_loader_options lo;
+    stk_loader_options_init(&lo);
+    lo.batch_size = 4;
+    lo.threads = 2;
+    lo.order = order;
+    lo.seed = 3;
+    lo.block_bytes = 128 << 10;
+    lo.block_group = 1;
+    stk_loader *ld = NULL;
+    CHECK_OK(stk_loader_open(ds, &lo, &ld, &err));
+    int seen[NREC] = {0};
+    uint64_t peak = 0;
+    for (int epoch = 0; epoch < 2; epoch++) {
+        CHECK_OK(stk_loader_set_epoch(ld, (uint64_t)epoch, &err));
+        stk_batch *b;
+        int rc;
+        while ((rc = stk_loader_next(ld, &b, &err)) == 0) {
+            stk_batch_field bf;
+            CHECK_OK(stk_batch_field_get(b, 0, &bf));
+            const uint64_t *ids = stk_batch_samples(b);
+            for (uint32_t j = 0; j < stk_batch_size(b); j++) {
+                uint64_t r = ids[j];
+                int64_t n = bf.offsets[j + 1] - bf.offsets[j];
+                CHECK(r < NREC && n == 1 + (int64_t)(r % 64));
+                CHECK(memcmp((const float *)bf.data + bf.offsets[j] * 64, rows[r % NROWS],
+                             (size_t)n * 64 * 4) == 0);
+                seen[r]++;
+            }
+            stk_loader_release(ld, b);
+            uint64_t use = cache_use(cache);
+            if (use > peak) peak = use;
+        }
+        CHECK(rc == STK_END);
+    }
+    for (int r = 0; r < NREC; r++) CHECK(seen[r] == 2);
+    stk_remote_stats rs;
+    CHECK_OK(stk_dataset_remote_stats(ds, &rs));
+    CHECK(rs.cache_limited && rs.cache_budget == budget && rs.cache_peak <= budget);
+    CHECK(rs.bytes_evicted > 0 && peak <= budget);
+    printf("budget %llu KiB, %s order: peak %llu KiB, %llu KiB evicted\n",
+           (unsigned long long)(budget >> 10), order == STK_ORDER_BLOCK ? "block" : "random",
+           (unsigned long long)(peak >> 10), (unsigned long long)(rs.bytes_evicted >> 10));
+    stk_loader_close(ld);
+    stk_dataset_close(ds);
 }
 
 int main(void) {
@@ -192,6 +281,40 @@ int main(void) {
         }
         printf("%s: %ld failure points\n", kinds[k].name, points);
     }
+    /* Opening under a budget smaller than the dataset (the budget's files,
+     * counts and locks): every failure point gives its error and leaves no
+     * descriptor behind, and a record then reads right. */
+    stk_open_options ob = oo;
+    ob.cache_budget = 1536 << 10;
+    for (size_t k = 0; k < 2; k++) {
+        long points = 0;
+        for (long n = 1;; n++) {
+            empty_cache(cache);
+            ds = NULL;
+            stk__fault_arm(kinds[k].kind, n, kinds[k].err);
+            int rc = stk_dataset_open_with(url, &ob, &ds, &err);
+            long seen = stk__fault_seen(kinds[k].kind);
+            stk__fault_reset();
+            if (rc == 0) {
+                float out[4096];
+                size_t len;
+                CHECK_OK(stk_dataset_read(ds, 7, 0, out, sizeof out, &len, STK_READ_VERIFY, &err));
+                CHECK(memcmp(out, rows[7], len) == 0);
+                stk_dataset_close(ds);
+                if (seen < n) break;
+            } else {
+                CHECK(rc == -kinds[k].err && !ds);
+            }
+            CHECK(count_fds() == fds0);
+            points++;
+        }
+        printf("%s, under a budget: %ld failure points\n", kinds[k].name, points);
+    }
+    /* A cache smaller than the dataset. */
+    empty_cache(cache);
+    read_budgeted(url, cache, 1536 << 10, STK_ORDER_RANDOM);
+    read_budgeted(url, cache, 1536 << 10, STK_ORDER_BLOCK);
+    empty_cache(cache);
     /* After all that, an open from a cache left as the faults left it. */
     CHECK_OK(stk_dataset_open_with(url, &oo, &ds, &err));
     CHECK_OK(read_all(ds));
