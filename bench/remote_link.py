@@ -162,6 +162,10 @@ t0 = time.perf_counter()
 if kind == "mds":
     import peerimport
     streaming = peerimport.streaming()
+    # What an earlier run left in shared memory (Streaming documents this
+    # call for it).
+    from streaming.base.util import clean_stale_shared_memory
+    clean_stale_shared_memory()
     ds = streaming.StreamingDataset(remote=remote, local=cache, shuffle=True, shuffle_seed=1,
                                     batch_size=%d)
     dl = torch.utils.data.DataLoader(ds, batch_size=%d, num_workers=2)
@@ -232,10 +236,11 @@ def main():
 
     def peer(kind, remote):
         shutil.rmtree(cache, ignore_errors=True)
-        out = subprocess.run([sys.executable, str(peer_script), kind, remote, str(cache), "2",
-                              str(Path(__file__).parent)], env=env, check=True,
-                             capture_output=True, text=True).stdout
-        x = json.loads(out.strip().splitlines()[-1])
+        p = subprocess.run([sys.executable, str(peer_script), kind, remote, str(cache), "2",
+                            str(Path(__file__).parent)], env=env, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"{kind} failed:\n{p.stderr[-3000:]}")
+        x = json.loads(p.stdout.strip().splitlines()[-1])
         return data_bytes / x["s"][0], data_bytes / x["s"][1]
 
     try:
@@ -271,7 +276,11 @@ def main():
     unit = next(u for u in units if a.rate.endswith(u))
     shaped = float(a.rate[:-len(unit)]) * units[unit] / 8 / 1e6
     L = max(shaped, m["link"])
-    best_cold = max(m["mds_cold"], m["lit_cold"])
+    # The peers at their best repetition (MosaicML Streaming's cold epoch
+    # through the relay mostly took about a minute, once 4.5 s; the cause
+    # is not established), stoker at its median.
+    best = {k: max(v) / 1e6 for k, v in r.items()}
+    best_cold = max(best["mds_cold"], best["lit_cold"])
     rtt = 2 * float(a.delay.rstrip("ms"))
     lines = [
         "## Remote datasets over an emulated cloud link (issue: object stores)",
@@ -306,13 +315,19 @@ def main():
         f"| stoker, cold, block order, cache budget a quarter of the dataset "
         f"({budget / 2**20:.0f} MiB; peak disk use {median(peaks) / 2**20:.1f} MiB) | "
         f"{m['budget_block']:.0f} | {m['budget_block'] / L:.2f} |",
-        f"| MosaicML Streaming, cold (DataLoader, 2 workers) | {m['mds_cold']:.0f} | "
-        f"{m['mds_cold'] / L:.2f} |",
-        f"| LitData, cold (StreamingDataLoader, 2 workers) | {m['lit_cold']:.0f} | "
-        f"{m['lit_cold'] / L:.2f} |",
+        f"| MosaicML Streaming, cold (DataLoader, 2 workers; median, best) | "
+        f"{m['mds_cold']:.0f}, {best['mds_cold']:.0f} | {m['mds_cold'] / L:.2f}, "
+        f"{best['mds_cold'] / L:.2f} |",
+        f"| LitData, cold (StreamingDataLoader, 2 workers; median, best) | "
+        f"{m['lit_cold']:.0f}, {best['lit_cold']:.0f} | {m['lit_cold'] / L:.2f}, "
+        f"{best['lit_cold'] / L:.2f} |",
         "",
-        f"Cold, stoker against the better peer: block order {m['block_cold'] / best_cold:.2f}x, "
-        f"random order {m['random_cold'] / best_cold:.2f}x.",
+        f"Cold, stoker (median) against the better peer at its best repetition: block order "
+        f"{m['block_cold'] / best_cold:.2f}x, random order {m['random_cold'] / best_cold:.2f}x. "
+        "MosaicML Streaming's cold epoch took about a minute in most repetitions and a few "
+        "seconds in one; the long ones look like a download waiting out a 60 s timeout, and "
+        "whether the relay's handling of its connections causes it is not established, so "
+        "its best repetition is the one compared.",
         "",
         "| warm (everything cached) | MB/s |",
         "|---|---:|",

@@ -437,7 +437,10 @@ STK_API int stk_dataset_open_with(const char *path, const stk_open_options *opts
  * shown none for the timeout and 5 s.
  * 403 is -EACCES, 404 -ENOENT, a wrong region -EINVAL, each naming the URL.
  * $STOKER_REMOTE_CONNECTIONS (default 16) requests are in flight at once,
- * each a range of $STOKER_REMOTE_PART_MB MiB (default 8).
+ * each a range of $STOKER_REMOTE_PART_MB MiB (default 8).  A loader
+ * announces the $STOKER_REMOTE_AHEAD_MB MiB (default 64; 0: none) of
+ * batches, or block groups, after the one it fills, and a thread of the
+ * dataset fetches them in the background, in that order.
  *
  * The cache's budget (stk_open_options.cache_budget, else
  * $STOKER_CACHE_BUDGET, else the disk's free space less 5%) may be smaller

@@ -285,8 +285,8 @@ def test_nodes_fetch_their_share_and_resume_on_fewer(served, aws, tmp_path):
     every record once, equal batch counts, each node fetching about its half
     and not the whole.  Then the job stops mid-epoch and one node of two
     ranks resumes from a state: the records before and after the stop are
-    each record once.  (Simulated hosts with their own addresses and links,
-    torchrun across network namespaces, are not part of this test.)"""
+    each record once.  (test_py_remote_hosts runs the same under torchrun
+    across two network namespaces with their own addresses.)"""
     root = served["root"] / "bucket" / "nodes"
     n = 128
     rng = np.random.default_rng(11)

@@ -248,3 +248,35 @@ def test_processes_share_one_budget(big, aws, tmp_path):
         got = json.loads((tmp_path / f"o{i}.json").read_text())
         assert got["digests"] == digests(big, 10 + i)
     assert s.peak <= budget, s.peak
+
+
+def test_read_ahead_fetches_what_comes_next(big, aws, tmp_path, monkeypatch):
+    """The loader announces the batches after the one it fills; a thread
+    of the dataset fetches them in the background: after one batch the
+    cache keeps filling without another being asked for (up to
+    $STOKER_REMOTE_AHEAD_MB), which it does not with the read-ahead off.
+    Closing while it runs returns promptly."""
+    def first_batch(cache):
+        ld = stoker.Loader("s3://bucket/big", 4, shuffle="sequential", threads=1, prefetch=1,
+                           cache_dir=cache)
+        next(iter(ld))
+        return ld
+
+    monkeypatch.setenv("STOKER_REMOTE_AHEAD_MB", "0")
+    ld = first_batch(tmp_path / "off")
+    time.sleep(1.0)
+    off = ld.remote_stats()["bytes_fetched"]
+    ld.close()
+    monkeypatch.setenv("STOKER_REMOTE_AHEAD_MB", "4")
+    ld = first_batch(tmp_path / "on")
+    end = time.monotonic() + 20
+    while ld.remote_stats()["bytes_fetched"] < off + 3 * MiB and time.monotonic() < end:
+        time.sleep(0.05)
+    on = ld.remote_stats()["bytes_fetched"]
+    t0 = time.monotonic()
+    ld.close()
+    assert time.monotonic() - t0 < 10
+    assert on >= off + 3 * MiB, (on, off)
+    # Bounded by what was announced: 4 MiB past the batches filled, not the
+    # whole dataset.
+    assert on < off + 8 * MiB, (on, off)
