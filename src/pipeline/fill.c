@@ -356,6 +356,7 @@ bool stk__ld_ahead_claim(stk_loader *ld, uint64_t at, uint64_t end, uint64_t gen
     if (!ld->ahead_n) return false;
     pthread_mutex_lock(&ld->mu);
     bool ok = gen == ld->gen;
+    if (end == UINT64_MAX) end = ld->nbatches; /* (set with the epoch, under mu) */
     if (ok) {
         *from = STK__MAX(ld->ahead_next, at + 1);
         *to = STK__MIN(at + 1 + ld->ahead_n, end);
@@ -369,7 +370,7 @@ bool stk__ld_ahead_claim(stk_loader *ld, uint64_t at, uint64_t end, uint64_t gen
 void stk__ld_announce_batches(stk_loader *ld, worker *w, uint64_t b, uint64_t gen) {
     const stk_dataset *ds = ld->ds;
     uint64_t from, to;
-    if (!ds->ensure_ahead || !stk__ld_ahead_claim(ld, b, ld->nbatches, gen, &from, &to)) return;
+    if (!ds->ensure_ahead || !stk__ld_ahead_claim(ld, b, UINT64_MAX, gen, &from, &to)) return;
     uint32_t B = ld->opt.batch_size;
     uint64_t *ids = stk__malloc(2 * (size_t)B * sizeof *ids);
     stk__range *r = stk__malloc((size_t)B * sizeof *r);

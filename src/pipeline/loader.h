@@ -429,7 +429,8 @@ void stk__ld_plan_reads(stk_loader *ld);
 void stk__ld_announce_batches(stk_loader *ld, worker *w, uint64_t b, uint64_t gen);
 void stk__ld_announce_groups(stk_loader *ld, worker *w, uint64_t g, uint64_t gen);
 /* Up to which unit the batches (groups) after `at` are announced: [*from,
- * *to) to announce now, claimed under mu.  false: nothing. */
+ * *to) to announce now, of `end` (UINT64_MAX: the epoch's batches), claimed
+ * under mu.  false: nothing. */
 bool stk__ld_ahead_claim(stk_loader *ld, uint64_t at, uint64_t end, uint64_t gen,
                          uint64_t *from, uint64_t *to);
 void stk__ld_sample_span(const stk_loader *ld, uint64_t rec, uint64_t t0, uint64_t t1,
