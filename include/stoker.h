@@ -440,7 +440,9 @@ STK_API int stk_dataset_open_with(const char *path, const stk_open_options *opts
  * each a range of $STOKER_REMOTE_PART_MB MiB (default 8).  A loader
  * announces the $STOKER_REMOTE_AHEAD_MB MiB (default 64; 0: none) of
  * batches, or block groups, after the one it fills, and a thread of the
- * dataset fetches them in the background, in that order.
+ * dataset fetches them in the background, in that order; a loader that
+ * reads every record (one rank, no cache budget) lets it fetch the blocks
+ * between those announced too, in ranges of up to the part size.
  *
  * The cache's budget (stk_open_options.cache_budget, else
  * $STOKER_CACHE_BUDGET, else the disk's free space less 5%) may be smaller

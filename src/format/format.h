@@ -250,8 +250,11 @@ struct stk_dataset {
     /* Read-ahead: the n ranges will be read soon, in this order after what
      * was announced before; their fetch starts in the background, and
      * nothing waits for it (a later ensure() waits for what is still in
-     * flight).  NULL for a dataset whose bytes are all there. */
-    void (*ensure_ahead)(void *ctx, const struct stk__range *r, size_t n);
+     * flight).  `whole`: the reader reads every byte of the dataset this
+     * epoch, so what lies between the announced blocks of a shard may come
+     * with them, in fewer, larger ranges.  NULL for a dataset whose bytes
+     * are all there. */
+    void (*ensure_ahead)(void *ctx, const struct stk__range *r, size_t n, bool whole);
     /* A cache budget smaller than the dataset (cache_limited; a budget of
      * 0 streams).  The reader says what it will read: ensure_plan with
      * sign +1 adds each range as one future use of its bytes, -1 takes one

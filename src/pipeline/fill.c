@@ -351,6 +351,11 @@ void stk__ld_plan_reads(stk_loader *ld) {
     stk__free(r);
 }
 
+bool stk__ld_reads_whole(const stk_loader *ld) {
+    return ld->opt.world_size <= 1 && ld->opt.split_count <= 1 && !ld->ds->cache_limited &&
+           !ld->space.run_first;
+}
+
 bool stk__ld_ahead_claim(stk_loader *ld, uint64_t at, uint64_t end, uint64_t gen,
                          uint64_t *from, uint64_t *to) {
     if (!ld->ahead_n) return false;
@@ -384,7 +389,7 @@ void stk__ld_announce_batches(stk_loader *ld, worker *w, uint64_t b, uint64_t ge
             stk__space_locate(&ld->space, ids[j], &ids[B + j], &t);
         }
         record_ranges(ds, n, ids + B, r);
-        ds->ensure_ahead(ds->ensure_ctx, r, n);
+        ds->ensure_ahead(ds->ensure_ctx, r, n, stk__ld_reads_whole(ld));
     }
     stk__free(ids);
     stk__free(r);

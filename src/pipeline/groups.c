@@ -320,7 +320,7 @@ void stk__ld_announce_groups(stk_loader *ld, worker *w, uint64_t g, uint64_t gen
         if (!r) break;
         for (size_t i = 0; i < tmp->nspans; i++)
             r[i] = (stk__range){tmp->spans[i].shard, tmp->spans[i].lo, tmp->spans[i].hi};
-        ds->ensure_ahead(ds->ensure_ctx, r, tmp->nspans);
+        ds->ensure_ahead(ds->ensure_ctx, r, tmp->nspans, stk__ld_reads_whole(ld));
         stk__free(r);
     }
     if (tmp) stk__free(tmp->spans);

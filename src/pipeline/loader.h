@@ -427,6 +427,10 @@ void stk__ld_plan_reads(stk_loader *ld);
  * after g) up to ld->ahead_n ahead, those not announced yet this epoch,
  * so that their bytes are fetched in the background (not under mu). */
 void stk__ld_announce_batches(stk_loader *ld, worker *w, uint64_t b, uint64_t gen);
+/* Whether an epoch of this loader reads every record of the dataset: one
+ * rank, one part, no validity rule, and no cache budget to spend on what
+ * is fetched early. */
+bool stk__ld_reads_whole(const stk_loader *ld);
 void stk__ld_announce_groups(stk_loader *ld, worker *w, uint64_t g, uint64_t gen);
 /* Up to which unit the batches (groups) after `at` are announced: [*from,
  * *to) to announce now, of `end` (UINT64_MAX: the epoch's batches), claimed

@@ -129,7 +129,7 @@ static void read_presence(fshard *s) {
 
 static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err);
 static void release(void *ctx, const stk__range *r, size_t n);
-static void ahead(void *ctx, const stk__range *r, size_t n);
+static void ahead(void *ctx, const stk__range *r, size_t n, bool whole);
 static void stats(void *ctx, stk_remote_stats *out) {
     stk__fetcher *f = ctx;
     pthread_mutex_lock(&f->mu);
@@ -568,6 +568,40 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
  * many bytes at a time (so that closing waits for one round at most). */
 #define AHEAD_ROUND (64ull << 20)
 
+/* Between two claimed blocks of a shard at most this many absent ones are
+ * claimed too (1 MiB of 64 KiB blocks). */
+#define GAP_BLOCKS 16
+
+/* For a reader that reads every byte this epoch (f->ahead_whole): the
+ * absent blocks between claimed ones of a shard, up to GAP_BLOCKS apart,
+ * are claimed too, so that a round's scattered blocks (a random order's)
+ * go as a few large ranges instead of many small ones; they are read later
+ * in the epoch anyway.  Under mu; returns the new count. */
+static size_t fill_gaps(stk__fetcher *f, want **wp, size_t *cap, size_t nw) {
+    want *w = *wp;
+    qsort(w, nw, sizeof *w, by_shard_block);
+    size_t n = nw;
+    for (size_t i = 0; i + 1 < nw; i++) {
+        if (w[i].s != w[i + 1].s || w[i + 1].b - w[i].b <= 1 ||
+            w[i + 1].b - w[i].b > GAP_BLOCKS + 1)
+            continue;
+        fshard *s = &f->sh[w[i].s];
+        for (uint64_t b = w[i].b + 1; b < w[i + 1].b; b++) {
+            if (s->state[b] != B_ABSENT) continue;
+            if (n == *cap) {
+                size_t nc = *cap * 2;
+                want *g = stk__realloc(w, nc * sizeof *g);
+                if (!g) return n;
+                w = *wp = g;
+                *cap = nc;
+            }
+            s->state[b] = B_FLIGHT;
+            w[n++] = (want){.s = w[i].s, .b = b};
+        }
+    }
+    return n;
+}
+
 static void *ahead_main(void *arg) {
     stk__fetcher *f = arg;
     const stk_dataset *ds = f->ds;
@@ -621,6 +655,7 @@ static void *ahead_main(void *arg) {
                 w[nw++] = (want){.s = r[i].shard, .b = b};
             }
         }
+        if (nw && f->ahead_whole) nw = fill_gaps(f, &w, &cap, nw);
         if (nw == 0) continue;
         /* Held like a reader's: no process evicts them, or the room made
          * for them, until they are fetched. */
@@ -657,9 +692,10 @@ static void *ahead_main(void *arg) {
     return NULL;
 }
 
-static void ahead(void *ctx, const stk__range *r, size_t n) {
+static void ahead(void *ctx, const stk__range *r, size_t n, bool whole) {
     stk__fetcher *f = ctx;
     pthread_mutex_lock(&f->mu);
+    f->ahead_whole = whole && !f->limited;
     if (f->ahead_stop) {
         pthread_mutex_unlock(&f->mu);
         return;

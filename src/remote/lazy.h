@@ -73,6 +73,7 @@ struct stk__fetcher {
     uint64_t aq_bytes;
     pthread_t ahead_tid;
     bool ahead_started, ahead_stop;
+    bool ahead_whole; /* the reader reads every byte: gaps may be filled */
     pthread_cond_t ahead_cv;
 };
 

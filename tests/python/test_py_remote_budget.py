@@ -280,3 +280,23 @@ def test_read_ahead_fetches_what_comes_next(big, aws, tmp_path, monkeypatch):
     # Bounded by what was announced: 4 MiB past the batches filled, not the
     # whole dataset.
     assert on < off + 8 * MiB, (on, off)
+
+
+def test_read_ahead_of_a_whole_epoch_fetches_in_large_ranges(big, aws, tmp_path, monkeypatch):
+    """A loader that reads every record (one rank, no budget) lets the
+    read-ahead fetch the blocks between those announced: a random order's
+    scattered records go as a few large ranges, not one request per
+    record.  (A rank of several does not: the rest is the other ranks';
+    test_py_remote's node tests check that each still fetches about its
+    share.)"""
+    def epoch(tag, **kw):
+        with stoker.Loader("s3://bucket/big", 4, shuffle="random", seed=2, threads=2,
+                           cache_dir=tmp_path / tag, **kw) as ld:
+            got = [{k: np.array(v) for k, v in b.items()} for b in ld]
+            return got, ld.remote_stats()
+
+    got, on = epoch("on")
+    same(got, read_epochs(str(big), epochs=1, batch=4, shuffle="random", seed=2, threads=2)[0])
+    monkeypatch.setenv("STOKER_REMOTE_AHEAD_MB", "0")
+    _, off = epoch("off")
+    assert on["requests"] * 3 < off["requests"], (on, off)
