@@ -328,6 +328,23 @@ static void record_ranges(const stk_dataset *ds, uint32_t n, const uint64_t *rec
     }
 }
 
+/* The records' ranges of batch x of a dealing (`order`, `deal`) in r (its
+ * count returned; 0 past the dealing's end); ids: room for 2 * batch_size. */
+static uint32_t batch_ranges(const stk_loader *ld, const stk__order *order,
+                             const stk__deal *deal, uint64_t x, uint64_t *ids, stk__range *r) {
+    uint32_t B = ld->opt.batch_size;
+    uint64_t first = x * B;
+    if (first >= deal->per_rank) return 0;
+    uint32_t n = (uint32_t)STK__MIN((uint64_t)B, deal->per_rank - first);
+    stk__order_fill(order, deal, first, n, ids, NULL, NULL);
+    for (uint32_t j = 0; j < n; j++) {
+        uint64_t t;
+        stk__space_locate(&ld->space, ids[j], &ids[B + j], &t);
+    }
+    record_ranges(ld->ds, n, ids + B, r);
+    return n;
+}
+
 void stk__ld_plan_reads(stk_loader *ld) {
     const stk_dataset *ds = ld->ds;
     /* (Not before the ring exists: the open sets the epoch twice.) */
@@ -337,14 +354,7 @@ void stk__ld_plan_reads(stk_loader *ld) {
     uint64_t *ids = stk__malloc(2 * (size_t)B * sizeof *ids);
     stk__range *r = stk__malloc((size_t)B * sizeof *r);
     for (uint64_t b = 0; ids && r && b < ld->nbatches; b++) {
-        uint64_t first = b * B;
-        uint32_t n = (uint32_t)STK__MIN((uint64_t)B, ld->deal.per_rank - first);
-        stk__order_fill(&ld->order, &ld->deal, first, n, ids, NULL, NULL);
-        for (uint32_t j = 0; j < n; j++) {
-            uint64_t t;
-            stk__space_locate(&ld->space, ids[j], &ids[B + j], &t);
-        }
-        record_ranges(ds, n, ids + B, r);
+        uint32_t n = batch_ranges(ld, &ld->order, &ld->deal, b, ids, r);
         ds->ensure_plan(ds->ensure_ctx, r, n, +1);
     }
     stk__free(ids);
@@ -379,17 +389,11 @@ void stk__ld_announce_batches(stk_loader *ld, worker *w, uint64_t b, uint64_t ge
     uint32_t B = ld->opt.batch_size;
     uint64_t *ids = stk__malloc(2 * (size_t)B * sizeof *ids);
     stk__range *r = stk__malloc((size_t)B * sizeof *r);
+    bool whole = stk__ld_reads_whole(ld);
     for (uint64_t x = from; ids && r && x < to; x++) {
-        uint64_t first = x * B;
-        if (first >= w->deal.per_rank) break;
-        uint32_t n = (uint32_t)STK__MIN((uint64_t)B, w->deal.per_rank - first);
-        stk__order_fill(&w->order, &w->deal, first, n, ids, NULL, NULL);
-        for (uint32_t j = 0; j < n; j++) {
-            uint64_t t;
-            stk__space_locate(&ld->space, ids[j], &ids[B + j], &t);
-        }
-        record_ranges(ds, n, ids + B, r);
-        ds->ensure_ahead(ds->ensure_ctx, r, n, stk__ld_reads_whole(ld));
+        uint32_t n = batch_ranges(ld, &w->order, &w->deal, x, ids, r);
+        if (!n) break;
+        ds->ensure_ahead(ds->ensure_ctx, r, n, whole);
     }
     stk__free(ids);
     stk__free(r);

@@ -110,8 +110,7 @@ int stk__budget_init(stk__fetcher *f, const char *dir, uint64_t budget, stk_erro
             if (s->complete) continue;
             const stk__shard *sh = &ds->shards[i];
             for (uint64_t b = 0; b < s->nblocks; b++) {
-                uint8_t byte = 0;
-                if (stk__pread_full(s->present_fd, &byte, 1, b) == 1 && byte == 1) continue;
+                if (stk__present_on_disk(s, b)) continue;
                 uint64_t a, z;
                 stk__block_bytes(sh, b, &a, &z);
                 fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a,
@@ -210,60 +209,57 @@ void stk__budget_plan(void *ctx, const stk__range *r, size_t n, int sign) {
 
 /* ---- holds ---- */
 
-void stk__budget_hold(stk__fetcher *f, const stk__range *r, size_t n) {
+/* Takes (or lets go of) one hold on every block under r[0..n).  A block's
+ * first hold takes its read lock and reads its presence again; its last
+ * release lets the lock go. */
+static void holds_change(stk__fetcher *f, const stk__range *r, size_t n, bool take) {
     for (size_t i = 0; i < n; i++) {
         fshard *s = &f->sh[r[i].shard];
         const stk__shard *sh = &f->ds->shards[r[i].shard];
         uint64_t b0, b1;
         if (!s->holds || !stk__range_blocks(sh, r[i].lo, r[i].hi, &b0, &b1)) continue;
         for (uint64_t b = b0; b <= b1; b++) {
-            if (s->holds[b]++) continue;
+            if (take ? s->holds[b]++ != 0 : !s->holds[b] || --s->holds[b] != 0) continue;
             uint64_t a, z;
             stk__block_bytes(sh, b, &a, &z);
+            if (!take) {
+                s->tick[b] = ++f->tick_now;
+                lock_range(s->fd, F_UNLCK, F_OFD_SETLK, a, z);
+                continue;
+            }
             /* An evictor holds it only while it punches: a short wait.  Were
              * the lock refused, the block is read unprotected: it is checked
              * against its checksum as it is read. */
             lock_range(s->fd, F_RDLCK, F_OFD_SETLKW, a, z);
             /* What the disk says now: evicted, or fetched, by another
              * process since this one looked. */
-            uint8_t byte = 0;
-            bool here = stk__pread_full(s->present_fd, &byte, 1, b) == 1 && byte == 1;
+            bool here = stk__present_on_disk(s, b);
             if (s->state[b] == B_PRESENT && !here) s->state[b] = B_ABSENT;
             else if (s->state[b] == B_ABSENT && here) s->state[b] = B_PRESENT;
         }
     }
 }
 
-/* Holds (or lets go of) blocks w[0..n): a range per block. */
+void stk__budget_hold(stk__fetcher *f, const stk__range *r, size_t n) {
+    holds_change(f, r, n, true);
+}
+
+void stk__budget_release_locked(stk__fetcher *f, const stk__range *r, size_t n) {
+    holds_change(f, r, n, false);
+}
+
+/* The same for blocks w[0..n), a range per block. */
 static void hold_wants(stk__fetcher *f, const want *w, size_t n, bool take) {
     for (size_t i = 0; i < n; i++) {
-        const stk__shard *sh = &f->ds->shards[w[i].s];
         stk__range r = {w[i].s, 0, 0};
-        stk__block_bytes(sh, w[i].b, &r.lo, &r.hi);
-        if (take) stk__budget_hold(f, &r, 1);
-        else stk__budget_release_locked(f, &r, 1);
+        stk__block_bytes(&f->ds->shards[w[i].s], w[i].b, &r.lo, &r.hi);
+        holds_change(f, &r, 1, take);
     }
 }
 
 void stk__budget_hold_wants(stk__fetcher *f, const want *w, size_t n) { hold_wants(f, w, n, true); }
 void stk__budget_release_wants(stk__fetcher *f, const want *w, size_t n) {
     hold_wants(f, w, n, false);
-}
-
-void stk__budget_release_locked(stk__fetcher *f, const stk__range *r, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        fshard *s = &f->sh[r[i].shard];
-        const stk__shard *sh = &f->ds->shards[r[i].shard];
-        uint64_t b0, b1;
-        if (!s->holds || !stk__range_blocks(sh, r[i].lo, r[i].hi, &b0, &b1)) continue;
-        for (uint64_t b = b0; b <= b1; b++) {
-            if (!s->holds[b] || --s->holds[b]) continue;
-            s->tick[b] = ++f->tick_now;
-            uint64_t a, z;
-            stk__block_bytes(sh, b, &a, &z);
-            lock_range(s->fd, F_UNLCK, F_OFD_SETLK, a, z);
-        }
-    }
 }
 
 /* ---- eviction ---- */
@@ -304,13 +300,7 @@ static uint64_t evict(stk__fetcher *f, uint64_t goal) {
         for (uint64_t b = 0; b < s->nblocks; b++) {
             bool here = (int64_t)b < got && pres[b] == 1;
             if (!here || s->holds[b] || s->state[b] == B_FLIGHT) continue;
-            if (nc == cap) {
-                size_t ncap = cap ? cap * 2 : 1024;
-                cand *g = stk__realloc(c, ncap * sizeof *g);
-                if (!g) break;
-                c = g;
-                cap = ncap;
-            }
+            if (!stk__grow(&c, &cap, nc, sizeof *c, 1024)) break;
             c[nc++] = (cand){atomic_load_explicit(&f->uses[s->first + b], memory_order_relaxed),
                              s->tick[b], (uint32_t)i, b};
         }
@@ -327,8 +317,7 @@ static uint64_t evict(stk__fetcher *f, uint64_t goal) {
         if (open_part(s, &s->evict_fd) != 0) continue;
         /* Another process reading it holds a read lock: passed over. */
         if (lock_range(s->evict_fd, F_WRLCK, F_OFD_SETLK, a, z) != 0) continue;
-        uint8_t byte = 0;
-        if (stk__pread_full(s->present_fd, &byte, 1, c[k].b) == 1 && byte == 1 &&
+        if (stk__present_on_disk(s, c[k].b) &&
             fallocate(s->evict_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a,
                       (off_t)(z - a)) == 0) {
             stk__pwrite_full(s->present_fd, &zero, 1, c[k].b);

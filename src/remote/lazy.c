@@ -327,11 +327,7 @@ static int fetch_locked(stk__fetcher *f, want *w, size_t n, stk_error *err) {
     /* Another process may have fetched some since this one looked. */
     pthread_mutex_lock(&f->mu);
     for (size_t i = 0; i < n; i++) {
-        fshard *s = &f->sh[w[i].s];
-        uint8_t byte = 0;
-        if (s->present_fd >= 0 && stk__pread_full(s->present_fd, &byte, 1, w[i].b) == 1 &&
-            byte == 1)
-            w[i].got = w[i].had = true;
+        if (stk__present_on_disk(&f->sh[w[i].s], w[i].b)) w[i].got = w[i].had = true;
     }
     pthread_mutex_unlock(&f->mu);
     stk__http *h = client_get(f, err);
@@ -516,15 +512,9 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
                     waiting = true;
                     continue;
                 }
-                if (nw == cap) {
-                    size_t nc = cap ? cap * 2 : 64;
-                    want *g = stk__realloc(w, nc * sizeof *g);
-                    if (!g) {
-                        rc = stk__err(err, -ENOMEM, "out of memory");
-                        break;
-                    }
-                    w = g;
-                    cap = nc;
+                if (!stk__grow(&w, &cap, nw, sizeof *w, 64)) {
+                    rc = stk__err(err, -ENOMEM, "out of memory");
+                    break;
                 }
                 s->state[b] = B_FLIGHT;
                 w[nw++] = (want){.s = (uint32_t)r[i].shard, .b = b};
@@ -588,13 +578,8 @@ static size_t fill_gaps(stk__fetcher *f, want **wp, size_t *cap, size_t nw) {
         fshard *s = &f->sh[w[i].s];
         for (uint64_t b = w[i].b + 1; b < w[i + 1].b; b++) {
             if (s->state[b] != B_ABSENT) continue;
-            if (n == *cap) {
-                size_t nc = *cap * 2;
-                want *g = stk__realloc(w, nc * sizeof *g);
-                if (!g) return n;
-                w = *wp = g;
-                *cap = nc;
-            }
+            if (!stk__grow(wp, cap, n, sizeof *w, 256)) return n;
+            w = *wp;
             s->state[b] = B_FLIGHT;
             w[n++] = (want){.s = w[i].s, .b = b};
         }
@@ -635,22 +620,13 @@ static void *ahead_main(void *arg) {
                 continue;
             for (uint64_t b = b0; b <= b1; b++) {
                 if (s->state[b] != B_ABSENT) continue;
-                if (s->holds) {
-                    /* Under a budget, the disk may say more than this
-                     * process knows. */
-                    uint8_t byte = 0;
-                    if (stk__pread_full(s->present_fd, &byte, 1, b) == 1 && byte == 1) {
-                        s->state[b] = B_PRESENT;
-                        continue;
-                    }
+                /* Under a budget, the disk may say more than this process
+                 * knows. */
+                if (s->holds && stk__present_on_disk(s, b)) {
+                    s->state[b] = B_PRESENT;
+                    continue;
                 }
-                if (nw == cap) {
-                    size_t nc = cap ? cap * 2 : 256;
-                    want *g = stk__realloc(w, nc * sizeof *g);
-                    if (!g) break;
-                    w = g;
-                    cap = nc;
-                }
+                if (!stk__grow(&w, &cap, nw, sizeof *w, 256)) break;
                 s->state[b] = B_FLIGHT;
                 w[nw++] = (want){.s = r[i].shard, .b = b};
             }
@@ -674,9 +650,7 @@ static void *ahead_main(void *arg) {
                  * what the disk says now stands until that reader lets go
                  * (this thread held nothing, and another process may have
                  * evicted what it found present). */
-                uint8_t byte = 0;
-                if (stk__pread_full(s->present_fd, &byte, 1, w[i].b) != 1 || byte != 1)
-                    st = B_ABSENT;
+                if (!stk__present_on_disk(s, w[i].b)) st = B_ABSENT;
             }
             s->state[w[i].b] = st;
         }

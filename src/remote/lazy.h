@@ -113,6 +113,26 @@ typedef struct want {
                * cleared by an eviction: never written again here) */
 } want;
 
+/* Whether block b of shard s is marked present on disk (by whichever
+ * process fetched it). */
+static inline bool stk__present_on_disk(const fshard *s, uint64_t b) {
+    uint8_t byte = 0;
+    return s->present_fd >= 0 && stk__pread_full(s->present_fd, &byte, 1, b) == 1 && byte == 1;
+}
+
+/* Room for one more element in the array *p of *cap elements of `size`
+ * bytes holding n: doubled (from `first`) when full.  false when out of
+ * memory (the array is left as it was). */
+static inline bool stk__grow(void *p, size_t *cap, size_t n, size_t size, size_t first) {
+    if (n < *cap) return true;
+    size_t nc = *cap ? *cap * 2 : first;
+    void *g = stk__realloc(*(void **)p, nc * size);
+    if (!g) return false;
+    *(void **)p = g;
+    *cap = nc;
+    return true;
+}
+
 /* Block b of shard sh: bytes [*a, *z). */
 static inline void stk__block_bytes(const stk__shard *sh, uint64_t b, uint64_t *a, uint64_t *z) {
     *a = sh->data_off + b * sh->block_size;

@@ -274,8 +274,11 @@ for b in ld:
     n += 1
     if n == stop:
         break
+rank = int(os.environ["RANK"])
 json.dump({"ids": ids, "batches": n, "state": ld.state_dict(), "len": len(ld),
-           "fetched": ld.remote_stats()["bytes_fetched"]}, open(out, "w"))
+           "fetched": ld.remote_stats()["bytes_fetched"], "rank": rank,
+           "world": int(os.environ["WORLD_SIZE"])},
+          open(out % rank if "%d" in out else out, "w"))
 """
 
 

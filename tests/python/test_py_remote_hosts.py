@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import stoker
-from test_py_remote import KEY, RCLONE, SECRET, dataset_bytes, free_port
+from test_py_remote import KEY, RANK_SCRIPT, RCLONE, SECRET, dataset_bytes, free_port
 
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 
@@ -28,26 +28,6 @@ pytestmark = [
     pytest.mark.skipif(not shutil.which("ip"), reason="no ip command (iproute2)"),
     pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun (torch) not installed"),
 ]
-
-RANK_SCRIPT = """
-import json, os, sys
-import numpy as np, stoker
-url, out, stop, state = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-ld = stoker.Loader(url, 4, shuffle="random", seed=3, fields=["id"])
-if state != "-":
-    ld.load_state_dict(json.load(open(state)))
-ids, n = [], 0
-for b in ld:
-    ids += [int(v) for v in np.asarray(b["id"])]
-    n += 1
-    if n == stop:
-        break
-json.dump({"ids": ids, "batches": n, "state": ld.state_dict(), "len": len(ld),
-           "fetched": ld.remote_stats()["bytes_fetched"], "rank": int(os.environ["RANK"]),
-           "world": int(os.environ["WORLD_SIZE"])},
-          open(out % int(os.environ["RANK"]), "w"))
-"""
-
 
 def sh(*cmd, check=True):
     return subprocess.run(list(cmd), check=check, capture_output=True, text=True)
