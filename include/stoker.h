@@ -673,8 +673,8 @@ STK_API int stk_dataset_verify(const stk_dataset *ds,
  * with samples.
  *
  * Orders.  The epoch's order of samples is a pure function of (order, seed,
- * epoch) that does not depend on the world size, and any position in it is
- * computed directly, without replaying those before:
+ * epoch, streams), and any position in it is computed directly, without
+ * replaying those before:
  *   STK_ORDER_SEQUENTIAL  sample ids in order;
  *   STK_ORDER_RANDOM      a uniform permutation (a keyed Feistel network
  *                         with cycle walking): O(1) memory;
@@ -685,8 +685,22 @@ STK_API int stk_dataset_verify(const stk_dataset *ds,
  *                         and the batches are cut from memory: `block_group`
  *                         trades I/O locality against mixing.
  *
- * Ranks.  The global order is dealt to `world_size` ranks by interleaving:
- * rank r takes positions r, r + W, r + 2W, ...  Every rank gets the same
+ * Streams.  The order is made of S streams (`streams`, by default the world
+ * size), interleaved one sample at a time: position p is sample p / S of
+ * stream p mod S.  Stream s is the s-th of S equal, consecutive slices of
+ * the one-stream order: in sequential order a slice of the dataset; in
+ * block order a slice of the permuted blocks, a group cut at a stream's
+ * edge being permuted on each side of it; in random order (S > 1) a slice
+ * of the dataset's blocks (block_bytes each) in a permuted order, the
+ * slice's samples permuted among themselves.  Every stream's samples thus
+ * lie in its own blocks, so that a rank reading one stream reads (or, for a
+ * remote dataset, fetches) only its share of the data, and the epoch's
+ * blocks are dealt afresh to the streams every epoch.  S = 1 is the order
+ * that does not depend on the world size.
+ *
+ * Ranks.  The order is dealt to `world_size` ranks by interleaving: rank r
+ * takes positions r, r + W, r + 2W, ...; where W divides S, rank r thus
+ * reads streams r, r + W, ... only.  Every rank gets the same
  * number of samples: floor(N / W), the remainder dropped; or with `pad`,
  * ceil(N / W), the missing ones taken again from the start of the order.
  * Every rank therefore yields the same number of batches.  A rank's
@@ -694,9 +708,10 @@ STK_API int stk_dataset_verify(const stk_dataset *ds,
  * consumer k takes the rank's batches k, k + n, ..., whole, so that taking
  * one batch from each consumer in turn gives the rank's stream itself.
  *
- * Resume.  The state is (seed, epoch, position), position counting global
- * samples consumed by all ranks together.  Restoring it, with the same or a
- * different world size, continues the same global order exactly.
+ * Resume.  The state is (seed, epoch, position, streams), position counting
+ * global samples consumed by all ranks together.  Restoring it, with the
+ * same or a different world size, continues the same order (the state's
+ * streams) exactly; the epochs after it use the loader's own streams.
  *
  * Batches.  Field i of a batch of n samples is a dense array [n, ...], or
  * [n, window, ...] for a time field, or, for a ragged field in record mode,
@@ -830,6 +845,11 @@ typedef struct stk_loader_options {
     uint64_t device_resident_budget; /* device >= 0: bytes of GPU memory a
                                 * device-resident copy of the selected fields
                                 * may take; 0 (default): never resident */
+    uint32_t streams;          /* the streams an epoch's order is made of (see
+                                * "Ranks" above); 0 (default): world_size,
+                                * so that each rank reads a part of the data
+                                * of its own; 1: one stream, an order that
+                                * does not depend on the world size */
 } stk_loader_options;
 
 /* Fills `opts` with the defaults above. */
@@ -1002,22 +1022,40 @@ STK_API int stk_loader_set_epoch(stk_loader *ld, uint64_t epoch, stk_error *err)
  * validity rule, order and block parameters); restoring into a loader whose
  * fingerprint differs fails with -EINVAL.  The batch size is not part of it:
  * positions count samples, so a run may resume with another batch size.
+ * `streams` is the epoch's (see "Streams"): the rest of the epoch keeps it
+ * whatever the new world size, and the next epoch takes the loader's own.
  */
 typedef struct stk_loader_state {
     uint64_t seed;
     uint64_t epoch;
     uint64_t position;
     uint64_t fingerprint;
+    uint64_t streams; /* the streams of the epoch's order; 0 reads as 1 */
 } stk_loader_state;
 
 STK_API void stk_loader_save(const stk_loader *ld, stk_loader_state *out);
 
 /* Continues from `st`: the next batch starts at st->position of epoch
- * st->epoch, dealt over this loader's world size.  The loader's seed becomes
+ * st->epoch (an order of st->streams streams), dealt over this loader's
+ * world size.  The loader's seed becomes
  * st->seed.  Returns 0, -EINVAL (fingerprint or position mismatch), or the
  * loader's error. */
 STK_API int stk_loader_restore(stk_loader *ld, const stk_loader_state *st,
                                stk_error *err);
+
+/*
+ * A remote dataset: fetches into the cache, now, every byte this loader's
+ * batches will read from its position to the end of the epoch (after
+ * stk_loader_restore, the rest of the restored epoch), many ranges in
+ * flight, so that the run's first batches wait for nothing: what a resumed
+ * or restarted rank does before its first batch, and what `stoker cache
+ * warm --epoch` does for a node's ranks.  *bytes (may be NULL) gets the
+ * bytes asked for (what was already cached is not fetched again).  A local
+ * dataset: 0 at once.  -EINVAL under a cache budget smaller than the
+ * dataset (the read-ahead works within it instead); else 0 or a fetch
+ * error.
+ */
+STK_API int stk_loader_fetch_epoch(stk_loader *ld, uint64_t *bytes, stk_error *err);
 
 /* Counters of one pipeline stage. */
 typedef struct stk_stage_stats {

@@ -130,6 +130,7 @@ class _LoaderArgs(NamedTuple):
     world_size: int
     split: Tuple[int, int]
     epoch: int
+    streams: int              # the order's streams (world_size unless given)
 
 
 def _space_args(fields, window, stride, valid_field, valid):
@@ -209,7 +210,7 @@ def _loader_args(*, path, batch_size, fields, window, stride, valid_field, valid
                  drop_last, backend, direct, threads, prefetch, queue_depth, memory_budget,
                  verify, on_error, max_skips, output, max_open_files, device, gpu_slots,
                  resident_budget, warm_up, split, root, cache_dir=None, cache_budget=None,
-                 resolve=True) -> _LoaderArgs:
+                 streams=None, resolve=True) -> _LoaderArgs:
     """Every argument of Loader checked; resolve=False (counting) neither
     asks torch for the current CUDA device nor imports torch."""
     if not isinstance(path, (str, os.PathLike)):
@@ -218,6 +219,7 @@ def _loader_args(*, path, batch_size, fields, window, stride, valid_field, valid
     space = _space_args(fields, window, stride, valid_field, valid)
     order = _order_args(shuffle, seed, epoch, block_bytes, block_samples, block_group)
     rank, world_size, split = _share_args(rank, world_size, split)
+    streams = world_size if streams is None else _check_int("streams", streams, 1, high=_U32)
     backend, threads, prefetch, queue_depth, memory_budget, on_error, max_skips = _reading_args(
         backend, threads, prefetch, queue_depth, memory_budget, on_error, max_skips)
     dev, warm_up, output, gpu_slots, resident_budget = _device_args(
@@ -230,9 +232,10 @@ def _loader_args(*, path, batch_size, fields, window, stride, valid_field, valid
          _check_int("max_open_files", max_open_files, high=_U32), dev, gpu_slots,
          resident_budget, warm_up, split[0], split[1], None if root is None else os.fspath(root),
          None if cache_dir is None else os.fspath(cache_dir),
-         _U64 if cache_budget is None else _check_int("cache_budget", cache_budget, high=_U64))
+         _U64 if cache_budget is None else _check_int("cache_budget", cache_budget, high=_U64),
+         streams)
     return _LoaderArgs(c, output, dev, on_error == 1, batch_size, rank, world_size, split,
-                       order[2])
+                       order[2], streams)
 
 
 def _count(path: PathLike, batch_size: int, **options: Any) -> Dict[str, int]:
@@ -295,6 +298,15 @@ class Loader:
             of the epoch's order are left out of it instead, so that no
             sample comes twice in an epoch. Exactly-once delivery needs it; a
             padded epoch repeats up to world_size - 1 samples.
+        streams: The streams the epoch's order is made of (default:
+            world_size). Position p of the order is sample p // streams of
+            stream p % streams, and each stream is a slice of the data (of
+            its blocks, in a new order every epoch), so that with one
+            stream per rank a rank reads, and from an object store
+            fetches, only its share. 1 gives the order that does not
+            depend on the world size (every rank then reads from every
+            block). The state keeps the epoch's streams: a run resumed
+            with another world size finishes the epoch in the same order.
         split: ``(k, n)``: yield only batches k, k + n, k + 2n, ... of this
             rank's stream, whole; n consumers taking one batch each in turn
             see the rank's stream itself (``stoker.torch`` uses it for
@@ -401,7 +413,8 @@ class Loader:
                  resident_budget: int = 0,
                  warm_up: Union[bool, Literal["auto", "on", "off"]] = _D["warm_up"],
                  split: Optional[Tuple[int, int]] = None, root: Optional[PathLike] = None,
-                 cache_dir: Optional[PathLike] = None, cache_budget: Optional[int] = None):
+                 cache_dir: Optional[PathLike] = None, cache_budget: Optional[int] = None,
+                 streams: Optional[int] = None):
         a = _loader_args(path=path, batch_size=batch_size, fields=fields, window=window,
                          stride=stride, valid_field=valid_field, valid=valid, shuffle=shuffle,
                          seed=seed, epoch=epoch, block_bytes=block_bytes,
@@ -412,7 +425,8 @@ class Loader:
                          on_error=on_error, max_skips=max_skips, output=output,
                          max_open_files=max_open_files, device=device, gpu_slots=gpu_slots,
                          resident_budget=resident_budget, warm_up=warm_up, split=split,
-                         root=root, cache_dir=cache_dir, cache_budget=cache_budget)
+                         root=root, cache_dir=cache_dir, cache_budget=cache_budget,
+                         streams=streams)
         self._output = a.output
         self._c = _stoker.Loader(*a.c)
         self._path = a.c[0]
@@ -425,6 +439,7 @@ class Loader:
         self.rank: int = a.rank
         self.world_size: int = a.world_size
         self.split: Tuple[int, int] = a.split
+        self.streams: int = a.streams
         self._epoch = a.epoch
         self._started = False     # a batch of the current epoch was taken
         self._exhausted = False   # the current epoch ended
@@ -550,6 +565,27 @@ class Loader:
         self._exhausted = False
         self._started = False
 
+    def fetch_epoch(self) -> int:
+        """A remote dataset: fetches into the cache now, with many ranges in
+        flight, every byte this rank's batches read from here to the end of
+        the epoch (after ``load_state_dict``, the rest of the restored
+        epoch; once an epoch ended, the next one), so that none of them
+        waits for the network. What a resumed or restarted run does before
+        its first batch; ``stoker cache warm --epoch`` does it for a node's
+        ranks ahead of a run. Nothing to do for a local dataset.
+
+        Returns:
+            The bytes asked for (blocks already cached are not fetched
+            again; ``remote_stats()`` says what went over the network).
+
+        Raises:
+            InvalidArgument: Under a cache budget smaller than the dataset
+                (the loader's read-ahead works within the budget instead).
+        """
+        if self._exhausted:
+            self.set_epoch(self._epoch + 1)
+        return self._c.fetch_epoch()
+
     @property
     def epoch(self) -> int:
         """The epoch being delivered (or next, once this one ended)."""
@@ -560,14 +596,15 @@ class Loader:
 
         Returns:
             A dict of seed, epoch, position (global samples consumed by all
-            ranks) and fingerprint (what the order depends on), plus
-            ``stoker_state_version``. After an epoch ended, the start of the
-            next one.
+            ranks), fingerprint (what the order depends on) and streams
+            (those of the epoch's order), plus ``stoker_state_version``.
+            After an epoch ended, the start of the next one.
         """
         st = self._c.save()
         if self._exhausted:
-            # The epoch ended: resume at the start of the next one.
-            st = dict(st, epoch=st["epoch"] + 1, position=0)
+            # The epoch ended: resume at the start of the next one, whose
+            # order has this loader's streams.
+            st = dict(st, epoch=st["epoch"] + 1, position=0, streams=self.streams)
         st["stoker_state_version"] = 1
         return st
 
@@ -585,8 +622,11 @@ class Loader:
         missing = {"seed", "epoch", "position", "fingerprint"} - set(state)
         if missing:
             raise InvalidArgument(f"state is missing {sorted(missing)}")
+        # (A state from before streams existed had one: the order that did
+        # not depend on the world size.)
+        streams = _check_int("state's streams", state.get("streams", 1), 1, high=_U64)
         self._c.restore(int(state["seed"]), int(state["epoch"]), int(state["position"]),
-                        int(state["fingerprint"]))
+                        int(state["fingerprint"]), streams)
         self._epoch = int(state["epoch"])
         self._exhausted = False
         self._started = False

@@ -86,6 +86,12 @@ int stk_loader_restore(stk_loader *ld, const stk_loader_state *st, stk_error *er
     return g ? stk__gpu_restore(g, st, err) : stk__loader_restore(ld, st, err);
 }
 
+int stk_loader_fetch_epoch(stk_loader *ld, uint64_t *bytes, stk_error *err) {
+    uint64_t ignored;
+    if (!ld) return stk__err(err, -EINVAL, "stk_loader_fetch_epoch: NULL loader");
+    return stk__loader_fetch_epoch(ld, bytes ? bytes : &ignored, err);
+}
+
 int stk_loader_device(const stk_loader *ld) {
     stk__gpu *g = ld ? stk__loader_gpu(ld) : NULL;
     return g ? stk__gpu_device(g) : -1;

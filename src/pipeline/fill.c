@@ -345,6 +345,81 @@ static uint32_t batch_ranges(const stk_loader *ld, const stk__order *order,
     return n;
 }
 
+/* Appends to *r (n of cap) the spans of piece g's blocks. */
+static int piece_ranges(const stk_loader *ld, const stk__order *order, uint64_t g, group *tmp,
+                        stk__range **r, size_t *n, size_t *cap) {
+    tmp->nspans = 0;
+    for (uint64_t m = 0; m < stk__order_group_blocks(order, g); m++)
+        if (stk__ld_block_spans(ld, stk__order_group_block(order, g, m), tmp)) return -ENOMEM;
+    if (stk__ld_grow((void **)r, cap, *n + tmp->nspans, sizeof **r)) return -ENOMEM;
+    for (size_t i = 0; i < tmp->nspans; i++)
+        (*r)[(*n)++] = (stk__range){tmp->spans[i].shard, tmp->spans[i].lo, tmp->spans[i].hi};
+    return 0;
+}
+
+/* Fetches (and lets go of) ranges r[0..n). */
+static int fetch_ranges(const stk_loader *ld, stk__range *r, size_t n, uint64_t *bytes,
+                        stk_error *err) {
+    if (n == 0) return 0;
+    for (size_t i = 0; i < n; i++) *bytes += r[i].hi - r[i].lo;
+    int rc = ld->ds->ensure(ld->ds->ensure_ctx, r, n, err);
+    if (rc == 0) stk__dataset_release(ld->ds, r, n);
+    return rc;
+}
+
+int stk__loader_fetch_epoch(stk_loader *ld, uint64_t *bytes, stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    *bytes = 0;
+    if (!ds->ensure) return 0;
+    if (ds->cache_limited)
+        return stk__err(err, -EINVAL,
+                        "%s: fetching the rest of the epoch ahead needs a cache that can hold "
+                        "it; this one has a budget smaller than the dataset (the loader's "
+                        "read-ahead fetches within it)",
+                        stk_dataset_path(ds));
+    pthread_mutex_lock(&ld->mu);
+    stk__order order = ld->order;
+    stk__deal deal = ld->deal;
+    uint64_t from = ld->next_take, nb = ld->nbatches;
+    pthread_mutex_unlock(&ld->mu);
+    uint32_t B = ld->opt.batch_size;
+    uint64_t *ids = stk__malloc(2 * (size_t)B * sizeof *ids);
+    uint64_t *gs = stk__malloc((size_t)B * sizeof *gs);
+    group *tmp = stk__calloc(1, sizeof *tmp);
+    stk__range *r = NULL;
+    size_t n = 0, cap = 0;
+    int rc = ids && gs && tmp ? 0 : -ENOMEM;
+    uint64_t last_piece = UINT64_MAX;
+    /* In rounds of about 4096 ranges, every one of a round in flight. */
+    for (uint64_t b = from; rc == 0 && b < nb; b++) {
+        uint64_t first = b * B;
+        if (first >= deal.per_rank) break;
+        uint32_t k = (uint32_t)STK__MIN((uint64_t)B, deal.per_rank - first);
+        if (ld->use_groups) {
+            /* Block order reads its pieces' blocks whole. */
+            stk__order_fill(&order, &deal, first, k, ids, gs, NULL);
+            for (uint32_t j = 0; rc == 0 && j < k; j++)
+                if (gs[j] != last_piece)
+                    rc = piece_ranges(ld, &order, last_piece = gs[j], tmp, &r, &n, &cap);
+        } else {
+            if (stk__ld_grow((void **)&r, &cap, n + k, sizeof *r)) rc = -ENOMEM;
+            else n += batch_ranges(ld, &order, &deal, b, ids, r + n);
+        }
+        if (rc == 0 && (n >= 4096 || b + 1 == nb)) {
+            rc = fetch_ranges(ld, r, n, bytes, err);
+            n = 0;
+        }
+    }
+    if (rc == 0) rc = fetch_ranges(ld, r, n, bytes, err);
+    if (rc == -ENOMEM) stk__err(err, rc, "out of memory");
+    stk__free(ids);
+    stk__free(gs);
+    if (tmp) stk__free(tmp->spans);
+    stk__free(tmp);
+    stk__free(r);
+    return rc;
+}
+
 void stk__ld_plan_reads(stk_loader *ld) {
     const stk_dataset *ds = ld->ds;
     /* (Not before the ring exists: the open sets the epoch twice.) */

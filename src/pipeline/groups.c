@@ -66,6 +66,7 @@ int stk__ld_block_spans(const stk_loader *ld, uint64_t blk, group *g) {
 
 /* Samples per block: about block_bytes of reads, unless given. */
 static uint64_t block_samples_for(const stk_loader *ld, const stk_loader_options *o) {
+    if (ld->space.n == 0) return 1;
     const stk_dataset *ds = ld->ds;
     uint64_t block_samples;
     if (ld->space.windows) {
@@ -88,6 +89,10 @@ static uint64_t block_samples_for(const stk_loader *ld, const stk_loader_options
     }
     if (o->block_samples) block_samples = o->block_samples;
     return block_samples;
+}
+
+uint64_t stk__ld_block_samples(const stk_loader *ld, const stk_loader_options *o) {
+    return STK__MIN(block_samples_for(ld, o), STK__MAX(ld->space.n, (uint64_t)1));
 }
 
 /* The bytes the largest block reads, with room for alignment and, when
@@ -173,12 +178,24 @@ int stk__ld_alloc_groups(stk_loader *ld, uint64_t groups_bytes, stk_error *err) 
 static uint64_t group_last_batch(const stk_loader *ld, uint64_t g) {
     uint64_t start, size;
     stk__order_group_range(&ld->order, g, &start, &size);
+    int64_t i = stk__deal_last_in(&ld->deal, start, start + size);
+    return i < 0 ? 0 : stk__deal_batch_upto(&ld->deal, (uint64_t)i);
+}
+
+/* The piece this rank reads after piece g: that of its first sample past
+ * its last one in g; UINT64_MAX when none.  With one stream, g + 1 (every
+ * rank reads every group); with a stream per rank, the next piece of the
+ * rank's stream. */
+static uint64_t next_piece(const stk_loader *ld, uint64_t g) {
     const stk__deal *d = &ld->deal;
-    uint64_t end = start + size; /* exclusive, global positions */
-    if (end <= d->start + d->rank) return 0;
-    uint64_t i = (end - 1 - d->start - d->rank) / d->world; /* last rank-level index */
-    if (i >= d->rank_count) i = d->rank_count ? d->rank_count - 1 : 0;
-    return stk__deal_batch_upto(d, i);
+    if (ld->order.S <= 1) return g + 1 < ld->order.ngroups ? g + 1 : UINT64_MAX;
+    uint64_t start, size;
+    stk__order_group_range(&ld->order, g, &start, &size);
+    int64_t i = stk__deal_last_in(d, start, start + size);
+    if (i < 0 || (uint64_t)i + 1 >= d->rank_count) return UINT64_MAX;
+    uint64_t p = d->start + ((uint64_t)i + 1) * d->world + d->rank;
+    if (p >= d->n) return UINT64_MAX; /* (padding: the epoch's start again) */
+    return stk__order_group_of(&ld->order, stk__stream_place(d->n, d->streams, p));
 }
 
 /* The lowest batch number that some worker may still fill. */
@@ -314,6 +331,11 @@ void stk__ld_announce_groups(stk_loader *ld, worker *w, uint64_t g, uint64_t gen
     for (uint64_t x = from; tmp && x < to; x++) {
         tmp->nspans = 0;
         bool ok = true;
+        uint64_t xs, xz;
+        /* Over several streams, the numbers past the rank's own pieces are
+         * other streams' pieces: not announced. */
+        stk__order_group_range(&w->order, x, &xs, &xz);
+        if (w->order.S > 1 && stk__deal_last_in(&w->deal, xs, xs + xz) < 0) continue;
         for (uint64_t m = 0; ok && m < stk__order_group_blocks(&w->order, x); m++)
             ok = stk__ld_block_spans(ld, stk__order_group_block(&w->order, x, m), tmp) == 0;
         stk__range *r = ok ? stk__malloc((tmp->nspans ? tmp->nspans : 1) * sizeof *r) : NULL;
@@ -492,7 +514,9 @@ bool stk__ld_group_prefetch(stk_loader *ld, worker *w, uint64_t ahead, bool firs
     uint64_t gen = ld->gen;
     uint64_t p = stk__deal_at(&ld->deal, ld->next_fill * ld->opt.batch_size);
     uint64_t g0 = stk__order_group_of(&ld->order, p);
-    for (uint64_t g = first ? g0 : g0 + 1; g <= g0 + ahead && g < ld->order.ngroups; g++) {
+    uint64_t g = first ? g0 : next_piece(ld, g0);
+    for (uint64_t k = first ? 0 : 1; k <= ahead && g < ld->order.ngroups;
+         k++, g = next_piece(ld, g)) {
         group *victim = NULL;
         int free_slots = 0;
         bool present = false;
@@ -545,8 +569,7 @@ static int replace_damaged(stk_loader *ld, worker *w, stk_batch *s, uint64_t g, 
         stk__order_group_range(&w->order, g, &gstart, &gsize);
         rc = stk__ld_substitute(ld, w, stk__deal_at(&w->deal, s->b * ld->opt.batch_size + j),
                                 gstart, gsize, &s->samples[j], &recs[j], &ts[j], err);
-        uint64_t blk = s->samples[j] / ld->block_samples;
-        *m = stk__perm_invert(&w->order.perm, blk) - g * w->order.K;
+        *m = stk__order_group_slot(&w->order, g, s->samples[j] / ld->block_samples);
     }
     return rc;
 }

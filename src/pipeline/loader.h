@@ -196,6 +196,7 @@ struct stk_loader {
     stk__order order;
     stk__deal deal;
     uint64_t seed, epoch;
+    uint64_t streams; /* this epoch's (opt.streams, or a restored state's) */
     uint64_t nbatches;
     uint64_t gen;
     /* A lazy (remote) dataset's read-ahead: batches (block order: groups)
@@ -407,6 +408,8 @@ int stk__ld_gather_records(stk_loader *ld, worker *w, stk_batch *s, const uint64
 /* ---- groups.c ---- */
 
 int stk__ld_block_spans(const stk_loader *ld, uint64_t blk, group *g);
+/* Samples per block (block_bytes of reads, or as given), at most the epoch's. */
+uint64_t stk__ld_block_samples(const stk_loader *ld, const stk_loader_options *o);
 int stk__ld_size_groups(stk_loader *ld, const stk_loader_options *o, uint64_t budget,
                         uint64_t *groups_bytes, stk_error *err);
 int stk__ld_alloc_groups(stk_loader *ld, uint64_t groups_bytes, stk_error *err);

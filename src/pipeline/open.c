@@ -31,6 +31,7 @@ static stk_loader *loader_new(stk_dataset *ds, const stk_loader_options *opts, b
     ld->opt.fields = NULL;
     ld->opt.valid_field = NULL;
     ld->opt.queue_depth = opts->queue_depth ? opts->queue_depth : 64;
+    ld->opt.streams = opts->streams ? opts->streams : opts->world_size;
     pthread_mutex_init(&ld->mu, NULL);
     pthread_mutex_init(&ld->chk_mu, NULL);
     pthread_condattr_t ca;
@@ -331,6 +332,8 @@ static int set_up(stk_loader *ld, const stk_loader_options *o, stk_error *err) {
     if (o->order == STK_ORDER_BLOCK &&
         (rc = stk__ld_size_groups(ld, o, budget, &groups_bytes, err)))
         return rc;
+    /* The random order over several streams deals blocks to them. */
+    if (o->order == STK_ORDER_RANDOM) ld->block_samples = stk__ld_block_samples(ld, o);
     if ((rc = stk__ld_choose_paths(ld, o, err))) return rc;
     uint64_t stage_cap = stk__ld_stage_bytes(ld, o), R;
     if ((rc = stk__ld_ring_size(ld, o, budget, groups_bytes, stage_cap, &R, err)) ||

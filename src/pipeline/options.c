@@ -255,6 +255,8 @@ uint64_t stk__ld_fingerprint(const stk_loader *ld) {
         h = stk__mix2(h, ld->block_samples);
         h = stk__mix2(h, ld->opt.block_group);
     }
+    /* (Random order: the blocks dealt to streams, when there are several.) */
+    if (ld->opt.order == STK_ORDER_RANDOM) h = stk__mix2(h, ld->block_samples);
     return h;
 }
 

@@ -32,6 +32,7 @@ int stk__loader_add_buffer(stk_loader *ld, stk_error *err);
 int stk__loader_set_epoch(stk_loader *ld, uint64_t epoch, stk_error *err);
 void stk__loader_save(const stk_loader *ld, stk_loader_state *out);
 int stk__loader_restore(stk_loader *ld, const stk_loader_state *st, stk_error *err);
+int stk__loader_fetch_epoch(stk_loader *ld, uint64_t *bytes, stk_error *err);
 void stk__loader_stop(stk_loader *ld);
 void stk__loader_close(stk_loader *ld);
 /* The checks stk__loader_open makes of `opts` before anything else. */

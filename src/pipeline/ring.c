@@ -25,10 +25,12 @@ uint64_t stk__ld_deal_batches(const stk__deal *d, const stk_loader_options *o) {
 void stk__ld_set_epoch_locked(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t start) {
     ld->seed = seed;
     ld->epoch = epoch;
-    stk__order_init(&ld->order, ld->opt.order, ld->space.n, seed, epoch, ld->block_samples,
-                    ld->opt.block_group);
+    if (!ld->streams) ld->streams = ld->opt.streams;
+    stk__order_init_streams(&ld->order, ld->opt.order, ld->space.n, seed, epoch,
+                            ld->block_samples, ld->opt.block_group, ld->streams);
     stk__deal_init(&ld->deal, ld->space.n, start, ld->opt.world_size, ld->opt.rank,
                    ld->opt.pad != 0);
+    stk__deal_streams(&ld->deal, ld->streams);
     stk__deal_split(&ld->deal, ld->opt.batch_size, ld->opt.split_count, ld->opt.split_index);
     ld->nbatches = stk__ld_deal_batches(&ld->deal, &ld->opt);
     ld->gen++;
@@ -233,7 +235,7 @@ uint64_t stk_loader_sample_bytes(const stk_loader *ld) {
 
 /* Moves to a new (seed, epoch, start); waits for no worker. */
 static int reposition(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t start,
-                      stk_error *err) {
+                      uint64_t streams, stk_error *err) {
     pthread_mutex_lock(&ld->mu);
     int rc = ld->failed;
     if (rc) {
@@ -246,6 +248,7 @@ static int reposition(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t st
     /* Every block is checked again in the new epoch. */
     atomic_store(&ld->any_verified, false);
     for (uint64_t i = 0; i < ld->verified_words; i++) atomic_store(&ld->verified[i], 0);
+    ld->streams = streams;
     stk__ld_set_epoch_locked(ld, seed, epoch, start);
     pthread_cond_broadcast(&ld->cv);
     pthread_mutex_unlock(&ld->mu);
@@ -254,7 +257,7 @@ static int reposition(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t st
 
 int stk__loader_set_epoch(stk_loader *ld, uint64_t epoch, stk_error *err) {
     if (!ld) return stk__err(err, -EINVAL, "NULL loader");
-    return reposition(ld, ld->seed, epoch, 0, err);
+    return reposition(ld, ld->seed, epoch, 0, ld->opt.streams, err);
 }
 
 void stk__loader_save(const stk_loader *ld, stk_loader_state *st) {
@@ -281,6 +284,7 @@ void stk__loader_save_at(const stk_loader *ld, uint64_t taken, stk_loader_state 
         STK__MIN(ld->deal.start + STK__MIN(consumed, ld->deal.rank_count) * ld->deal.world,
                  ld->space.n);
     st->fingerprint = ld->fingerprint;
+    st->streams = ld->streams;
     pthread_mutex_unlock(&l->mu);
 }
 
@@ -294,7 +298,8 @@ int stk__loader_restore(stk_loader *ld, const stk_loader_state *st, stk_error *e
     if (st->position > ld->space.n)
         return stk__err(err, -EINVAL, "state: position %llu is past the epoch's %llu samples",
                         (unsigned long long)st->position, (unsigned long long)ld->space.n);
-    return reposition(ld, st->seed, st->epoch, st->position, err);
+    return reposition(ld, st->seed, st->epoch, st->position, st->streams ? st->streams : 1,
+                      err);
 }
 
 /* ---- for the GPU stage (pipeline.h) ---- */

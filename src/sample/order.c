@@ -71,25 +71,39 @@ uint64_t stk__perm_invert(const stk__perm *p, uint64_t y) {
 
 void stk__order_init(stk__order *o, stk_order mode, uint64_t n, uint64_t seed, uint64_t epoch,
                      uint64_t block_samples, uint64_t block_group) {
+    stk__order_init_streams(o, mode, n, seed, epoch, block_samples, block_group, 1);
+}
+
+void stk__order_init_streams(stk__order *o, stk_order mode, uint64_t n, uint64_t seed,
+                             uint64_t epoch, uint64_t block_samples, uint64_t block_group,
+                             uint64_t S) {
     memset(o, 0, sizeof *o);
     o->mode = mode;
     o->n = n;
     o->key = stk__mix2(seed, epoch);
-    if (mode == STK_ORDER_RANDOM) {
+    o->S = S ? S : 1;
+    o->blocky = mode == STK_ORDER_BLOCK || (mode == STK_ORDER_RANDOM && o->S > 1);
+    if (mode == STK_ORDER_RANDOM && !o->blocky) {
         stk__perm_init(&o->perm, n, o->key);
-    } else if (mode == STK_ORDER_BLOCK) {
+    } else if (o->blocky) {
         o->B = block_samples ? block_samples : 1;
-        o->K = block_group ? block_group : 1;
         o->nb = n ? (n + o->B - 1) / o->B : 0;
+        /* Random order over streams: one group of every block. */
+        o->K = mode == STK_ORDER_RANDOM ? STK__MAX(o->nb, (uint64_t)1)
+                                        : (block_group ? block_group : 1);
         o->last_len = n ? n - (o->nb - 1) * o->B : 0;
-        o->ngroups = (o->nb + o->K - 1) / o->K;
+        o->nbase = (o->nb + o->K - 1) / o->K;
         stk__perm_init(&o->perm, o->nb, o->key);
         o->has_short = n && o->last_len < o->B;
         if (o->has_short) o->short_pos = stk__perm_invert(&o->perm, o->nb - 1);
+        o->ngroups = o->nbase;
+        if (o->S > 1 && n) o->ngroups = o->nbase - 1 + stk__stream_of(n, o->S, n - 1) + 1;
     }
 }
 
-void stk__order_group_range(const stk__order *o, uint64_t g, uint64_t *start, uint64_t *size) {
+/* ---- groups: K blocks of the block order ---- */
+
+static void base_range(const stk__order *o, uint64_t g, uint64_t *start, uint64_t *size) {
     uint64_t deficit = o->B - o->last_len;
     uint64_t first_block = g * o->K;
     uint64_t nblk = STK__MIN(o->K, o->nb - first_block);
@@ -98,30 +112,22 @@ void stk__order_group_range(const stk__order *o, uint64_t g, uint64_t *start, ui
     *size = nblk * o->B - (inside ? deficit : 0);
 }
 
-uint64_t stk__order_group_of(const stk__order *o, uint64_t p) {
-    uint64_t g = p / (o->K * o->B);
-    if (g >= o->ngroups) g = o->ngroups - 1;
+static uint64_t base_group_of(const stk__order *o, uint64_t x) {
+    uint64_t g = x / (o->K * o->B);
+    if (g >= o->nbase) g = o->nbase - 1;
     for (;;) {
         uint64_t s, z;
-        stk__order_group_range(o, g, &s, &z);
-        if (p < s) {
+        base_range(o, g, &s, &z);
+        if (x < s) {
             g--;
             continue;
         }
-        if (p >= s + z && g + 1 < o->ngroups) {
+        if (x >= s + z && g + 1 < o->nbase) {
             g++;
             continue;
         }
         return g;
     }
-}
-
-uint64_t stk__order_group_blocks(const stk__order *o, uint64_t g) {
-    return STK__MIN(o->K, o->nb - g * o->K);
-}
-
-uint64_t stk__order_group_block(const stk__order *o, uint64_t g, uint64_t m) {
-    return stk__perm_apply(&o->perm, g * o->K + m);
 }
 
 /* Block order: where x, an index into the concatenation of group g's
@@ -145,31 +151,100 @@ static void block_split(const stk__order *o, uint64_t g, uint64_t x, uint64_t *m
     }
 }
 
-/* Block order: the sample at position p of group g, whose first position
- * is `start` and whose samples are permuted by `inner`. */
-static uint64_t block_at(const stk__order *o, uint64_t p, uint64_t g, uint64_t start,
-                         const stk__perm *inner) {
-    uint64_t m, off;
-    block_split(o, g, stk__perm_apply(inner, p - start), &m, &off);
-    return stk__perm_apply(&o->perm, g * o->K + m) * o->B + off;
+/* ---- pieces: a group's places within one stream ---- */
+
+/* The number of the first piece of group g: g plus the stream of its first
+ * place; it grows with g. */
+static uint64_t first_piece(const stk__order *o, uint64_t g) {
+    uint64_t s, z;
+    base_range(o, g, &s, &z);
+    return g + stk__stream_of(o->n, o->S, s);
 }
 
-static void group_perm(const stk__order *o, uint64_t g, uint64_t *start, stk__perm *inner) {
-    uint64_t size;
-    stk__order_group_range(o, g, start, &size);
-    stk__perm_init(inner, size, stk__mix2(o->key, g + 0x51ed2701ull));
-}
-
-uint64_t stk__order_at(const stk__order *o, uint64_t p) {
-    switch (o->mode) {
-    case STK_ORDER_SEQUENTIAL: return p;
-    case STK_ORDER_RANDOM: return stk__perm_apply(&o->perm, p);
-    case STK_ORDER_BLOCK: break;
+void stk__order_piece(const stk__order *o, uint64_t id, stk__piece *pc) {
+    memset(pc, 0, sizeof *pc);
+    if (!o->blocky || o->nbase == 0) return;
+    uint64_t g = id, ga, gz;
+    if (o->S > 1) {
+        /* The group: the last whose first piece is at most id. */
+        uint64_t lo = 0, hi = STK__MIN(id, o->nbase - 1);
+        while (lo < hi) {
+            uint64_t mid = lo + (hi - lo + 1) / 2;
+            if (first_piece(o, mid) <= id) lo = mid;
+            else hi = mid - 1;
+        }
+        g = lo;
     }
-    uint64_t g = stk__order_group_of(o, p), start;
+    if (g >= o->nbase) return;
+    base_range(o, g, &ga, &gz);
+    pc->g = g;
+    pc->s = id - g;
+    pc->start = ga;
+    uint64_t a = ga, b = ga + gz;
+    if (o->S > 1) {
+        if (pc->s >= o->S) return;
+        uint64_t sa = stk__stream_start(o->n, o->S, pc->s);
+        uint64_t sb = sa + stk__stream_len(o->n, o->S, pc->s);
+        a = STK__MAX(a, sa);
+        b = STK__MIN(b, sb);
+        if (a >= b) return;
+    }
+    uint64_t m0, m1, off;
+    block_split(o, g, a - ga, &m0, &off);
+    block_split(o, g, b - 1 - ga, &m1, &off);
+    pc->start = a;
+    pc->size = b - a;
+    pc->m_first = m0;
+    pc->nblk = m1 - m0 + 1;
+    pc->gstart = ga;
+}
+
+void stk__order_group_range(const stk__order *o, uint64_t g, uint64_t *start, uint64_t *size) {
+    stk__piece pc;
+    stk__order_piece(o, g, &pc);
+    *start = pc.start;
+    *size = pc.size;
+}
+
+uint64_t stk__order_group_of(const stk__order *o, uint64_t x) {
+    uint64_t g = base_group_of(o, x);
+    return o->S > 1 ? g + stk__stream_of(o->n, o->S, x) : g;
+}
+
+uint64_t stk__order_group_blocks(const stk__order *o, uint64_t g) {
+    stk__piece pc;
+    stk__order_piece(o, g, &pc);
+    return pc.nblk;
+}
+
+uint64_t stk__order_group_block(const stk__order *o, uint64_t g, uint64_t m) {
+    stk__piece pc;
+    stk__order_piece(o, g, &pc);
+    return stk__perm_apply(&o->perm, pc.g * o->K + pc.m_first + m);
+}
+
+uint64_t stk__order_group_slot(const stk__order *o, uint64_t g, uint64_t blk) {
+    stk__piece pc;
+    stk__order_piece(o, g, &pc);
+    return stk__perm_invert(&o->perm, blk) - (pc.g * o->K + pc.m_first);
+}
+
+/* The permutation of piece `id`'s places among themselves. */
+static void piece_perm(const stk__order *o, uint64_t id, const stk__piece *pc, stk__perm *inner) {
+    stk__perm_init(inner, pc->size, stk__mix2(o->key, id + 0x51ed2701ull));
+}
+
+uint64_t stk__order_at(const stk__order *o, uint64_t x) {
+    if (o->mode == STK_ORDER_SEQUENTIAL) return x;
+    if (!o->blocky) return stk__perm_apply(&o->perm, x);
+    uint64_t id = stk__order_group_of(o, x);
+    stk__piece pc;
+    stk__order_piece(o, id, &pc);
     stk__perm inner;
-    group_perm(o, g, &start, &inner);
-    return block_at(o, p, g, start, &inner);
+    piece_perm(o, id, &pc, &inner);
+    uint64_t m, off;
+    block_split(o, pc.g, pc.start - pc.gstart + stk__perm_apply(&inner, x - pc.start), &m, &off);
+    return stk__perm_apply(&o->perm, pc.g * o->K + m) * o->B + off;
 }
 
 /* stk__perm_apply on every ids[0..n), in place.  One Feistel evaluation is
@@ -229,35 +304,38 @@ void stk__order_fill(const stk__order *o, const stk__deal *d, uint64_t first, ui
                      uint64_t *ids, uint64_t *groups, uint32_t *slots) {
     for (uint32_t j = 0; j < n; j++) ids[j] = stk__deal_at(d, first + j);
     if (o->mode == STK_ORDER_SEQUENTIAL) return;
-    if (o->mode == STK_ORDER_RANDOM) {
+    if (!o->blocky) {
         if (o->perm.n > 1) perm_apply_all(&o->perm, ids, n);
         return;
     }
-    /* Block order: a batch's positions are consecutive, so they fall in a
-     * run of one group and perhaps the next.  Per run: the group's inner
-     * permutation is made once, applied to the run in lanes, and the ids of
-     * the group's first blocks are kept, so that a sample costs no block
-     * permutation of its own. */
+    /* Blocks: a rank's places are consecutive within a stream, so a batch
+     * falls in a run of one piece and perhaps the next.  Per run: the
+     * piece's inner permutation is made once, applied to the run in lanes,
+     * and the ids of the piece's first blocks are kept, so that a sample
+     * costs no block permutation of its own. */
     enum { CACHED = 64 };
     uint64_t blocks[CACHED];
     for (uint32_t j0 = 0, j1; j0 < n; j0 = j1) {
-        uint64_t g = stk__order_group_of(o, ids[j0]), start, size;
-        stk__order_group_range(o, g, &start, &size);
-        for (j1 = j0 + 1; j1 < n && ids[j1] >= start && ids[j1] < start + size; j1++) {
+        uint64_t id = stk__order_group_of(o, ids[j0]);
+        stk__piece pc;
+        stk__order_piece(o, id, &pc);
+        for (j1 = j0 + 1; j1 < n && ids[j1] >= pc.start && ids[j1] < pc.start + pc.size; j1++) {
         }
         stk__perm inner;
-        stk__perm_init(&inner, size, stk__mix2(o->key, g + 0x51ed2701ull));
-        uint64_t nblk = STK__MIN((uint64_t)CACHED, stk__order_group_blocks(o, g));
-        for (uint64_t m = 0; m < nblk; m++) blocks[m] = stk__perm_apply(&o->perm, g * o->K + m);
-        for (uint32_t j = j0; j < j1; j++) ids[j] -= start;
+        piece_perm(o, id, &pc, &inner);
+        uint64_t first_blk = pc.g * o->K + pc.m_first;
+        uint64_t nblk = STK__MIN((uint64_t)CACHED, pc.nblk);
+        for (uint64_t m = 0; m < nblk; m++) blocks[m] = stk__perm_apply(&o->perm, first_blk + m);
+        for (uint32_t j = j0; j < j1; j++) ids[j] -= pc.start;
         if (inner.n > 1) perm_apply_all(&inner, ids + j0, j1 - j0);
         for (uint32_t j = j0; j < j1; j++) {
             uint64_t m, off;
-            block_split(o, g, ids[j], &m, &off);
-            uint64_t blk = m < CACHED ? blocks[m] : stk__perm_apply(&o->perm, g * o->K + m);
+            block_split(o, pc.g, ids[j] + (pc.start - pc.gstart), &m, &off);
+            uint64_t mm = m - pc.m_first;
+            uint64_t blk = mm < CACHED ? blocks[mm] : stk__perm_apply(&o->perm, first_blk + mm);
             ids[j] = blk * o->B + off;
-            if (slots) slots[j] = (uint32_t)m;
-            if (groups) groups[j] = g;
+            if (slots) slots[j] = (uint32_t)mm;
+            if (groups) groups[j] = id;
         }
     }
 }
@@ -275,6 +353,42 @@ void stk__deal_init(stk__deal *d, uint64_t n, uint64_t start, uint64_t world, ui
     d->B = 0;
     d->parts = 1;
     d->part = 0;
+    d->streams = 1;
+}
+
+void stk__deal_streams(stk__deal *d, uint64_t S) { d->streams = S ? S : 1; }
+
+int64_t stk__deal_last_in(const stk__deal *d, uint64_t a, uint64_t b) {
+    uint64_t base = d->start + d->rank; /* the position of rank-level index 0 */
+    if (d->rank_count == 0 || b <= a) return -1;
+    uint64_t top = base + (d->rank_count - 1) * d->world; /* the rank's last position */
+    if (d->streams <= 1) {
+        /* (Padding past the epoch wraps; such a sample may find its group
+         * gone and read it again.) */
+        if (b <= base) return -1;
+        uint64_t i = STK__MIN((b - 1 - base) / d->world, d->rank_count - 1);
+        return base + i * d->world >= a ? (int64_t)i : -1;
+    }
+    uint64_t S = d->streams, n = d->n;
+    int64_t best = -1;
+    for (uint64_t s = stk__stream_of(n, S, a); s < S && s <= stk__stream_of(n, S, b - 1); s++) {
+        uint64_t sa = stk__stream_start(n, S, s), sl = stk__stream_len(n, S, s);
+        uint64_t ja = a > sa ? a - sa : 0, jb = STK__MIN(b - sa, sl); /* [ja, jb) */
+        if (ja >= jb || s > top) continue;
+        uint64_t j = STK__MIN(jb - 1, (top - s) / S);
+        /* Positions s + jS that are the rank's: p = base (mod W); the
+         * residues repeat within W steps. */
+        for (uint64_t k = 0; k < d->world && j >= ja; k++, j--) {
+            uint64_t p = s + j * S;
+            if (p < base) break;
+            if ((p - base) % d->world == 0) {
+                best = STK__MAX(best, (int64_t)((p - base) / d->world));
+                break;
+            }
+            if (j == 0) break;
+        }
+    }
+    return best;
 }
 
 void stk__deal_split(stk__deal *d, uint64_t B, uint64_t parts, uint64_t part) {

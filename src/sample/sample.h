@@ -29,34 +29,87 @@ uint64_t stk__perm_invert(const stk__perm *p, uint64_t y);
 /* A well-mixed 64-bit hash of two words. */
 uint64_t stk__mix2(uint64_t a, uint64_t b);
 
+/* ---- streams ---- */
+
+/* The epoch's positions can be cut into S streams: stream s holds places
+ * [stk__stream_start(s), + stk__stream_len(s)) of the order (the first
+ * n mod S streams one sample longer), and position p of the dealt order is
+ * place stk__stream_start(p mod S) + p / S: the streams interleaved one
+ * sample at a time.  Rank r of W reads positions r, r + W, ..., so where W
+ * divides S it reads streams r, r + W, ... only: a part of the places of
+ * its own, which the orders below keep a part of the data of its own.
+ * S = 1 is one stream: place = position. */
+static inline uint64_t stk__stream_start(uint64_t n, uint64_t S, uint64_t s) {
+    uint64_t q = n / S, rem = n % S;
+    return s * q + (s < rem ? s : rem);
+}
+static inline uint64_t stk__stream_len(uint64_t n, uint64_t S, uint64_t s) {
+    return n / S + (s < n % S ? 1 : 0);
+}
+/* The stream holding place x (x < n). */
+static inline uint64_t stk__stream_of(uint64_t n, uint64_t S, uint64_t x) {
+    uint64_t q = n / S, rem = n % S, big = rem * (q + 1);
+    return x < big ? x / (q + 1) : rem + (x - big) / q;
+}
+/* The place of position p (p < n). */
+static inline uint64_t stk__stream_place(uint64_t n, uint64_t S, uint64_t p) {
+    if (S <= 1) return p;
+    return stk__stream_start(n, S, p % S) + p / S;
+}
+
 /* ---- the order of one epoch ---- */
 
+/* An order maps places to sample ids.  With S streams, the block order's
+ * groups are cut at stream edges into pieces (group g ∩ stream s), each
+ * permuted within itself, so that a stream's samples lie in its own
+ * blocks; a piece is numbered g + s (the numbers grow with the places; a
+ * group edge that is also a stream edge leaves a number unused, an empty
+ * piece).  With S = 1 a piece is a group.  The random order with S > 1 is
+ * the block order with a single group: blocks permuted, each stream's
+ * places a piece permuted within itself. */
 typedef struct stk__order {
     stk_order mode;
     uint64_t n;   /* samples */
     uint64_t key; /* from seed and epoch */
-    stk__perm perm; /* random: samples; block: blocks */
-    /* block order */
+    uint64_t S;   /* streams */
+    bool blocky;  /* places go through blocks: block order, or random with S > 1 */
+    stk__perm perm; /* random (S = 1): samples; otherwise blocks */
+    /* blocks */
     uint64_t B;        /* samples per block */
     uint64_t nb;       /* blocks */
     uint64_t last_len; /* samples in block nb-1 */
     uint64_t K;        /* blocks per group */
-    uint64_t ngroups;
+    uint64_t nbase;     /* groups */
+    uint64_t ngroups;   /* piece numbers: [0, ngroups) (nbase when S = 1) */
     uint64_t short_pos; /* position of block nb-1 in block order (if short) */
     bool has_short;
 } stk__order;
 
+/* A piece: places [start, start + size) of group g (whose first place is
+ * gstart) and stream s, whose samples lie in the group's blocks m_first ..
+ * m_first + nblk - 1. */
+typedef struct stk__piece {
+    uint64_t g, s, start, size, m_first, nblk, gstart;
+} stk__piece;
+
 void stk__order_init(stk__order *o, stk_order mode, uint64_t n, uint64_t seed,
                      uint64_t epoch, uint64_t block_samples, uint64_t block_group);
-/* The sample at position p (p < n) of the epoch. */
-uint64_t stk__order_at(const stk__order *o, uint64_t p);
-/* Block order: the group holding position p, and a group's first position
- * and size in positions. */
-uint64_t stk__order_group_of(const stk__order *o, uint64_t p);
+/* The same, over S streams (S >= 1). */
+void stk__order_init_streams(stk__order *o, stk_order mode, uint64_t n, uint64_t seed,
+                             uint64_t epoch, uint64_t block_samples, uint64_t block_group,
+                             uint64_t S);
+/* The sample at place x (x < n) of the epoch. */
+uint64_t stk__order_at(const stk__order *o, uint64_t x);
+/* Blocks: the piece holding place x, and a piece's places (size 0: an
+ * unused number). */
+uint64_t stk__order_group_of(const stk__order *o, uint64_t x);
 void stk__order_group_range(const stk__order *o, uint64_t g, uint64_t *start, uint64_t *size);
-/* Block order: blocks in group g, and the id of its m-th block. */
+void stk__order_piece(const stk__order *o, uint64_t id, stk__piece *pc);
+/* Blocks: blocks in piece g, and the id of its m-th block. */
 uint64_t stk__order_group_blocks(const stk__order *o, uint64_t g);
 uint64_t stk__order_group_block(const stk__order *o, uint64_t g, uint64_t m);
+/* Blocks: the m of block id `blk` within piece g. */
+uint64_t stk__order_group_slot(const stk__order *o, uint64_t g, uint64_t blk);
 
 /* ---- dealing to ranks ---- */
 
@@ -69,6 +122,7 @@ typedef struct stk__deal {
      * this one takes batches part, part + parts, ... (parts = 1: all). */
     uint64_t B, parts, part;
     uint64_t per_rank; /* the samples this dealing gives (its part's) */
+    uint64_t streams;  /* S: positions are places of S streams (1: the same) */
 } stk__deal;
 
 void stk__deal_init(stk__deal *d, uint64_t n, uint64_t start, uint64_t world,
@@ -76,16 +130,25 @@ void stk__deal_init(stk__deal *d, uint64_t n, uint64_t start, uint64_t world,
 /* Splits the rank's batches of B samples: this dealing keeps batches
  * part, part + parts, ... of them; per_rank becomes their samples. */
 void stk__deal_split(stk__deal *d, uint64_t B, uint64_t parts, uint64_t part);
+/* Positions become places of S streams (stk__stream_place). */
+void stk__deal_streams(stk__deal *d, uint64_t S);
 /* The rank-level index of this dealing's i-th sample. */
 static inline uint64_t stk__deal_rank_index(const stk__deal *d, uint64_t i) {
     if (d->parts <= 1) return i;
     return ((i / d->B) * d->parts + d->part) * d->B + i % d->B;
 }
 /* The global position of this dealing's i-th sample (i < per_rank). */
-static inline uint64_t stk__deal_at(const stk__deal *d, uint64_t i) {
+static inline uint64_t stk__deal_pos(const stk__deal *d, uint64_t i) {
     uint64_t p = d->start + stk__deal_rank_index(d, i) * d->world + d->rank;
     return p < d->n ? p : p % d->n; /* padding wraps to the order's start */
 }
+/* The place (see streams) of this dealing's i-th sample: what the order
+ * maps to a sample. */
+static inline uint64_t stk__deal_at(const stk__deal *d, uint64_t i) {
+    return stk__stream_place(d->n, d->streams, stk__deal_pos(d, i));
+}
+/* The last rank-level index whose place lies in [a, b), or -1 if none. */
+int64_t stk__deal_last_in(const stk__deal *d, uint64_t a, uint64_t b);
 /* The last of this dealing's batches that holds a sample at rank-level
  * index at most ri (0 when none does). */
 static inline uint64_t stk__deal_batch_upto(const stk__deal *d, uint64_t ri) {
@@ -97,8 +160,8 @@ static inline uint64_t stk__deal_batch_upto(const stk__deal *d, uint64_t ri) {
 /* The samples of this rank's positions first .. first + n - 1 (its i-th
  * position being stk__deal_at(d, i)), in ids[0..n): what stk__order_at
  * gives for each, computed for a batch at once.  In block order, when not
- * NULL, groups[j] gets the group of sample j (stk__order_group_of of its
- * position) and slots[j] the index within that group of its block (the m
+ * NULL, groups[j] gets the piece of sample j (stk__order_group_of of its
+ * place) and slots[j] the index within that piece of its block (the m
  * with stk__order_group_block(o, g, m) == ids[j] / B). */
 void stk__order_fill(const stk__order *o, const stk__deal *d, uint64_t first, uint32_t n,
                      uint64_t *ids, uint64_t *groups, uint32_t *slots);

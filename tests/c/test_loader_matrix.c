@@ -94,9 +94,13 @@ static void run_world(const tds *d, stk_dataset *ds, const stk_loader_options *b
         }
         CHECK(stk_loader_backend(ld) == o.backend);
         stk__order ord;
-        stk__order_init(&ord, o.order, N, o.seed, o.epoch, o.block_samples, o.block_group);
+        /* The default: a stream per rank. */
+        uint64_t S = o.streams ? o.streams : W;
+        stk__order_init_streams(&ord, o.order, N, o.seed, o.epoch, o.block_samples,
+                                o.block_group, S);
         stk__deal dl;
         stk__deal_init(&dl, N, 0, W, r, o.pad != 0);
+        stk__deal_streams(&dl, S);
         uint64_t per_rank = o.pad ? (N + W - 1) / W : N / W;
         uint64_t nb = o.drop_last ? per_rank / B : (per_rank + B - 1) / B;
         CHECK(stk_loader_epoch_samples(ld) == N);
@@ -115,7 +119,8 @@ static void run_world(const tds *d, stk_dataset *ds, const stk_loader_options *b
             for (uint32_t j = 0; j < n; j++, i++) {
                 /* (Blocks derived from block_bytes: the size is the
                  * loader's to choose, so only coverage is checked.) */
-                bool derived = o.order == STK_ORDER_BLOCK && !o.block_samples;
+                bool derived = (o.order == STK_ORDER_BLOCK || (o.order == STK_ORDER_RANDOM && S > 1)) &&
+                               !o.block_samples;
                 uint64_t e = derived ? ids[j] : expect_sample(&ord, &dl, i);
                 if (ids[j] != e) {
                     fprintf(stderr,

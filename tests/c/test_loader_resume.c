@@ -188,9 +188,12 @@ static void resume_other_world(const tds *d, stk_dataset *ds) {
             CHECK(memcmp(&st[0], &st[1], sizeof st[0]) == 0);
             uint64_t P = st[0].position;
             CHECK(P == k * o.batch_size * 2);
+            CHECK(st[0].streams == 2); /* a stream per rank; kept by the restore */
             stk__order ord;
-            stk__order_init(&ord, o.order, N, o.seed, 0, o.block_samples, o.block_group);
-            for (uint64_t p = 0; p < N; p++) pos_of[stk__order_at(&ord, p)] = p;
+            stk__order_init_streams(&ord, o.order, N, o.seed, 0, o.block_samples, o.block_group,
+                                    2);
+            for (uint64_t p = 0; p < N; p++)
+                pos_of[stk__order_at(&ord, stk__stream_place(N, 2, p))] = p;
             memset(seen, 0, N);
             uint64_t total = 0;
             o.world_size = 3;
@@ -346,7 +349,7 @@ static void epochs(const tds *d, stk_dataset *ds) {
             CHECK(n == n0 && memcmp(t0, e0, n0 * 8) == 0);
             free(t0);
             /* Restore while holding. */
-            stk_loader_state mid = {o.seed, 1, 0, st.fingerprint};
+            stk_loader_state mid = {o.seed, 1, 0, st.fingerprint, st.streams};
             mid.position = (n1 / 2) * o.batch_size;
             CHECK_OK(stk_loader_restore(ld, &mid, &err));
             t1 = take(d, ld, &o, ALL, &n);

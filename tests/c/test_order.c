@@ -280,12 +280,13 @@ static void test_deal(void) {
 /* stk__order_fill, which computes a batch's samples at once (lanes of
  * Feistel evaluations, one inner permutation per group), gives exactly
  * what stk__order_at gives position by position. */
-static void check_fill(stk_order mode, uint64_t n, uint64_t seed, uint64_t B, uint64_t K,
-                       uint64_t start, uint64_t W, uint64_t r, int pad) {
+static void check_fill_s(stk_order mode, uint64_t n, uint64_t seed, uint64_t B, uint64_t K,
+                         uint64_t start, uint64_t W, uint64_t r, int pad, uint64_t S) {
     stk__order o;
-    stk__order_init(&o, mode, n, seed, 3, B, K);
+    stk__order_init_streams(&o, mode, n, seed, 3, B, K, S);
     stk__deal d;
     stk__deal_init(&d, n, start, W, r, pad != 0);
+    stk__deal_streams(&d, S);
     uint64_t *ids = malloc((d.per_rank + 1) * sizeof *ids);
     uint64_t *groups = malloc((d.per_rank + 1) * sizeof *groups);
     uint32_t *slots = malloc((d.per_rank + 1) * sizeof *slots);
@@ -299,7 +300,7 @@ static void check_fill(stk_order mode, uint64_t n, uint64_t seed, uint64_t B, ui
     for (uint64_t i = 0; i < d.per_rank; i++) {
         uint64_t p = stk__deal_at(&d, i);
         CHECK(ids[i] == stk__order_at(&o, p));
-        if (mode == STK_ORDER_BLOCK) {
+        if (o.blocky) {
             CHECK(groups[i] == stk__order_group_of(&o, p));
             CHECK(slots[i] < stk__order_group_blocks(&o, groups[i]));
             CHECK(stk__order_group_block(&o, groups[i], slots[i]) == ids[i] / o.B);
@@ -308,6 +309,115 @@ static void check_fill(stk_order mode, uint64_t n, uint64_t seed, uint64_t B, ui
     free(ids);
     free(groups);
     free(slots);
+}
+
+static void check_fill(stk_order mode, uint64_t n, uint64_t seed, uint64_t B, uint64_t K,
+                       uint64_t start, uint64_t W, uint64_t r, int pad) {
+    check_fill_s(mode, n, seed, B, K, start, W, r, pad, 1);
+}
+
+/* Streams.  For S streams dealt to W ranks: the order is a bijection of
+ * places; pieces partition the places, their numbers grow with the places
+ * and each lies in one stream and in its blocks; the ranks together take
+ * each sample once; stk__deal_last_in agrees with a search; and where W
+ * divides S, the blocks a rank reads are its own but for the one at each
+ * edge of a stream. */
+static void check_streams(stk_order mode, uint64_t n, uint64_t seed, uint64_t B, uint64_t K,
+                          uint64_t W, uint64_t S, uint64_t start) {
+    stk__order o;
+    stk__order_init_streams(&o, mode, n, seed, 5, B, K, S);
+    uint8_t *seen = seen_reset(n);
+    uint64_t prev_piece = 0;
+    for (uint64_t x = 0; x < n; x++) {
+        uint64_t id = stk__order_at(&o, x);
+        CHECK(id < n && !seen[id]);
+        seen[id] = 1;
+        if (!o.blocky) continue;
+        uint64_t g = stk__order_group_of(&o, x);
+        CHECK(g < o.ngroups && g >= prev_piece);
+        prev_piece = g;
+        stk__piece pc;
+        stk__order_piece(&o, g, &pc);
+        CHECK(pc.size > 0 && x >= pc.start && x < pc.start + pc.size);
+        CHECK(stk__stream_of(n, S, pc.start) == stk__stream_of(n, S, pc.start + pc.size - 1));
+        uint64_t slot = stk__order_group_slot(&o, g, id / B);
+        CHECK(slot < pc.nblk && stk__order_group_block(&o, g, slot) == id / B);
+        CHECK(pc.nblk <= o.K);
+    }
+    /* Every piece number is either unused (size 0) or covers its places. */
+    uint64_t covered = 0;
+    for (uint64_t g = 0; o.blocky && g < o.ngroups; g++) {
+        stk__piece pc;
+        stk__order_piece(&o, g, &pc);
+        covered += pc.size;
+    }
+    CHECK(!o.blocky || covered == n);
+    /* Dealt: each sample once over the ranks (no padding). */
+    seen = seen_reset(n);
+    uint64_t *blocks_of = calloc(o.nb + (n / B) + 2, sizeof *blocks_of); /* rank + 1 per block */
+    uint8_t *shared = calloc(o.nb + (n / B) + 2, 1);
+    CHECK(blocks_of && shared);
+    for (uint64_t r = 0; r < W; r++) {
+        stk__deal d;
+        stk__deal_init(&d, n, start, W, r, false);
+        stk__deal_streams(&d, S);
+        for (uint64_t i = 0; i < d.per_rank; i++) {
+            uint64_t id = stk__order_at(&o, stk__deal_at(&d, i));
+            CHECK(!seen[id]);
+            seen[id] = 1;
+            uint64_t blk = id / B;
+            if (blocks_of[blk] && blocks_of[blk] != r + 1) shared[blk] = 1;
+            blocks_of[blk] = r + 1;
+        }
+        /* stk__deal_last_in against a search, over random ranges. */
+        for (int t = 0; t < 20 && n; t++) {
+            uint64_t a = rnd() % n, b = a + 1 + rnd() % (n - a);
+            int64_t want = -1;
+            for (uint64_t i = 0; i < d.per_rank; i++) {
+                uint64_t x = stk__deal_at(&d, i);
+                if (x >= a && x < b) want = (int64_t)i;
+            }
+            CHECK(stk__deal_last_in(&d, a, b) == want);
+        }
+    }
+    if (start == 0 && S % W == 0 && mode != STK_ORDER_SEQUENTIAL) {
+        uint64_t nshared = 0;
+        for (uint64_t b = 0; b < (n + B - 1) / B; b++) nshared += shared[b];
+        CHECK(nshared <= S - 1); /* the block at each edge of a stream */
+    }
+    free(blocks_of);
+    free(shared);
+}
+
+static void test_streams(void) {
+    const stk_order modes[3] = {STK_ORDER_SEQUENTIAL, STK_ORDER_RANDOM, STK_ORDER_BLOCK};
+    /* The place of each position: a bijection, streams one sample apart. */
+    for (uint64_t n = 0; n <= 40; n++)
+        for (uint64_t S = 1; S <= 9; S++) {
+            uint8_t *seen = seen_reset(n);
+            for (uint64_t p = 0; p < n; p++) {
+                uint64_t x = stk__stream_place(n, S, p);
+                CHECK(x < n && !seen[x]);
+                seen[x] = 1;
+                uint64_t s = stk__stream_of(n, S, x);
+                CHECK(s == p % S && x - stk__stream_start(n, S, s) == p / S);
+                CHECK(x - stk__stream_start(n, S, s) < stk__stream_len(n, S, s));
+            }
+        }
+    for (int m = 0; m < 3; m++)
+        for (uint64_t n = 1; n <= 90; n += 7)
+            for (uint64_t S = 1; S <= 6; S++)
+                for (uint64_t W = 1; W <= 4; W++) {
+                    check_streams(modes[m], n, n * 13 + S, 1 + n % 6, 1 + n % 4, W, S, (n % 3) * W);
+                    check_fill_s(modes[m], n, n + W, 1 + n % 6, 1 + n % 4, n % 5, W, W - 1,
+                                 (int)(n & 1), S);
+                }
+    for (int i = 0; i < 40; i++) {
+        uint64_t n = 1 + rnd() % 100000, W = 1 + rnd() % 8, S = W * (1 + rnd() % 3);
+        uint64_t B = 1 + rnd() % 300, K = 1 + rnd() % 20;
+        check_streams(modes[i % 3], n, rnd(), B, K, W, i % 4 ? S : 1 + rnd() % 9, 0);
+        check_fill_s(modes[i % 3], n, rnd(), B, K, rnd() % 1000, W, rnd() % W, (int)(rnd() & 1), S);
+    }
 }
 
 static void test_order_fill(void) {
@@ -326,6 +436,7 @@ int main(void) {
     test_orders();
     test_deal();
     test_order_fill();
+    test_streams();
     free(seen_buf);
     return 0;
 }

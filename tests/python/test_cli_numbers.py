@@ -26,6 +26,7 @@ READ_NUMBERS = [
     ("--epochs", 0, U64),
     ("--rank", 0, U32),
     ("--world-size", 0, U32),
+    ("--streams", 1, U32),
     ("--threads", 0, INT),
     ("--prefetch", 0, U32),
     ("--max-batches", 0, U64),

@@ -74,7 +74,15 @@ def test_ranks_from_the_environment_in_process(small_ds, monkeypatch):
     with stoker.Loader(small_ds, batch_size=8, shuffle="sequential") as ld:
         assert (ld.rank, ld.world_size) == (2, 3)
         ids = np.concatenate([b["id"].copy() for b in ld])
-    # Interleaved dealing: rank r takes positions r, r + W, ...
+    # A stream per rank: in sequential order, rank r of W reads the r-th of
+    # W equal slices of the dataset (N // W samples each; the first N % W
+    # slices one longer, their last sample left for equal counts).
+    q, rem = divmod(N, 3)
+    start = 2 * q + min(2, rem)
+    assert ids.tolist() == list(range(start, start + N // 3))
+    # One stream: interleaved, rank r takes positions r, r + W, ...
+    with stoker.Loader(small_ds, batch_size=8, shuffle="sequential", streams=1) as ld:
+        ids = np.concatenate([b["id"].copy() for b in ld])
     assert ids.tolist() == list(range(2, N, 3))
     # Explicit arguments win over the environment.
     with stoker.Loader(small_ds, batch_size=8, rank=0, world_size=1) as ld:

@@ -265,7 +265,8 @@ RANK_SCRIPT = """
 import json, os, sys
 import numpy as np, stoker
 url, out, stop, state = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-ld = stoker.Loader(url, 4, shuffle="random", seed=3, fields=["id"])
+ld = stoker.Loader(url, 4, shuffle=os.environ.get("STK_TEST_SHUFFLE", "random"), seed=3,
+                   fields=["id"], block_bytes=int(os.environ.get("STK_TEST_BLOCK_BYTES", 4 << 20)))
 if state != "-":
     ld.load_state_dict(json.load(open(state)))
 ids, n = [], 0
@@ -282,23 +283,29 @@ json.dump({"ids": ids, "batches": n, "state": ld.state_dict(), "len": len(ld),
 """
 
 
-def test_nodes_fetch_their_share_and_resume_on_fewer(served, aws, tmp_path):
+# (order, records, bytes per record, block_bytes): records larger and
+# smaller than a 64 KiB checksum block, in each order.
+NODE_CASES = [("random", 128, 262_144, 4 << 20), ("random", 1024, 8_192, 4 << 20),
+              ("block", 1024, 8_192, 256 << 10), ("block", 128, 262_144, 4 << 20),
+              ("sequential", 1024, 8_192, 4 << 20)]
+
+
+@pytest.mark.parametrize("order,n,rec_bytes,block_bytes", NODE_CASES)
+def test_nodes_fetch_their_share_and_resume_on_fewer(served, aws, tmp_path, order, n,
+                                                     rec_bytes, block_bytes):
     """Two nodes of two ranks each (processes with torchrun's RANK and
     WORLD_SIZE, a cache per node, as two hosts have) read one s3:// dataset:
     every record once, equal batch counts, each node fetching about its half
-    and not the whole.  Then the job stops mid-epoch and one node of two
-    ranks resumes from a state: the records before and after the stop are
-    each record once.  (test_py_remote_hosts runs the same under torchrun
-    across two network namespaces with their own addresses.)"""
-    root = served["root"] / "bucket" / "nodes"
-    n = 128
+    and not the whole, in every order and with records smaller than a
+    checksum block (a stream per rank: its records lie in blocks of its
+    own).  Then the job stops mid-epoch and one node of two ranks resumes
+    from a state: the records before and after the stop are each read once.
+    (test_py_remote_hosts runs the same under torchrun across two network
+    namespaces with their own addresses.)"""
+    root = served["root"] / "bucket" / f"nodes-{order}-{n}"
     rng = np.random.default_rng(11)
-    # Records of 256 KiB: a rank's records are its own 64 KiB blocks but for
-    # the edges.  (With records smaller than a block, or in block order,
-    # every node fetches nearly everything: ranks are dealt interleaved
-    # positions; see docs/ARCHITECTURE.md.)
     stoker.write(str(root), {"id": np.arange(n, dtype=np.int64),
-                             "x": rng.standard_normal((n, 65_536)).astype(np.float32)},
+                             "x": rng.standard_normal((n, rec_bytes // 4)).astype(np.float32)},
                  shard_bytes=4_000_000)
     total = dataset_bytes(root)
     script = tmp_path / "rank.py"
@@ -308,10 +315,11 @@ def test_nodes_fetch_their_share_and_resume_on_fewer(served, aws, tmp_path):
         procs = []
         for r in range(world):
             env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world),
-                       STOKER_CACHE_DIR=str(tmp_path / f"{tag}-node{r // 2}"))
+                       STOKER_CACHE_DIR=str(tmp_path / f"{tag}-node{r // 2}"),
+                       STK_TEST_SHUFFLE=order, STK_TEST_BLOCK_BYTES=str(block_bytes))
             out = tmp_path / f"{tag}-{r}.json"
             procs.append((out, subprocess.Popen(
-                [sys.executable, str(script), "s3://bucket/nodes", str(out), str(stop),
+                [sys.executable, str(script), f"s3://bucket/{root.name}", str(out), str(stop),
                  state(r)], env=env, stderr=subprocess.PIPE, text=True)))
         res = []
         for out, p in procs:
@@ -324,13 +332,16 @@ def test_nodes_fetch_their_share_and_resume_on_fewer(served, aws, tmp_path):
     ids = sorted(i for r in whole for i in r["ids"])
     assert ids == list(range(n))
     assert {r["batches"] for r in whole} == {n // 4 // 4} == {r["len"] for r in whole}
-    # A node reads half the records; the 64 KiB blocks at a record's edges
-    # hold the neighbours' bytes too, so somewhat more than half, never the
-    # whole dataset.
+    assert {r["state"]["streams"] for r in whole} == {4}
+    # A node reads half the records, in blocks of its own but for the 64 KiB
+    # blocks at its streams' edges and records' edges: about half the bytes.
     for node in (0, 1):
         got = whole[2 * node]["fetched"] + whole[2 * node + 1]["fetched"]
-        assert 0.45 * total < got < 0.8 * total, (node, got, total)
-    # Stopped after 3 batches on every rank; resumed by one node of 2 ranks.
+        print(f"{order}, {n} records of {rec_bytes} B: node {node} fetched "
+              f"{got / total:.3f} of the dataset")
+        assert 0.45 * total < got < 0.65 * total, (node, got, total)
+    # Stopped after 3 batches on every rank; resumed by one node of 2 ranks,
+    # which finishes the epoch in its order of 4 streams.
     part = job(4, 3, tag="b")
     states = {json.dumps(r["state"], sort_keys=True) for r in part}
     assert len(states) == 1  # every rank stopped at the same global position
@@ -339,6 +350,8 @@ def test_nodes_fetch_their_share_and_resume_on_fewer(served, aws, tmp_path):
     seen = sorted(i for r in part + rest for i in r["ids"])
     assert seen == list(range(n))
     assert rest[0]["batches"] == rest[1]["batches"]
+    # The next epoch has the new job's streams.
+    assert {r["state"]["streams"] for r in rest} == {2}
 
 
 def test_http_dataset(served, aws):
@@ -380,6 +393,104 @@ def test_cli_commands_and_cache(served, aws, tmp_path):
     run_cli(aws, "cache", "clear", "s3://bucket/other", "--cache-dir", cache)
     assert len(json.loads(run_cli(aws, "cache", "show", "--json", "--cache-dir",
                                   cache).stdout)) == 1
+
+
+@pytest.mark.parametrize("order", ["random", "block", "sequential"])
+def test_fetch_epoch_brings_what_the_rank_reads(served, aws, tmp_path, order):
+    """Loader.fetch_epoch() fetches this rank's epoch (about its share, a
+    stream of two) before the first batch; the epoch then sends no request.
+    After a restore, it fetches the rest of the restored epoch."""
+    root = served["root"] / "bucket" / f"warm-{order}"
+    n = 512
+    rng = np.random.default_rng(5)
+    stoker.write(str(root), {"id": np.arange(n, dtype=np.int64),
+                             "x": rng.standard_normal((n, 2048)).astype(np.float32)},
+                 shard_bytes=1_000_000)
+    total = dataset_bytes(root)
+    kw = dict(shuffle=order, seed=4, world_size=2, rank=1, block_bytes=1 << 20)
+    url = f"s3://bucket/{root.name}"
+    with stoker.Loader(url, 8, cache_dir=tmp_path / "a", **kw) as ld:
+        asked = ld.fetch_epoch()
+        before = ld.remote_stats()
+        got = list(ld)
+        after = ld.remote_stats()
+    assert 0.45 * total < before["bytes_fetched"] < 0.62 * total, (before, total)
+    assert asked >= 0.45 * total
+    assert after["requests"] == before["requests"]
+    assert after["bytes_fetched"] == before["bytes_fetched"]
+    with stoker.Loader(str(root), 8, **kw) as ld:
+        same([{k: np.array(v) for k, v in b.items()} for b in got],
+             [{k: np.array(v) for k, v in b.items()} for b in ld])
+    # A state mid-epoch, restored by one rank of one (the rest of a stream
+    # order of two): fetch_epoch brings the rest, the reads fetch nothing.
+    with stoker.Loader(url, 8, cache_dir=tmp_path / "b", **kw) as ld:
+        for i, _ in zip(range(5), ld):
+            pass
+        state = ld.state_dict()
+    with stoker.Loader(url, 8, cache_dir=tmp_path / "c", shuffle=order, seed=4,
+                       world_size=1, rank=0, block_bytes=1 << 20) as ld:
+        ld.load_state_dict(state)
+        ld.fetch_epoch()
+        before = ld.remote_stats()
+        rest = np.concatenate([np.asarray(b["id"]) for b in ld])
+        assert ld.remote_stats()["requests"] == before["requests"]
+    assert len(rest) == n - state["position"]
+    # Under a cache budget smaller than the dataset, it is refused.
+    small = dict(kw, block_bytes=256 << 10, block_group=1)
+    with stoker.Loader(url, 8, cache_dir=tmp_path / "d", cache_budget=total // 2, threads=1,
+                       **small) as ld:
+        with pytest.raises(stoker.InvalidArgument, match="budget"):
+            ld.fetch_epoch()
+
+
+def test_cli_cache_warm_epoch(served, aws, tmp_path):
+    """`stoker cache warm URL --epoch E --world-size W --ranks A-B` fetches
+    what those ranks read in epoch E (a node's share); the run's ranks then
+    fetch nothing.  --state does the same for the rest of a saved epoch."""
+    root = served["root"] / "bucket" / "warm-cli"
+    n = 512
+    rng = np.random.default_rng(6)
+    stoker.write(str(root), {"id": np.arange(n, dtype=np.int64),
+                             "x": rng.standard_normal((n, 2048)).astype(np.float32)},
+                 shard_bytes=1_000_000)
+    total = dataset_bytes(root)
+    url = "s3://bucket/warm-cli"
+    cache = str(tmp_path / "node1")
+    out = run_cli(aws, "cache", "warm", url, "--epoch", "2", "--world-size", "4", "--ranks",
+                  "2-3", "--shuffle", "random", "--seed", "9", "--block-bytes", "1M",
+                  "--cache-dir", cache).stdout
+    assert "epoch 2, ranks 2-3 of 4" in out
+    shown = json.loads(run_cli(aws, "cache", "show", "--json", "--cache-dir", cache).stdout)
+    assert 0.4 * total < shown[0]["bytes"] < 0.65 * total, (shown, total)
+    for r in (2, 3):
+        with stoker.Loader(url, 8, cache_dir=cache, shuffle="random", seed=9, epoch=2,
+                           world_size=4, rank=r, block_bytes=1 << 20) as ld:
+            list(ld)
+            assert ld.remote_stats()["bytes_fetched"] == 0
+    # The rest of a saved epoch, for a job of one rank.
+    with stoker.Loader(url, 8, cache_dir=tmp_path / "x", shuffle="block", seed=1, world_size=2,
+                       rank=0, block_bytes=1 << 20) as ld:
+        for i, _ in zip(range(6), ld):
+            pass
+        state = ld.state_dict()
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    cache = str(tmp_path / "resumed")
+    run_cli(aws, "cache", "warm", url, "--state", str(tmp_path / "state.json"), "--shuffle",
+            "block", "--block-bytes", "1M", "--cache-dir", cache)
+    with stoker.Loader(url, 8, cache_dir=cache, shuffle="block", world_size=1, rank=0,
+                       block_bytes=1 << 20) as ld:
+        ld.load_state_dict(state)
+        assert sum(len(b["id"]) for b in ld) == n - state["position"]
+        assert ld.remote_stats()["bytes_fetched"] == 0
+    # What does not make sense is refused, naming why.
+    p = run_cli(aws, "cache", "warm", url, "--shuffle", "block", check=False)
+    assert p.returncode == 2 and "--epoch" in p.stderr
+    p = run_cli(aws, "cache", "warm", url, "--epoch", "1", "--state", "s.json", check=False)
+    assert p.returncode == 2 and "state holds its epoch" in p.stderr
+    p = run_cli(aws, "cache", "warm", url, "--epoch", "1", "--ranks", "3", check=False)
+    assert p.returncode == 2 and "world-size" in p.stderr
+    p = run_cli(aws, "cache", "show", "--epoch", "1", check=False)
+    assert p.returncode == 2
 
 
 def test_push_uploads_shards_then_manifest(served, aws, tmp_path, monkeypatch):

@@ -168,7 +168,8 @@ def test_loader_state_dict_rejects_other_options(ds_path):
 def test_restore_into_another_world_size(ds_path, order, new_world):
     path, _ = ds_path
     opts = dict(batch_size=8, shuffle=order, seed=2, block_samples=12)
-    with stoker.Loader(path, rank=0, world_size=1, **opts) as ld:
+    # The order two ranks read by default: two streams, one per rank.
+    with stoker.Loader(path, rank=0, world_size=1, streams=2, **opts) as ld:
         full = np.concatenate([i for i, _ in drain(ld)])
     # Two ranks take 5 batches each: 80 samples of the global order.
     state = None
@@ -179,7 +180,7 @@ def test_restore_into_another_world_size(ds_path, order, new_world):
             st = ld.state_dict()
         assert state is None or st == state  # every rank has the same state
         state = st
-    assert state["position"] == 80
+    assert state["position"] == 80 and state["streams"] == 2
     taken = np.concatenate(taken)
     assert sorted(taken.tolist()) == sorted(full[:80].tolist())
 
@@ -195,6 +196,9 @@ def test_restore_into_another_world_size(ds_path, order, new_world):
     assert len(union) == 160
     assert sorted(union.tolist()) == sorted(full[80:].tolist())
     assert set(union.tolist()).isdisjoint(taken.tolist())
+    # Dealt as ever: new rank r takes the positions 80 + r, 80 + r + W, ...
+    for r in range(new_world):
+        assert rest[r].tolist() == full[80 + r::new_world].tolist()
 
 
 def test_torch_dataset_state_without_dataloader(ds_path):

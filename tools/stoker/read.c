@@ -33,6 +33,9 @@ static const char read_help[] =
     "  --epochs N           epochs to run (default 1)\n"
     "  --fields a,b,...     fields to load (default: all)\n"
     "  --rank R --world-size W   read one rank's share\n"
+    "  --streams S          streams the order is made of (default: the world size,\n"
+    "                       a part of the data per rank; 1: an order that does not\n"
+    "                       depend on the world size)\n"
     "  --backend auto|uring|pool|mmap   I/O backend (default auto)\n"
     "  --direct             O_DIRECT reads\n"
     "  --warm-up auto|on|off  bring a dataset that is not in the page cache into it\n"
@@ -101,6 +104,7 @@ static bool read_number(read_run *r, int argc, char **argv, int *i) {
     else if (!strcmp(a, "--epochs")) r->epochs = U64(0, UINT64_MAX);
     else if (!strcmp(a, "--rank")) o->rank = (uint32_t)U64(0, UINT32_MAX);
     else if (!strcmp(a, "--world-size")) o->world_size = (uint32_t)U64(0, UINT32_MAX);
+    else if (!strcmp(a, "--streams")) o->streams = (uint32_t)U64(1, UINT32_MAX);
     else if (!strcmp(a, "--threads")) o->threads = (int)U64(0, INT_MAX);
     else if (!strcmp(a, "--prefetch")) o->prefetch = (uint32_t)U64(0, UINT32_MAX);
     else if (!strcmp(a, "--budget")) o->memory_budget = SIZE();

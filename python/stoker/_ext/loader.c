@@ -194,24 +194,38 @@ static PyObject *loader_set_epoch(LoaderObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+static PyObject *loader_fetch_epoch(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (check_process(self)) return NULL;
+    stk_error err = {0};
+    uint64_t bytes = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_loader_fetch_epoch(self->ld, &bytes, &err);
+    Py_END_ALLOW_THREADS
+    if (rc) return raise_stk(rc, &err);
+    return PyLong_FromUnsignedLongLong(bytes);
+}
+
 static PyObject *loader_save(LoaderObject *self, PyObject *unused) {
     (void)unused;
     if (check_process(self)) return NULL;
     stk_loader_state st;
     stk_loader_save(self->ld, &st);
-    return Py_BuildValue("{sKsKsKsK}", "seed", st.seed, "epoch", st.epoch, "position",
-                         st.position, "fingerprint", st.fingerprint);
+    return Py_BuildValue("{sKsKsKsKsK}", "seed", st.seed, "epoch", st.epoch, "position",
+                         st.position, "fingerprint", st.fingerprint, "streams", st.streams);
 }
 
 static PyObject *loader_restore(LoaderObject *self, PyObject *args) {
     if (check_process(self)) return NULL;
     stk_loader_state st;
-    unsigned long long a, b, c, d;
-    if (!PyArg_ParseTuple(args, "KKKK", &a, &b, &c, &d)) return NULL;
+    unsigned long long a, b, c, d, e = 1;
+    if (!PyArg_ParseTuple(args, "KKKK|K", &a, &b, &c, &d, &e)) return NULL;
     st.seed = a;
     st.epoch = b;
     st.position = c;
     st.fingerprint = d;
+    st.streams = e;
     stk_error err = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -303,8 +317,10 @@ static PyMethodDef loader_methods[] = {
      "Waits for the next batch: (dict of Array, sample ids), or None at the end of the epoch."},
     {"set_epoch", (PyCFunction)loader_set_epoch, METH_O, "Starts an epoch from its beginning."},
     {"save", (PyCFunction)loader_save, METH_NOARGS, "The resume state as a dict."},
+    {"fetch_epoch", (PyCFunction)loader_fetch_epoch, METH_NOARGS,
+     "Fetches what the rest of the epoch reads into the cache; returns the bytes asked for."},
     {"restore", (PyCFunction)loader_restore, METH_VARARGS,
-     "restore(seed, epoch, position, fingerprint)"},
+     "restore(seed, epoch, position, fingerprint, streams=1)"},
     {"stats", (PyCFunction)loader_stats, METH_NOARGS, "Per-stage counters."},
     {"stats_reset", (PyCFunction)loader_stats_reset, METH_NOARGS, "Zeroes the counters."},
     {"last_skip", (PyCFunction)loader_last_skip, METH_NOARGS,

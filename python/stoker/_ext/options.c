@@ -12,7 +12,7 @@ typedef struct {
     const char *path, *root, *cache_dir;
     PyObject *fields, *valid_field;
     unsigned int batch, block_group, rank, world, prefetch, qd, max_open, gpu_slots;
-    unsigned int split_index, split_count;
+    unsigned int split_index, split_count, streams;
     unsigned long long window, stride, seed, epoch, bb, bs, budget, max_skips, resident;
     unsigned long long cache_budget;
     int valid, order, backend, pad, drop_last, direct, threads, verify, on_error, device;
@@ -26,19 +26,19 @@ static int loader_args_parse(PyObject *args, PyObject *kw, loader_args *a) {
                              "direct", "threads", "prefetch", "queue_depth", "memory_budget",
                              "verify", "on_error", "max_skips", "max_open_files", "device",
                              "gpu_slots", "resident_budget", "warm_up", "split_index",
-                             "split_count", "root", "cache_dir", "cache_budget", NULL};
+                             "split_count", "root", "cache_dir", "cache_budget", "streams", NULL};
     *a = (loader_args){.batch = 32, .fields = Py_None, .stride = 1, .valid_field = Py_None,
                        .order = 2, .bb = 4u << 20, .block_group = 16, .world = 1, .qd = 64,
                        .budget = 1ull << 30, .verify = 1, .max_skips = 100, .device = -1,
                        .gpu_slots = 3, .split_count = 1, .cache_budget = STK_CACHE_BUDGET_AUTO};
     return PyArg_ParseTupleAndKeywords(
-               args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiKIiIKiIIzzK", kwlist, &a->path, &a->batch,
+               args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiKIiIKiIIzzKI", kwlist, &a->path, &a->batch,
                &a->fields, &a->window, &a->stride, &a->valid_field, &a->valid, &a->order,
                &a->seed, &a->epoch, &a->bb, &a->bs, &a->block_group, &a->rank, &a->world,
                &a->pad, &a->drop_last, &a->backend, &a->direct, &a->threads, &a->prefetch,
                &a->qd, &a->budget, &a->verify, &a->on_error, &a->max_skips, &a->max_open,
                &a->device, &a->gpu_slots, &a->resident, &a->warm_up, &a->split_index,
-               &a->split_count, &a->root, &a->cache_dir, &a->cache_budget)
+               &a->split_count, &a->root, &a->cache_dir, &a->cache_budget, &a->streams)
                ? 0
                : -1;
 }
@@ -91,6 +91,7 @@ static void config_loader_options(stk_loader_options *o, const loader_args *a) {
     o->block_group = a->block_group;
     o->rank = a->rank;
     o->world_size = a->world;
+    o->streams = a->streams;
     o->pad = a->pad;
     o->drop_last = a->drop_last;
     o->backend = (stk_backend)a->backend;
