@@ -220,6 +220,10 @@ typedef struct stk_writer_options {
     /* Split packing: this writer produces part `part_index` of `part_count`
      * (0 <= part_index < part_count).  Parts write distinct files into the
      * same directory and a part manifest each; stk_merge() joins them.
+     * part_count STK_PARTS_OPEN: the count is not known yet (a task of an
+     * engine that learns it only once every task has run);
+     * stk_merge_parts() is then told it.  Rewriting a finished part (with
+     * overwrite) replaces it whole: a task run again leaves one copy.
      * Default 0 of 1: an ordinary, whole dataset. */
     uint32_t part_index;
     uint32_t part_count;
@@ -326,6 +330,17 @@ STK_API void stk_writer_free(stk_writer *w);
  * negated errno.
  */
 STK_API int stk_merge(const char *path, stk_error *err);
+
+/* part_count of a part whose count is given at the merge. */
+#define STK_PARTS_OPEN UINT32_MAX
+
+/*
+ * stk_merge for parts written with part_count = `count` or STK_PARTS_OPEN:
+ * exactly parts 0..count-1 must be there (a part numbered count or more is
+ * STK_EMISMATCH: a stale part of another write, named, never merged in).
+ * count 0: as stk_merge (the count the parts record).
+ */
+STK_API int stk_merge_parts(const char *path, uint32_t count, stk_error *err);
 
 /* ------------------------------------------------------------------------ */
 /* Reading a dataset                                                         */

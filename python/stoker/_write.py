@@ -3,7 +3,7 @@ records or Arrow streams, or by indexing files where they lie."""
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Literal, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -191,8 +191,9 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
           ragged: Optional[Iterable[str]] = None, group_by: Optional[str] = None,
           order_by: Optional[str] = None,
           fields: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
-          static: Optional[Union[str, Sequence[str]]] = None) -> int:
-    """Writes a dataset.
+          static: Optional[Union[str, Sequence[str]]] = None,
+          part: Optional[Tuple[int, Optional[int]]] = None) -> int:
+    """Writes a dataset, or one part of it.
 
     On any error the dataset is left incomplete, never half-written as
     complete.
@@ -231,6 +232,13 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
             sample by a windowed Loader. A list names the static fields
             instead (each must be constant within every group); ``[]`` keeps
             every field's rows.
+        part: ``(i, n)``: write part i of n into ``path`` (distinct files and
+            a part manifest; ``merge(path)`` joins the parts, in the order of
+            their numbers, once all are written), as ``stoker pack --part``
+            does; n None: the count is not known yet (an engine's task),
+            and is given to ``merge``. With ``overwrite`` a finished part is
+            replaced whole, so a task run again leaves one copy of its
+            records.
 
     Returns:
         The number of records written.
@@ -249,6 +257,7 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError("path must be a str or os.PathLike")
     path = os.fspath(path)
+    part_index, part_count = _part_args(part)
     if isinstance(source, dict):
         if not source:
             raise InvalidArgument("source has no fields")
@@ -264,7 +273,7 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
                              False, compress)
                  for k, v in cols.items()]
         w = _stoker.Writer(path, specs, shard_bytes, align, bool(overwrite), bool(sync),
-                           attrs_json)
+                           attrs_json, part_index, part_count)
         try:
             for i in range(n.pop() if n else 0):
                 w.append([(v[i], 1 if v[i].ndim == 0 else v[i].shape[0]) for v in cols.values()])
@@ -274,7 +283,7 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
             raise
     if hasattr(source, "__arrow_c_stream__"):
         return _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes,
-                            align, overwrite, sync, attrs_json, static)
+                            align, overwrite, sync, attrs_json, static, part_index, part_count)
     if group_by is not None or order_by is not None or fields is not None or static is not None:
         raise TypeError("group_by, order_by, fields and static apply to Arrow sources (objects with "
                         "__arrow_c_stream__: pyarrow tables and readers, polars frames)")
@@ -294,7 +303,8 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
     specs = [_field_spec(k, v, k in ragged, compress) for k, v in first.items()]
     names = [s[0] for s in specs]
     schema = {k: (v.dtype, v.shape, k in ragged and v.ndim > 0) for k, v in first.items()}
-    w = _stoker.Writer(path, specs, shard_bytes, align, bool(overwrite), bool(sync), attrs_json)
+    w = _stoker.Writer(path, specs, shard_bytes, align, bool(overwrite), bool(sync), attrs_json,
+                       part_index, part_count)
     try:
         count = 0
         for rec in ([first] + ([second] if second is not None else [])):
@@ -310,7 +320,7 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
 
 
 def _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes, align,
-                 overwrite, sync, attrs_json, static=None):
+                 overwrite, sync, attrs_json, static=None, part_index=0, part_count=1):
     for name, v in (("group_by", group_by), ("order_by", order_by)):
         if v is not None and not isinstance(v, str):
             raise TypeError(f"{name} must be a column name (str)")
@@ -339,7 +349,58 @@ def _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes
             raise InvalidArgument("static needs group_by (a static field holds one value per group)")
     capsule = source.__arrow_c_stream__()
     return _stoker.write_arrow(path, capsule, group_by, order_by, spec, shard_bytes, align,
-                               bool(overwrite), bool(sync), attrs_json, static)
+                               bool(overwrite), bool(sync), attrs_json, static, part_index,
+                               part_count)
+
+
+_PARTS_OPEN = 2**32 - 1  # STK_PARTS_OPEN: the count is given to the merge
+_MAX_PARTS = 99999
+
+
+def _part_args(part):
+    """(part_index, part_count) for the C writer from ``part``."""
+    if part is None:
+        return 0, 1
+    if not isinstance(part, tuple) or len(part) != 2:
+        raise TypeError("part must be a tuple (index, count), count an int or None")
+    i, n = part
+    for name, v in (("part index", i), ("part count", n)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+            raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+    if n is None:
+        if not 0 <= i < _MAX_PARTS:
+            raise InvalidArgument(f"part index {i}: from 0 to {_MAX_PARTS - 1}")
+        return int(i), _PARTS_OPEN
+    if not 1 <= n <= _MAX_PARTS or not 0 <= i < n:
+        raise InvalidArgument(f"part {i} of {n}: parts are numbered 0..count-1, count from 1 "
+                              f"to {_MAX_PARTS}")
+    return int(i), int(n)
+
+
+def merge(path: PathLike, parts: Optional[int] = None) -> None:
+    """Joins the parts written into ``path`` (``write(..., part=(i, n))``,
+    ``stoker pack --part``) into one dataset: a manifest over their shards,
+    records in the order of the parts; no shard is rewritten.
+
+    Args:
+        path: The dataset directory holding the parts.
+        parts: How many parts there are: required for parts written with
+            an unknown count (``part=(i, None)``); exactly parts 0..parts-1
+            must be there, and a part numbered past them (left by another
+            write) is refused rather than merged in. None: the count the
+            parts record.
+
+    Raises:
+        StokerError: A part is missing or unfinished (named), the parts
+            disagree on their schema, or ``path`` already holds a merged
+            dataset.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError("path must be a str or os.PathLike")
+    if parts is not None and (isinstance(parts, bool) or not isinstance(parts, (int, np.integer))
+                              or not 1 <= parts <= _MAX_PARTS):
+        raise InvalidArgument(f"parts must be an int from 1 to {_MAX_PARTS}, not {parts!r}")
+    _stoker.merge(os.fspath(path), 0 if parts is None else int(parts))
 
 
 def _values(rec, names, i, specs=None):

@@ -18,20 +18,30 @@
 
 /* ---- merging parts ---- */
 
-static int merge_locked(const char *path, stk_error *err);
+static int merge_locked(const char *path, uint32_t want, stk_error *err);
 
-int stk_merge(const char *path, stk_error *err) {
+int stk_merge(const char *path, stk_error *err) { return stk_merge_parts(path, 0, err); }
+
+int stk_merge_parts(const char *path, uint32_t count, stk_error *err) {
     if (!path) return stk__err(err, -EINVAL, "stk_merge: NULL path");
+    if (count == STK_PARTS_OPEN || count > 99999)
+        return stk__err(err, -EINVAL, "stk_merge_parts: %u parts: a count from 1 to 99999",
+                        count);
     /* No part may be written while the parts are merged. */
     int lock = -1;
     int rc = stk__take_lock(path, STK__LOCK_NAME, true, &lock, err);
     if (rc) return rc;
-    rc = merge_locked(path, err);
+    rc = merge_locked(path, count, err);
     close(lock);
     return rc;
 }
 
-static int merge_locked(const char *path, stk_error *err) {
+/* The count a part records, or `want` for an open one given a count. */
+static uint32_t part_count_of(const stk__manifest *m, uint32_t want) {
+    return want && m->part_count == STK_PARTS_OPEN ? want : m->part_count;
+}
+
+static int merge_locked(const char *path, uint32_t want, stk_error *err) {
     if (stk__exists_in(path, STK__MANIFEST))
         return stk__err(err, -EEXIST, "%s: already holds a merged dataset", path);
     DIR *d = opendir(path);
@@ -80,7 +90,12 @@ static int merge_locked(const char *path, stk_error *err) {
         rc = stk__err(err, unfinished[0] ? STK_EINCOMPLETE : -ENOENT,
                       "%s: no finished parts to merge%s%s", path,
                       unfinished[0] ? "; an unfinished pack left " : "", unfinished);
-    uint32_t count = nparts ? parts[0].part_count : 0;
+    uint32_t count = want ? want : nparts ? parts[0].part_count : 0;
+    if (!rc && count == STK_PARTS_OPEN)
+        rc = stk__err(err, -EINVAL,
+                      "%s: the parts were written without their count (STK_PARTS_OPEN): "
+                      "merge them giving their count (stk_merge_parts; stoker.merge(path, parts=N))",
+                      path);
     if (!rc) {
         /* Sort by part index (insertion sort: parts are few). */
         for (size_t i = 1; i < nparts; i++)
@@ -90,11 +105,15 @@ static int merge_locked(const char *path, stk_error *err) {
                 parts[j - 1] = t;
             }
         for (size_t i = 0; i < nparts && !rc; i++) {
-            if (parts[i].part_count != count)
+            if (parts[i].part_index >= count)
+                rc = stk__err(err, STK_EMISMATCH,
+                              "%s: part %u (part-%05u.json) is beyond the %u parts merged: "
+                              "a part of another write? remove it, or merge with its count",
+                              path, parts[i].part_index, parts[i].part_index, count);
+            else if (part_count_of(&parts[i], want) != count)
                 rc = stk__err(err, STK_ESCHEMA,
-                              "%s: part %u says there are %u parts, part %u says %u",
-                              path, parts[i].part_index, parts[i].part_count,
-                              parts[0].part_index, count);
+                              "%s: part %u says there are %u parts, the merge %u",
+                              path, parts[i].part_index, parts[i].part_count, count);
             else if (i && parts[i].part_index == parts[i - 1].part_index)
                 rc = stk__err(err, STK_ECORRUPT, "%s: part %u appears twice", path,
                               parts[i].part_index);

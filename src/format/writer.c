@@ -129,11 +129,12 @@ static int check_options(const stk_writer_options *o, stk_error *err) {
                         "block_size must be a power of two from 4096 to 16 MiB, "
                         "not %u",
                         o->block_size);
+    bool open = o->part_count == STK_PARTS_OPEN;
     if (o->part_count == 0 || o->part_index >= o->part_count ||
-        o->part_count > 99999)
+        (o->part_count > 99999 && !open) || (open && o->part_index >= 99999))
         return stk__err(err, -EINVAL,
                         "part %u of %u: parts are numbered 0..count-1, with "
-                        "count from 1 to 99999",
+                        "count from 1 to 99999 (or STK_PARTS_OPEN, index below 99999)",
                         o->part_index, o->part_count);
     return 0;
 }

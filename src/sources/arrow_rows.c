@@ -418,7 +418,10 @@ int stk__arrow_find_statics(ctx *c, const stk_arrow_options *o, const uint64_t *
         afield *f = &c->f[i];
         f->is_static = false;
         if (o->no_statics || (listed && !f->named_static) || is_list(f->kind)) continue;
-        bool same = c->nrows > 0;
+        /* No rows: a field named static is (every group of none agrees),
+         * so that an empty part has the schema of the others; one found
+         * static from the data is not. */
+        bool same = c->nrows > 0 || f->named_static;
         uint64_t a = 0, bad = 0;
         for (uint64_t r = 1; r < c->nrows && same; r++) {
             if (c->key[idx[r]] != c->key[idx[r - 1]]) {

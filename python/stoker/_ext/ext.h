@@ -164,6 +164,7 @@ PyObject *array_dlpack_device(ArrayObject *self, PyObject *unused);
 /* ---- writer.c: module functions ---- */
 
 PyObject *py_write_arrow(PyObject *mod, PyObject *args);
+PyObject *py_merge(PyObject *mod, PyObject *args);
 PyObject *py_index(PyObject *mod, PyObject *args, PyObject *kw);
 
 #pragma GCC visibility pop

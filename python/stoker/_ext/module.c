@@ -132,6 +132,8 @@ static PyMethodDef module_methods[] = {
      "rank_batches, without opening a loader (no threads start)."},
     {"index", (PyCFunction)(void (*)(void))py_index, METH_VARARGS | METH_KEYWORDS,
      "Indexes files in place (see stoker.index); returns the record count."},
+    {"merge", py_merge, METH_VARARGS,
+     "merge(path, count=0): joins a dataset's parts (stk_merge_parts)."},
     {"write_arrow", py_write_arrow, METH_VARARGS,
      "Packs an Arrow C stream (capsule) into a dataset; returns the record count."},
     {NULL, NULL, 0, NULL}};

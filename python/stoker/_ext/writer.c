@@ -288,18 +288,35 @@ static int arrow_field_specs(PyObject *fields, arrow_fields *s, stk_arrow_option
 }
 
 /* write_arrow(path, stream_capsule, group_by, order_by, fields, shard_bytes,
- * align, overwrite, sync, attrs, statics): fields is None or a list of
+ * align, overwrite, sync, attrs, statics, part_index, part_count): fields is
+ * None or a list of
  * (name, [columns], codec, level); statics None (found from the data) or a
  * list of field names (empty: none). */
+/* merge(path, count): stk_merge_parts; count 0: as the parts record it. */
+PyObject *py_merge(PyObject *mod, PyObject *args) {
+    (void)mod;
+    const char *path;
+    unsigned int count = 0;
+    if (!PyArg_ParseTuple(args, "s|I", &path, &count)) return NULL;
+    stk_error err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_merge_parts(path, count, &err);
+    Py_END_ALLOW_THREADS
+    if (rc) return raise_stk(rc, &err);
+    Py_RETURN_NONE;
+}
+
 PyObject *py_write_arrow(PyObject *mod, PyObject *args) {
     (void)mod;
     const char *path, *group_by = NULL, *order_by = NULL, *attrs = NULL;
     PyObject *cap, *fields, *statics = Py_None;
     unsigned long long shard_bytes;
-    unsigned int align;
+    unsigned int align, part_index = 0, part_count = 1;
     int overwrite, sync;
-    if (!PyArg_ParseTuple(args, "sOzzOKIppz|O", &path, &cap, &group_by, &order_by, &fields,
-                          &shard_bytes, &align, &overwrite, &sync, &attrs, &statics))
+    if (!PyArg_ParseTuple(args, "sOzzOKIppz|OII", &path, &cap, &group_by, &order_by, &fields,
+                          &shard_bytes, &align, &overwrite, &sync, &attrs, &statics,
+                          &part_index, &part_count))
         return NULL;
     stk_arrow_options o;
     stk_arrow_options_init(&o);
@@ -320,6 +337,8 @@ PyObject *py_write_arrow(PyObject *mod, PyObject *args) {
     o.writer.overwrite = overwrite;
     o.writer.sync = sync;
     o.writer.attrs_json = attrs;
+    o.writer.part_index = part_index;
+    o.writer.part_count = part_count;
     arrow_fields *specs = NULL; /* large: not on the stack */
     PyObject *seq = NULL;
     if (fields != Py_None) {

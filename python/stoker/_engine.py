@@ -1,0 +1,145 @@
+"""What the engine writers (stoker.dask, stoker.ray) share: one part of a
+dataset per task, written into a staging directory beside the dataset, the
+group keys each part holds checked for groups split between parts, and the
+parts merged and the staging directory put in the dataset's place once
+every task has finished.
+
+Why a staging directory: a dataset appears at its path whole or not at
+all (a rename of the merged directory), a failed or abandoned write leaves
+nothing at the path, and with overwrite the old dataset stays readable
+until the new one is complete.  Why parts are idempotent: a task run again
+(a worker lost, a retry) rewrites its own part whole (the writer's
+overwrite of a finished part), so the merged dataset holds each task's
+records once.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from ._errors import InvalidArgument, StokerError
+from ._types import PathLike
+from ._write import merge, write
+
+
+class PartOptions:
+    """The options every part is written with (picklable: it travels to
+    the engine's workers)."""
+
+    def __init__(self, group_by: Optional[str], order_by: Optional[str],
+                 fields: Optional[Mapping[str, Union[str, Sequence[str]]]],
+                 compress: Optional[Mapping[str, Any]], static: Optional[Sequence[str]],
+                 shard_bytes: int, sync: bool, attrs: Optional[Mapping[str, Any]]):
+        if group_by is None and (order_by is not None or static is not None):
+            raise InvalidArgument("order_by and static need group_by")
+        # Which fields are constant within every group is a property of all
+        # the data, and each part sees only its own: left to the parts, one
+        # could find a field static that another does not, and their
+        # schemas would differ.  So nothing is static unless named.
+        if group_by is not None and static is None:
+            static = []
+        self.group_by, self.order_by, self.fields = group_by, order_by, fields
+        self.compress, self.static, self.shard_bytes = compress, static, shard_bytes
+        self.sync, self.attrs = sync, attrs
+
+
+def staging_path(path: PathLike) -> str:
+    """The directory the parts of `path` are written into."""
+    path = os.path.abspath(os.fspath(path))
+    parent, name = os.path.split(path.rstrip(os.sep))
+    return os.path.join(parent, f".{name}.stoker-parts")
+
+
+def start(path: PathLike, overwrite: bool) -> str:
+    """Checks that `path` may be written and makes an empty staging
+    directory (what an earlier write left there is removed: its parts are
+    never merged into this one)."""
+    path = os.path.abspath(os.fspath(path))
+    if os.path.exists(os.path.join(path, "manifest.json")) and not overwrite:
+        raise StokerError(f"{path}: a dataset is already there (pass overwrite=True to "
+                          "replace it once the new one is complete)")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise StokerError(f"{path}: exists and is not a directory")
+    if os.path.isdir(path) and not overwrite and os.listdir(path):
+        raise StokerError(f"{path}: a directory that is not empty (and holds no dataset); "
+                          "remove it or write elsewhere")
+    staging = staging_path(path)
+    shutil.rmtree(staging, ignore_errors=True)
+    os.makedirs(staging)
+    return staging
+
+
+def write_part(staging: str, table: Any, index: int, count: Optional[int],
+               opts: PartOptions) -> Tuple[int, int, List[Any]]:
+    """Writes part `index` (of `count`; None: given at the merge) of an
+    Arrow table; returns (index, records, the group keys it holds)."""
+    records = write(staging, table, overwrite=True, shard_bytes=opts.shard_bytes,
+                    sync=opts.sync, attrs=opts.attrs, compress=opts.compress,
+                    group_by=opts.group_by, order_by=opts.order_by, fields=opts.fields,
+                    static=opts.static, part=(index, count))
+    keys: List[Any] = []
+    if opts.group_by is not None and table.num_rows:
+        import pyarrow.compute as pc
+        keys = pc.unique(table.column(opts.group_by)).to_pylist()
+    return index, records, keys
+
+
+def check_groups(results: Sequence[Tuple[int, int, List[Any]]], group_by: Optional[str]) -> None:
+    """Refuses parts that share a group key: that group's rows were split
+    between them and would become two records."""
+    if group_by is None:
+        return
+    seen: Dict[Any, int] = {}
+    for index, _, keys in sorted(results, key=lambda r: r[0]):
+        for k in keys:
+            if k in seen:
+                raise InvalidArgument(
+                    f"group {group_by}={k!r} has rows in part {seen[k]} and in part {index}: "
+                    "a group must lie in one partition (block) to become one record; let "
+                    "the engine bring each group together first (stoker.dask.write with "
+                    "shuffle=True, stoker.ray.write, or the engine's own groupby or "
+                    "shuffle on the key)")
+            seen[k] = index
+
+
+def finish(staging: str, path: PathLike, results: Sequence[Tuple[int, int, List[Any]]],
+           count: int, group_by: Optional[str], overwrite: bool) -> int:
+    """Checks the parts, merges them and puts the dataset at `path`;
+    returns its records.  On any error the staging directory is removed
+    and `path` is left as it was."""
+    path = os.path.abspath(os.fspath(path))
+    try:
+        indexes = sorted(r[0] for r in results)
+        if indexes != list(range(count)):
+            raise StokerError(f"{path}: the write tasks reported parts {indexes[:10]}..., "
+                              f"not 0..{count - 1}")
+        check_groups(results, group_by)
+        merge(staging, parts=count)
+        old = None
+        if os.path.exists(path):
+            if not overwrite and os.listdir(path):
+                raise StokerError(f"{path}: appeared while the parts were written")
+            old = staging + ".old"
+            shutil.rmtree(old, ignore_errors=True)
+            os.rename(path, old)
+        os.rename(staging, path)
+        _sync_dir(os.path.dirname(path))
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return sum(r[1] for r in results)
+
+
+def _sync_dir(d: str) -> None:
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def discard(staging: str) -> None:
+    shutil.rmtree(staging, ignore_errors=True)
