@@ -26,9 +26,20 @@ record holding its rows, sorted by --order-by.
   --no-static           with --group-by: every field keeps its rows
   --compress NAME[:L]   zstd-compress field NAME (repeatable)
   --shard-size SIZE     shard size target (default 256M)
+  --part I/N            pack part I of N (the I-th of N equal runs of the
+                        sorted files; with --group-by a group's files must
+                        fall in one part); `stoker merge` joins the parts
+  --resume              continue an interrupted pack of the same files with
+                        the same options (what it finished is kept; other
+                        files or options are refused)
   --force               replace an existing dataset
   --no-sync             skip fsync
   -q, --quiet           no summary
+
+GLOB may be an s3:// URL: a prefix (every .parquet object under it), an
+object, or a pattern (s3://bucket/basins/*.parquet), read with pyarrow's
+S3 file system and the loader's credentials and endpoint (AWS_* variables,
+AWS_ENDPOINT_URL for S3-compatible servers).
 
 Example:
   stoker pack --from parquet 'basins/*.parquet' --group-by basin --order-by date \\
@@ -40,6 +51,76 @@ def _size(s):
     mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
     s = s.strip().lower().rstrip("b").rstrip("i")
     return int(float(s[:-1]) * mult[s[-1]]) if s and s[-1] in mult else int(s)
+
+
+def _s3_fs():
+    """pyarrow's S3 file system, set up as the loader sets up its client:
+    credentials from the environment or the shared files (pyarrow's own
+    chain), the region, and a custom endpoint (path-style) when given."""
+    from pyarrow import fs
+    kw = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        scheme, _, rest = endpoint.partition("://")
+        kw.update(endpoint_override=rest.rstrip("/") if rest else endpoint,
+                  scheme=scheme if rest else "https")
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        kw["region"] = region
+    if os.environ.get("AWS_NO_SIGN_REQUEST", "").lower() in ("1", "true", "yes"):
+        kw["anonymous"] = True
+    return fs.S3FileSystem(**kw)
+
+
+def _s3_files(url, s3):
+    """The Parquet objects an s3:// argument names: (bucket/key, size,
+    mtime) each, sorted by key."""
+    from pyarrow import fs
+    path = url[len("s3://"):]
+    wild = next((i for i, ch in enumerate(path) if ch in "*?["), None)
+    if wild is None:
+        info = s3.get_file_info(path)
+        if info.type == fs.FileType.File:
+            return [(path, info.size, info.mtime_ns)]
+        if info.type == fs.FileType.NotFound:
+            # (A prefix that is not a "directory" marker is still listed.)
+            pass
+        base, pattern = path.rstrip("/"), None
+    else:
+        base, pattern = path[:path.rfind("/", 0, wild)], path
+    infos = s3.get_file_info(fs.FileSelector(base, recursive=True, allow_not_found=True))
+    out = []
+    for i in infos:
+        if i.type != fs.FileType.File:
+            continue
+        if pattern is None and not i.path.endswith(".parquet"):
+            continue
+        if pattern is not None and not _match(i.path, pattern):
+            continue
+        out.append((i.path, i.size, i.mtime_ns))
+    return sorted(out)
+
+
+def _match(path, pattern):
+    """A glob match in which wildcards stay within one '/'-separated part,
+    as the shell's do."""
+    import fnmatch
+    a, b = path.split("/"), pattern.split("/")
+    return len(a) == len(b) and all(fnmatch.fnmatchcase(x, y) for x, y in zip(a, b))
+
+
+def _inputs_digest(files, options):
+    """What the pack is made from (each file's name, identity, size and
+    time, in order, and the options that shape the records) as the short
+    string the writer records: resume refuses a journal that recorded
+    another."""
+    import hashlib
+    h = hashlib.sha256()
+    for f in files:
+        h.update(repr(f).encode())
+        h.update(b"\n")
+    h.update(repr(options).encode())
+    return "parquet-" + h.hexdigest()[:48]
 
 
 def pack_parquet(argv):
@@ -57,6 +138,8 @@ def pack_parquet(argv):
     ap.add_argument("--static", action="append", default=[])
     ap.add_argument("--no-static", action="store_true")
     ap.add_argument("--shard-size", default="256M")
+    ap.add_argument("--part")
+    ap.add_argument("--resume", action="store_true")
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--no-sync", action="store_true")
     ap.add_argument("-q", "--quiet", action="store_true")
@@ -67,16 +150,32 @@ def pack_parquet(argv):
         print("stoker: error: --from parquet needs pyarrow (pip install pyarrow)", file=sys.stderr)
         return 2
     import stoker
-    files = []
+    files, ident, s3 = [], [], None
     for p in a.paths:
+        if p.startswith("s3://"):
+            try:
+                s3 = s3 or _s3_fs()
+                hits = _s3_files(p, s3)
+            except OSError as e:
+                print(f"stoker: error: {p}: {e}", file=sys.stderr)
+                return 2
+            if not hits:
+                print(f"stoker: error: {p}: no Parquet objects there", file=sys.stderr)
+                return 2
+            files += [h[0] for h in hits]
+            ident += [("s3",) + h for h in hits]
+            continue
         if os.path.isdir(p):
-            files += sorted(glob.glob(os.path.join(p, "**", "*.parquet"), recursive=True))
+            hits = sorted(glob.glob(os.path.join(p, "**", "*.parquet"), recursive=True))
         else:
             hits = sorted(glob.glob(p))
             if not hits:
                 print(f"stoker: error: {p}: no such file", file=sys.stderr)
                 return 2
-            files += hits
+        files += hits
+        for f in hits:
+            st = os.stat(f)
+            ident.append((os.path.abspath(f), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
     if not files:
         print("stoker: error: no Parquet files found", file=sys.stderr)
         return 2
@@ -99,13 +198,28 @@ def pack_parquet(argv):
         static = []
     elif a.static:
         static = [f for spec in a.static for f in spec.split(",") if f]
+    # Every part of a split pack records the same digest (of all the
+    # files), so that merge can tell parts of one pack from another's.
+    inputs = _inputs_digest(ident, (a.group_by, a.order_by, fields, static, compress,
+                                    a.shard_size))
+    part = None
+    if a.part:
+        i, _, n = a.part.partition("/")
+        if not (i.isdigit() and n.isdigit()) or not 0 <= int(i) < int(n):
+            print(f"stoker pack: --part wants I/N with 0 <= I < N, not '{a.part}'",
+                  file=sys.stderr)
+            return 2
+        part = (int(i), int(n))
+        lo, hi = len(files) * part[0] // part[1], len(files) * (part[0] + 1) // part[1]
+        files, ident = files[lo:hi], ident[lo:hi]
     t0 = time.perf_counter()
     try:
-        reader = pds.dataset(files, format="parquet").scanner().to_reader()
+        reader = pds.dataset(files, format="parquet", filesystem=s3).scanner().to_reader()
         n = stoker.write(a.output, reader, group_by=a.group_by, order_by=a.order_by,
                          fields=fields, compress=compress or None, static=static,
                          shard_bytes=_size(a.shard_size), overwrite=a.force,
-                         sync=not a.no_sync, attrs={"source": "parquet", "files": len(files)})
+                         sync=not a.no_sync, attrs={"source": "parquet", "files": len(files)},
+                         part=part, resume=a.resume, inputs=inputs)
     except (stoker.StokerError, ValueError, TypeError, OSError) as e:
         msg = str(e)
         print(f"stoker: error: {msg}", file=sys.stderr)

@@ -192,7 +192,8 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
           order_by: Optional[str] = None,
           fields: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
           static: Optional[Union[str, Sequence[str]]] = None,
-          part: Optional[Tuple[int, Optional[int]]] = None) -> int:
+          part: Optional[Tuple[int, Optional[int]]] = None, resume: bool = False,
+          inputs: Optional[str] = None) -> int:
     """Writes a dataset, or one part of it.
 
     On any error the dataset is left incomplete, never half-written as
@@ -239,6 +240,13 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
             and is given to ``merge``. With ``overwrite`` a finished part is
             replaced whole, so a task run again leaves one copy of its
             records.
+        resume: Arrow: continue an interrupted write of the same source
+            (the stream is read again and the records the interrupted
+            write kept are skipped; without one, an ordinary write).
+        inputs: A short string naming what the source is made from
+            (letters, digits and ``. _ : -``, e.g. a digest of the input
+            files and options), recorded with the dataset: resume refuses
+            an interrupted write that recorded other inputs.
 
     Returns:
         The number of records written.
@@ -258,6 +266,9 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
         raise TypeError("path must be a str or os.PathLike")
     path = os.fspath(path)
     part_index, part_count = _part_args(part)
+    if resume and not hasattr(source, "__arrow_c_stream__"):
+        raise TypeError("resume applies to Arrow sources (the stream is read again and the "
+                        "records already written skipped)")
     if isinstance(source, dict):
         if not source:
             raise InvalidArgument("source has no fields")
@@ -283,7 +294,8 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
             raise
     if hasattr(source, "__arrow_c_stream__"):
         return _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes,
-                            align, overwrite, sync, attrs_json, static, part_index, part_count)
+                            align, overwrite, sync, attrs_json, static, part_index, part_count,
+                            resume, inputs)
     if group_by is not None or order_by is not None or fields is not None or static is not None:
         raise TypeError("group_by, order_by, fields and static apply to Arrow sources (objects with "
                         "__arrow_c_stream__: pyarrow tables and readers, polars frames)")
@@ -320,7 +332,8 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
 
 
 def _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes, align,
-                 overwrite, sync, attrs_json, static=None, part_index=0, part_count=1):
+                 overwrite, sync, attrs_json, static=None, part_index=0, part_count=1,
+                 resume=False, inputs=None):
     for name, v in (("group_by", group_by), ("order_by", order_by)):
         if v is not None and not isinstance(v, str):
             raise TypeError(f"{name} must be a column name (str)")
@@ -350,7 +363,7 @@ def _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes
     capsule = source.__arrow_c_stream__()
     return _stoker.write_arrow(path, capsule, group_by, order_by, spec, shard_bytes, align,
                                bool(overwrite), bool(sync), attrs_json, static, part_index,
-                               part_count)
+                               part_count, bool(resume), inputs)
 
 
 _PARTS_OPEN = 2**32 - 1  # STK_PARTS_OPEN: the count is given to the merge

@@ -366,9 +366,15 @@ int stk_write_arrow(const char *path, struct ArrowArrayStream *stream,
     }
     /* Rows become records as they come; groups are gathered first, and
      * the writer is made once the statics are known. */
+    /* Resuming (opts->writer.resume), the records the interrupted pack
+     * kept are read again from the stream and skipped: the stream gives
+     * the same records in the same order (rows in turn; groups in key
+     * order), and the writer's `inputs` check that it is the same. */
+    uint64_t kept = 0;
     if (!opts->group_by) {
         schema_of(&c, opts, schema, &nschema);
         if ((rc = stk_writer_create(path, schema, nschema, &opts->writer, &w, err))) goto out;
+        kept = stk_writer_num_records(w);
     }
     stk_value v[4097];
     uint64_t base = 0;
@@ -393,6 +399,10 @@ int stk_write_arrow(const char *path, struct ArrowArrayStream *stream,
                 if (stk__arrow_grow_bytes(&c.f[i].data, &c.f[i].cap, c.f[i].row_bytes + 1))
                     rc = stk__err(err, -ENOMEM, "out of memory");
             for (int64_t r0 = 0; r0 < batch.length && rc == 0; r0++) {
+                if (base + (uint64_t)r0 < kept) {
+                    count++; /* kept by the interrupted pack */
+                    continue;
+                }
                 for (size_t i = 0; i < c.nf && rc == 0; i++) {
                     uint8_t *dst = c.f[i].data;
                     uint64_t rows;
@@ -414,7 +424,8 @@ int stk_write_arrow(const char *path, struct ArrowArrayStream *stream,
             schema_of(&c, opts, schema, &nschema);
             rc = stk_writer_create(path, schema, nschema, &opts->writer, &w, err);
         }
-        if (rc == 0) rc = stk__arrow_write_groups(&c, w, idx, &count, err);
+        if (rc == 0) rc = stk__arrow_write_groups(&c, w, idx, stk_writer_num_records(w), &count,
+                                                  err);
         stk__free(idx);
     }
     if (rc == 0) rc = stk_writer_finish(w, err);

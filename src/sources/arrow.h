@@ -82,7 +82,7 @@ uint64_t *stk__arrow_sort_rows(ctx *c);
 int stk__arrow_find_statics(ctx *c, const stk_arrow_options *o, const uint64_t *idx,
                             stk_error *err);
 /* Group mode: one record per group, in key order. */
-int stk__arrow_write_groups(ctx *c, stk_writer *w, const uint64_t *idx, uint64_t *records,
-                            stk_error *err);
+int stk__arrow_write_groups(ctx *c, stk_writer *w, const uint64_t *idx, uint64_t skip,
+                            uint64_t *records, stk_error *err);
 
 #endif

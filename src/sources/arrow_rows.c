@@ -455,8 +455,8 @@ int stk__arrow_find_statics(ctx *c, const stk_arrow_options *o, const uint64_t *
     return 0;
 }
 
-int stk__arrow_write_groups(ctx *c, stk_writer *w, const uint64_t *idx, uint64_t *records,
-                        stk_error *err) {
+int stk__arrow_write_groups(ctx *c, stk_writer *w, const uint64_t *idx, uint64_t skip,
+                            uint64_t *records, stk_error *err) {
     stk_value v[4097];
     uint8_t **bufs = stk__calloc(c->nf, sizeof *bufs);
     uint64_t *caps = stk__calloc(c->nf, sizeof *caps);
@@ -466,6 +466,11 @@ int stk__arrow_write_groups(ctx *c, stk_writer *w, const uint64_t *idx, uint64_t
         uint64_t b = a + 1;
         while (b < c->nrows && c->key[idx[b]] == c->key[idx[a]]) b++;
         uint64_t n = b - a;
+        if (*records < skip) { /* kept by an interrupted pack (resume) */
+            (*records)++;
+            a = b;
+            continue;
+        }
         for (size_t i = 0; i < c->nf && rc == 0; i++) {
             afield *f = &c->f[i];
             if (f->is_static) {

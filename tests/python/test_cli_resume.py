@@ -1,7 +1,9 @@
 """`stoker pack --resume` after the packer was killed: the result equals an
 uninterrupted pack of the same inputs."""
+import os
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -55,3 +57,95 @@ def test_resume_after_kill_equals_a_full_pack(tmp_path):
         ins = subprocess.run([exe, "inspect", str(ds)], capture_output=True, text=True).stdout
         assert "records  400000" in ins
     assert resumed_any
+
+
+def _all_records(path):
+    import stoker
+    out = []
+    with stoker.Loader(str(path), 4096, shuffle="sequential") as ld:
+        for b in ld:
+            out.append({k: np.asarray(v).tobytes() for k, v in b.items()})
+    return out
+
+
+def _parquet_inputs(d):
+    import pandas as pd
+    rng = np.random.default_rng(1)
+    for f in range(60):
+        n = 4000
+        pd.DataFrame({"basin": np.full(n, f // 2, np.int64),
+                      "date": (rng.permutation(n) + (f % 2) * n).astype(np.int32),
+                      "a": rng.standard_normal(n).astype(np.float32),
+                      "b": rng.standard_normal(n).astype(np.float32)}).to_parquet(
+            d / f"f{f:03d}.parquet", index=False)
+
+
+def test_parquet_resume_after_kill_equals_a_full_pack(tmp_path):
+    """`stoker pack --from parquet --resume` (rows as records, and groups):
+    killed once a few shards are durable, resumed, equal to an uninterrupted
+    pack record for record; a pack of changed files is refused."""
+    exe = str(stoker_exe())
+    # (--from parquet runs the package: this interpreter's.)
+    env = dict(os.environ, STOKER_PYTHON=sys.executable)
+    src = tmp_path / "pq"
+    src.mkdir()
+    _parquet_inputs(src)
+    glob_ = str(src / "*.parquet")
+    resumed_any = False
+    for mode, opts in (("rows", ["--field", "x=a,b", "--shard-size", "16K"]),
+                       ("groups", ["--group-by", "basin", "--order-by", "date", "--field",
+                                   "x=a,b", "--shard-size", "64K"])):
+        full = tmp_path / f"full-{mode}"
+        subprocess.run([exe, "pack", "--from", "parquet", glob_, "-o", str(full), "-q", *opts],
+                       check=True, env=env)
+        want = _all_records(full)
+        for after in (2, 9):
+            ds = tmp_path / f"{mode}-{after}"
+            p = subprocess.Popen([exe, "pack", "--from", "parquet", glob_, "-o", str(ds), "-q",
+                                  *opts], env=env)
+            journal = ds / ".packing"
+            deadline = time.monotonic() + 60
+            while p.poll() is None and time.monotonic() < deadline:
+                try:
+                    lines = journal.read_text().splitlines()
+                except OSError:
+                    lines = []
+                if sum(line.startswith("shard ") for line in lines) >= after:
+                    break
+                time.sleep(0.001)
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            finished = (ds / "manifest.json").exists()
+            kept = [] if finished else [
+                line.split()[1] for line in (ds / ".packing").read_text().splitlines()
+                if line.startswith("shard ")][:1]
+            inode = {f: (ds / f).stat().st_ino for f in kept}
+            r = subprocess.run([exe, "pack", "--from", "parquet", glob_, "-o", str(ds),
+                                "--resume", *opts], capture_output=True, text=True, env=env)
+            if finished:
+                assert r.returncode != 0 and "exists" in r.stderr
+                continue
+            assert r.returncode == 0, r.stderr
+            resumed_any = True
+            # The first shard the killed pack made durable was kept, not
+            # written again.
+            assert {f: (ds / f).stat().st_ino for f in kept} == inode
+            assert _all_records(ds) == want, (mode, after)
+    assert resumed_any
+    # Files changed since the interrupted pack: refused, not packed half old.
+    ds = tmp_path / "changed"
+    opts = ["--field", "x=a,b", "--shard-size", "16K"]
+    p = subprocess.Popen([exe, "pack", "--from", "parquet", glob_, "-o", str(ds), "-q", *opts],
+                         env=env)
+    deadline = time.monotonic() + 60
+    while p.poll() is None and time.monotonic() < deadline:
+        if (ds / ".packing").exists() and "shard " in (ds / ".packing").read_text():
+            break
+        time.sleep(0.001)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    if not (ds / "manifest.json").exists():
+        os.utime(src / "f000.parquet", ns=(1, 1))
+        r = subprocess.run([exe, "pack", "--from", "parquet", glob_, "-o", str(ds), "--resume",
+                            *opts], capture_output=True, text=True, env=env)
+        assert r.returncode != 0 and "inputs" in r.stderr, r.stderr

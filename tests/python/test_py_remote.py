@@ -1038,3 +1038,40 @@ def test_doctor_and_torch_dataset(served, aws, tmp_path):
     assert len(ds) == 19
     ys = np.concatenate([np.asarray(b["y"]) for b in ds])
     np.testing.assert_array_equal(ys, np.arange(300))
+
+
+def test_pack_parquet_from_s3(served, aws, tmp_path):
+    """`stoker pack --from parquet s3://...` reads the objects with pyarrow's
+    S3 file system (the loader's credentials and endpoint): a prefix and a
+    pattern each give the dataset a local pack of the same files gives."""
+    import pandas as pd
+    src = served["root"] / "bucket" / "pq"
+    (src / "sub").mkdir(parents=True)
+    local = tmp_path / "local"
+    local.mkdir()
+    rng = np.random.default_rng(2)
+    for f in range(12):
+        df = pd.DataFrame({"basin": np.full(50, f // 2, np.int64),
+                           "date": (rng.permutation(50) + 50 * (f % 2)).astype(np.int32),
+                           "a": rng.standard_normal(50).astype(np.float32)})
+        df.to_parquet((src / "sub" if f % 3 == 0 else src) / f"b{f:02d}.parquet", index=False)
+        df.to_parquet(local / f"b{f:02d}.parquet", index=False)
+    env = dict(aws, STOKER_PYTHON=sys.executable)
+    opts = ["--group-by", "basin", "--order-by", "date", "--field", "x=a", "-q"]
+    run_cli(env, "pack", "--from", "parquet", str(local), "-o", str(tmp_path / "want"), *opts)
+
+    def records(p):
+        with stoker.Loader(str(p), 100, shuffle="sequential") as ld:
+            return [{k: np.asarray(v).tobytes() for k, v in b.items()} for b in ld]
+
+    want = records(tmp_path / "want")
+    run_cli(env, "pack", "--from", "parquet", "s3://bucket/pq/", "-o", str(tmp_path / "a"), *opts)
+    assert records(tmp_path / "a") == want
+    # A pattern picks the objects it matches, its wildcards within one part
+    # of the name (here: those not under sub/).
+    run_cli(env, "pack", "--from", "parquet", "s3://bucket/pq/*.parquet", "s3://bucket/pq/sub/",
+            "-o", str(tmp_path / "b"), *opts)
+    assert records(tmp_path / "b") == want
+    p = run_cli(env, "pack", "--from", "parquet", "s3://bucket/nothing/", "-o",
+                str(tmp_path / "c"), *opts, check=False)
+    assert p.returncode == 2 and "no Parquet objects" in p.stderr

@@ -288,7 +288,8 @@ static int arrow_field_specs(PyObject *fields, arrow_fields *s, stk_arrow_option
 }
 
 /* write_arrow(path, stream_capsule, group_by, order_by, fields, shard_bytes,
- * align, overwrite, sync, attrs, statics, part_index, part_count): fields is
+ * align, overwrite, sync, attrs, statics, part_index, part_count, resume,
+ * inputs): fields is
  * None or a list of
  * (name, [columns], codec, level); statics None (found from the data) or a
  * list of field names (empty: none). */
@@ -313,10 +314,11 @@ PyObject *py_write_arrow(PyObject *mod, PyObject *args) {
     PyObject *cap, *fields, *statics = Py_None;
     unsigned long long shard_bytes;
     unsigned int align, part_index = 0, part_count = 1;
-    int overwrite, sync;
-    if (!PyArg_ParseTuple(args, "sOzzOKIppz|OII", &path, &cap, &group_by, &order_by, &fields,
+    int overwrite, sync, resume = 0;
+    const char *inputs = NULL;
+    if (!PyArg_ParseTuple(args, "sOzzOKIppz|OIIpz", &path, &cap, &group_by, &order_by, &fields,
                           &shard_bytes, &align, &overwrite, &sync, &attrs, &statics,
-                          &part_index, &part_count))
+                          &part_index, &part_count, &resume, &inputs))
         return NULL;
     stk_arrow_options o;
     stk_arrow_options_init(&o);
@@ -339,6 +341,8 @@ PyObject *py_write_arrow(PyObject *mod, PyObject *args) {
     o.writer.attrs_json = attrs;
     o.writer.part_index = part_index;
     o.writer.part_count = part_count;
+    o.writer.resume = resume;
+    o.writer.inputs = inputs;
     arrow_fields *specs = NULL; /* large: not on the stack */
     PyObject *seq = NULL;
     if (fields != Py_None) {
