@@ -11,6 +11,25 @@ import numpy as np
 from conftest import stoker_exe
 
 
+def kill_after_shards(p, ds, after):
+    """SIGKILLs the packer `p` once the journal of `ds` names `after` shards
+    (kill points chosen by what the packer has made durable, not by the
+    clock, which made the test depend on the machine's speed), or once it
+    has ended."""
+    journal = ds / ".packing"
+    deadline = time.monotonic() + 60
+    while p.poll() is None and time.monotonic() < deadline:
+        try:
+            lines = journal.read_text().splitlines()
+        except OSError:
+            lines = []
+        if sum(line.startswith("shard ") for line in lines) >= after:
+            break
+        time.sleep(0.001)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+
+
 def test_resume_after_kill_equals_a_full_pack(tmp_path):
     exe = str(stoker_exe())
     rng = np.random.default_rng(0)
@@ -28,18 +47,7 @@ def test_resume_after_kill_equals_a_full_pack(tmp_path):
         ds = tmp_path / f"r{after}"
         p = subprocess.Popen([exe, "pack", "--from", "npy", str(src), "--split-axis0", "-o",
                               str(ds), "--shard-size", "1M", "-q"])
-        journal = ds / ".packing"
-        deadline = time.monotonic() + 60
-        while p.poll() is None and time.monotonic() < deadline:
-            try:
-                lines = journal.read_text().splitlines()
-            except OSError:
-                lines = []
-            if sum(line.startswith("shard ") for line in lines) >= after:
-                break
-            time.sleep(0.001)
-        p.send_signal(signal.SIGKILL)
-        p.wait()
+        kill_after_shards(p, ds, after)
         r = subprocess.run([exe, "pack", "--from", "npy", str(src), "--split-axis0", "-o",
                             str(ds), "--shard-size", "1M", "--resume"], capture_output=True,
                            text=True)
@@ -103,18 +111,7 @@ def test_parquet_resume_after_kill_equals_a_full_pack(tmp_path):
             ds = tmp_path / f"{mode}-{after}"
             p = subprocess.Popen([exe, "pack", "--from", "parquet", glob_, "-o", str(ds), "-q",
                                   *opts], env=env)
-            journal = ds / ".packing"
-            deadline = time.monotonic() + 60
-            while p.poll() is None and time.monotonic() < deadline:
-                try:
-                    lines = journal.read_text().splitlines()
-                except OSError:
-                    lines = []
-                if sum(line.startswith("shard ") for line in lines) >= after:
-                    break
-                time.sleep(0.001)
-            p.send_signal(signal.SIGKILL)
-            p.wait()
+            kill_after_shards(p, ds, after)
             finished = (ds / "manifest.json").exists()
             kept = [] if finished else [
                 line.split()[1] for line in (ds / ".packing").read_text().splitlines()
@@ -137,13 +134,7 @@ def test_parquet_resume_after_kill_equals_a_full_pack(tmp_path):
     opts = ["--field", "x=a,b", "--shard-size", "16K"]
     p = subprocess.Popen([exe, "pack", "--from", "parquet", glob_, "-o", str(ds), "-q", *opts],
                          env=env)
-    deadline = time.monotonic() + 60
-    while p.poll() is None and time.monotonic() < deadline:
-        if (ds / ".packing").exists() and "shard " in (ds / ".packing").read_text():
-            break
-        time.sleep(0.001)
-    p.send_signal(signal.SIGKILL)
-    p.wait()
+    kill_after_shards(p, ds, 1)
     if not (ds / "manifest.json").exists():
         os.utime(src / "f000.parquet", ns=(1, 1))
         r = subprocess.run([exe, "pack", "--from", "parquet", glob_, "-o", str(ds), "--resume",
