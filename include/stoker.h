@@ -514,6 +514,20 @@ STK_API int stk_dataset_push(const char *dir, const char *url, int replace,
                              void (*progress)(void *ctx, uint64_t done, uint64_t total),
                              void *ctx, stk_error *err);
 
+/* Uploads files names[0..n) of local directory `dir` to `url`
+ * (s3://bucket/prefix: object prefix/name each, credentials and endpoint
+ * as for reading), all at once (one PUT each, or a multipart upload above
+ * the part size, aborted on failure).  Nothing is checked: what must come
+ * last (a manifest) is a later call.  Returns 0 or the first error, naming
+ * the object. */
+STK_API int stk_push_files(const char *dir, const char *const *names, size_t n, const char *url,
+                           stk_error *err);
+
+/* Deletes objects `url`/names[i] (s3://bucket/prefix), one request each;
+ * an object already gone is no error.  Returns 0 or the first error. */
+STK_API int stk_delete_objects(const char *url, const char *const *names, size_t n,
+                               stk_error *err);
+
 /* What the link to a remote dataset delivers: its shard objects fetched
  * again (not into the cache) the way opening fetches them, ranges of
  * $STOKER_REMOTE_PART_MB MiB (default 8) with every connection busy, for

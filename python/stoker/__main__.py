@@ -54,22 +54,8 @@ def _size(s):
 
 
 def _s3_fs():
-    """pyarrow's S3 file system, set up as the loader sets up its client:
-    credentials from the environment or the shared files (pyarrow's own
-    chain), the region, and a custom endpoint (path-style) when given."""
-    from pyarrow import fs
-    kw = {}
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        scheme, _, rest = endpoint.partition("://")
-        kw.update(endpoint_override=rest.rstrip("/") if rest else endpoint,
-                  scheme=scheme if rest else "https")
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    if region:
-        kw["region"] = region
-    if os.environ.get("AWS_NO_SIGN_REQUEST", "").lower() in ("1", "true", "yes"):
-        kw["anonymous"] = True
-    return fs.S3FileSystem(**kw)
+    from ._s3 import filesystem
+    return filesystem()
 
 
 def _s3_files(url, s3):

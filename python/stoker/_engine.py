@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from . import _s3
 from ._errors import InvalidArgument, StokerError
 from ._types import PathLike
 from ._write import merge, write
@@ -54,7 +56,10 @@ def staging_path(path: PathLike) -> str:
 def start(path: PathLike, overwrite: bool) -> str:
     """Checks that `path` may be written and makes an empty staging
     directory (what an earlier write left there is removed: its parts are
-    never merged into this one)."""
+    never merged into this one).  An s3:// path is its own staging place:
+    returns it, with the part manifests an earlier write left removed."""
+    if _s3.is_url(path):
+        return _s3_start(path, overwrite)
     path = os.path.abspath(os.fspath(path))
     if os.path.exists(os.path.join(path, "manifest.json")) and not overwrite:
         raise StokerError(f"{path}: a dataset is already there (pass overwrite=True to "
@@ -73,7 +78,17 @@ def start(path: PathLike, overwrite: bool) -> str:
 def write_part(staging: str, table: Any, index: int, count: Optional[int],
                opts: PartOptions) -> Tuple[int, int, List[Any]]:
     """Writes part `index` (of `count`; None: given at the merge) of an
-    Arrow table; returns (index, records, the group keys it holds)."""
+    Arrow table; returns (index, records, the group keys it holds).  To an
+    s3:// staging place: written locally, then uploaded (shards first, the
+    part manifest last)."""
+    if _s3.is_url(staging):
+        tmp = tempfile.mkdtemp(prefix="stoker-part-")
+        try:
+            result = write_part(tmp, table, index, count, opts)
+            _s3_upload_part(tmp, staging, index)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return result
     records = write(staging, table, overwrite=True, shard_bytes=opts.shard_bytes,
                     sync=opts.sync, attrs=opts.attrs, compress=opts.compress,
                     group_by=opts.group_by, order_by=opts.order_by, fields=opts.fields,
@@ -108,6 +123,8 @@ def finish(staging: str, path: PathLike, results: Sequence[Tuple[int, int, List[
     """Checks the parts, merges them and puts the dataset at `path`;
     returns its records.  On any error the staging directory is removed
     and `path` is left as it was."""
+    if _s3.is_url(path):
+        return _s3_finish(path, results, count, group_by)
     path = os.path.abspath(os.fspath(path))
     try:
         indexes = sorted(r[0] for r in results)
@@ -142,4 +159,98 @@ def _sync_dir(d: str) -> None:
 
 
 def discard(staging: str) -> None:
-    shutil.rmtree(staging, ignore_errors=True)
+    """Removes what a failed write staged.  At an s3:// prefix: its part
+    objects, unless the prefix holds a dataset (whose objects may share
+    their names: overwrite in place)."""
+    if not _s3.is_url(staging):
+        shutil.rmtree(staging, ignore_errors=True)
+        return
+    from pyarrow import fs as pafs
+    s3, k = _s3.filesystem(), _s3.key(staging)
+    if s3.get_file_info(k + "/manifest.json").type == pafs.FileType.File:
+        return
+    _delete(staging, [n for n in _names(s3, k) if n.startswith("part-")])
+
+
+# ---- an s3:// output ----
+#
+# Object stores have no rename: the parts' shards are uploaded under their
+# final names beside the dataset's manifest-to-be, each part's manifest
+# after its shards; the merge reads the part manifests back, builds the
+# manifest locally (stoker.merge, which never opens a shard) and uploads
+# it last, so a reader sees no dataset at the prefix until every shard is
+# there.  Without overwrite a prefix holding a dataset is refused; with it,
+# objects are replaced in place (as `stoker push --replace`): readers of
+# the old version then fail on their pinned ETags, and a failed write can
+# leave the old version unreadable.  A new prefix per version is the safe
+# way.
+
+
+def _s3_list(fs, prefix):
+    from pyarrow import fs as pafs
+    return [i for i in fs.get_file_info(pafs.FileSelector(prefix, recursive=False,
+                                                          allow_not_found=True))
+            if i.type == pafs.FileType.File]
+
+
+def _names(s3, prefix):
+    return [i.path.rsplit("/", 1)[-1] for i in _s3_list(s3, prefix)]
+
+
+def _delete(url, names):
+    """Deletes objects url/name with stoker's client (pyarrow's delete
+    makes a "directory" marker object, which S3-like servers such as
+    rclone refuse)."""
+    from . import _stoker
+    if names:
+        _stoker.push_files(None, names, url)
+
+
+def _s3_start(url: str, overwrite: bool) -> str:
+    from pyarrow import fs as pafs
+    s3, k = _s3.filesystem(), _s3.key(url)
+    if s3.get_file_info(k + "/manifest.json").type == pafs.FileType.File and not overwrite:
+        raise StokerError(f"{url}: a dataset is already there (write each version to a new "
+                          "prefix, or pass overwrite=True to replace its objects in place)")
+    # An earlier write's part manifests: never merged into this one.
+    _delete(url, [n for n in _names(s3, k) if n.startswith("part-") and n.endswith(".json")])
+    return url
+
+
+def _s3_upload_part(local: str, url: str, index: int) -> None:
+    from . import _stoker
+    names = sorted(n for n in os.listdir(local) if n.startswith(f"part-{index:05d}-"))
+    # (Uploaded by stoker's own client, the loader's: pyarrow's streams
+    # every object as a multipart upload without lengths, which S3-like
+    # servers such as rclone refuse.)
+    _stoker.push_files(local, names, url)
+    _stoker.push_files(local, [f"part-{index:05d}.json"], url)
+
+
+def _s3_finish(url: str, results, count: int, group_by: Optional[str]) -> int:
+    s3, k = _s3.filesystem(), _s3.key(url)
+    indexes = sorted(r[0] for r in results)
+    try:
+        if indexes != list(range(count)):
+            raise StokerError(f"{url}: the write tasks reported parts {indexes[:10]}..., "
+                              f"not 0..{count - 1}")
+        check_groups(results, group_by)
+    except BaseException:
+        discard(url)
+        raise
+    tmp = tempfile.mkdtemp(prefix="stoker-merge-")
+    try:
+        parts = [i.path for i in _s3_list(s3, k)
+                 if i.path.rsplit("/", 1)[-1].startswith("part-")
+                 and i.path.endswith(".json")]
+        for p in parts:
+            with s3.open_input_stream(p) as f, \
+                    open(os.path.join(tmp, p.rsplit("/", 1)[-1]), "wb") as out:
+                shutil.copyfileobj(f, out)
+        merge(tmp, parts=count)
+        from . import _stoker
+        _stoker.push_files(tmp, ["manifest.json"], url)
+        _delete(url, [p.rsplit("/", 1)[-1] for p in parts])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return sum(r[1] for r in results)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from . import _engine
+from . import _engine, _s3
 from ._types import PathLike
 
 __all__ = ["write"]
@@ -45,7 +45,10 @@ def write(ddf: Any, path: PathLike, *, group_by: Optional[str] = None,
     Args:
         ddf: A Dask DataFrame; each row a record, or with ``group_by`` each
             group one record (as ``stoker.write`` of an Arrow table).
-        path: The dataset directory, on a file system every worker sees.
+        path: The dataset directory, on a file system every worker sees;
+            or ``s3://bucket/prefix``: each task uploads its part, and the
+            manifest goes last (refused where a dataset is, unless
+            ``overwrite``, which replaces its objects in place).
         group_by, order_by, fields, compress, static, shard_bytes, sync,
             attrs: As for ``stoker.write`` with an Arrow source.  One difference:
             ``static`` must name the static fields (none by default), since
@@ -78,7 +81,7 @@ def write(ddf: Any, path: PathLike, *, group_by: Optional[str] = None,
         static = [static]
     opts = _engine.PartOptions(group_by, order_by, fields, compress, static, shard_bytes, sync,
                                attrs)
-    path = os.path.abspath(os.fspath(path))
+    path = path if _s3.is_url(path) else os.path.abspath(os.fspath(path))
     if group_by is not None and group_by not in ddf.columns:
         from ._errors import InvalidArgument
         raise InvalidArgument(f"group_by: {group_by!r} is not a column of the DataFrame "

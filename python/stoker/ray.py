@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
-from . import _engine
+from . import _engine, _s3
 from ._types import PathLike
 
 try:
@@ -34,7 +34,10 @@ class Datasink(_RayDatasink):
     """A Ray Data datasink writing a stoker dataset at ``path``.
 
     Args:
-        path: The dataset directory, on a file system every task sees.
+        path: The dataset directory, on a file system every task sees; or
+            ``s3://bucket/prefix``: each task uploads its part, and the
+            manifest goes last (refused where a dataset is, unless
+            ``overwrite``, which replaces its objects in place).
         group_by, order_by, fields, compress, static, shard_bytes, sync,
             attrs: As for ``stoker.write`` with an Arrow source.  One difference:
             ``static`` must name the static fields (none by default), since
@@ -52,12 +55,13 @@ class Datasink(_RayDatasink):
                  attrs: Optional[Mapping[str, Any]] = None):
         if isinstance(static, str):
             static = [static]
-        self.path = os.path.abspath(os.fspath(path))
+        self.path = path if _s3.is_url(path) else os.path.abspath(os.fspath(path))
         self.overwrite = overwrite
         self.opts = _engine.PartOptions(group_by, order_by, fields, compress, static,
                                         shard_bytes, sync, attrs)
-        # Known before the tasks are planned (the datasink travels to them).
-        self.staging = _engine.staging_path(self.path)
+        # Known before the tasks are planned (the datasink travels to them);
+        # an s3:// output is its own staging place.
+        self.staging = self.path if _s3.is_url(self.path) else _engine.staging_path(self.path)
         self.records = 0
 
     def get_name(self) -> str:

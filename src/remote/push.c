@@ -302,3 +302,53 @@ out:
     stk__url_free(&p.url);
     return rc;
 }
+
+int stk_push_files(const char *dir, const char *const *names, size_t n, const char *url,
+                   stk_error *err) {
+    if (!dir || (!names && n) || !url) return stk__err(err, -EINVAL, "stk_push_files: NULL argument");
+    pusher p;
+    memset(&p, 0, sizeof p);
+    int rc = stk__url_parse(url, &p.url, err);
+    if (rc) return rc;
+    if (p.url.scheme != STK__URL_S3)
+        rc = stk__err(err, -EINVAL, "%s: uploading needs an S3 URL (s3://bucket/prefix)", url);
+    if (rc == 0 && (rc = stk__aws_load(&p.aws, err)) == 0) p.have_aws = true;
+    if (rc == 0) rc = stk__http_new(&p.url, &p.aws, &p.http, err);
+    if (rc == 0)
+        rc = upload(&p, dir, (char **)names, n, STK__MAX(stk__http_part_bytes(), MIN_PART), err);
+    stk__http_free(p.http);
+    if (p.have_aws) stk__aws_free(&p.aws);
+    stk__url_free(&p.url);
+    return rc;
+}
+
+int stk_delete_objects(const char *url, const char *const *names, size_t n, stk_error *err) {
+    if (!url || (!names && n)) return stk__err(err, -EINVAL, "stk_delete_objects: NULL argument");
+    pusher p;
+    memset(&p, 0, sizeof p);
+    int rc = stk__url_parse(url, &p.url, err);
+    if (rc) return rc;
+    if (p.url.scheme != STK__URL_S3)
+        rc = stk__err(err, -EINVAL, "%s: deleting needs an S3 URL (s3://bucket/prefix)", url);
+    if (rc == 0 && (rc = stk__aws_load(&p.aws, err)) == 0) p.have_aws = true;
+    if (rc == 0) rc = stk__http_new(&p.url, &p.aws, &p.http, err);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        stk__fetch f;
+        memset(&f, 0, sizeof f);
+        char *u = stk__url_object(&p.url, &p.aws, names[i]);
+        char *what = stk__concat(p.url.text, "/", names[i]);
+        if (!u || !what) rc = stk__err(err, -ENOMEM, "out of memory");
+        f.url = u;
+        f.what = what;
+        f.method = "DELETE";
+        if (rc == 0) rc = request(&p, &f, err);
+        if (rc == -ENOENT) rc = 0; /* gone already */
+        stk__free(f.mem);
+        stk__free(u);
+        stk__free(what);
+    }
+    stk__http_free(p.http);
+    if (p.have_aws) stk__aws_free(&p.aws);
+    stk__url_free(&p.url);
+    return rc;
+}

@@ -1075,3 +1075,64 @@ def test_pack_parquet_from_s3(served, aws, tmp_path):
     p = run_cli(env, "pack", "--from", "parquet", "s3://bucket/nothing/", "-o",
                 str(tmp_path / "c"), *opts, check=False)
     assert p.returncode == 2 and "no Parquet objects" in p.stderr
+
+
+def test_engines_write_to_s3(served, aws, tmp_path):
+    """stoker.dask.write and stoker.ray.write to an s3:// prefix: each task
+    uploads its part (shards, then its part manifest), the merge uploads
+    the manifest last; the loader reads the dataset from the bucket, equal
+    to a local single-process pack.  A prefix holding a dataset is refused;
+    a split group leaves no dataset and no parts behind."""
+    import pandas as pd
+    import pyarrow as pa
+    distributed = pytest.importorskip("distributed")
+    import dask.dataframe as dd
+    import stoker.dask
+    rng = np.random.default_rng(7)
+    frames = []
+    for b in range(40):
+        frames.append(pd.DataFrame({"basin": np.full(30, b, np.int64),
+                                    "date": rng.permutation(30).astype(np.int32),
+                                    "f1": rng.standard_normal(30).astype(np.float32)}))
+    df = pd.concat(frames, ignore_index=True).sample(frac=1.0, random_state=1)
+    want_path = tmp_path / "want"
+    stoker.write(want_path, pa.Table.from_pandas(df, preserve_index=False), group_by="basin",
+                 order_by="date", fields={"x": ["f1"]}, static=[])
+
+    def records(p, **kw):
+        out = {}
+        with stoker.Loader(str(p), 1, shuffle="sequential", **kw) as ld:
+            for b in ld:
+                out[int(np.asarray(b["basin"])[0])] = np.asarray(b["x"]).tobytes()
+        return out
+
+    want = records(want_path)
+    ddf = dd.from_pandas(df, npartitions=4, sort=False)  # rows of a basin in every partition
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cl, distributed.Client(cl):
+        n = stoker.dask.write(ddf, "s3://bucket/engine-dask.stk", group_by="basin",
+                              order_by="date", fields={"x": ["f1"]})
+        assert n == 40
+        with pytest.raises(stoker.StokerError, match="already there"):
+            stoker.dask.write(ddf, "s3://bucket/engine-dask.stk", group_by="basin")
+        with pytest.raises(stoker.InvalidArgument, match="has rows in part"):
+            stoker.dask.write(ddf, "s3://bucket/engine-split.stk", group_by="basin",
+                              shuffle=False)
+    assert records("s3://bucket/engine-dask.stk", cache_dir=tmp_path / "c1") == want
+    objs = os.listdir(served["root"] / "bucket" / "engine-dask.stk")
+    assert "manifest.json" in objs and not [o for o in objs if o.endswith(".json")
+                                            and o.startswith("part-")]
+    split = served["root"] / "bucket" / "engine-split.stk"
+    assert not split.exists() or not os.listdir(split)
+    ray = pytest.importorskip("ray")
+    import stoker.ray
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        ds = ray.data.from_pandas(df).repartition(3)
+        n = stoker.ray.write(ds, "s3://bucket/engine-ray.stk", group_by="basin",
+                             order_by="date", fields={"x": ["f1"]})
+    finally:
+        ray.shutdown()
+    assert n == 40
+    assert records("s3://bucket/engine-ray.stk", cache_dir=tmp_path / "c2") == want

@@ -165,6 +165,7 @@ PyObject *array_dlpack_device(ArrayObject *self, PyObject *unused);
 
 PyObject *py_write_arrow(PyObject *mod, PyObject *args);
 PyObject *py_merge(PyObject *mod, PyObject *args);
+PyObject *py_push_files(PyObject *mod, PyObject *args);
 PyObject *py_index(PyObject *mod, PyObject *args, PyObject *kw);
 
 #pragma GCC visibility pop

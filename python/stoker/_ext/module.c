@@ -132,6 +132,9 @@ static PyMethodDef module_methods[] = {
      "rank_batches, without opening a loader (no threads start)."},
     {"index", (PyCFunction)(void (*)(void))py_index, METH_VARARGS | METH_KEYWORDS,
      "Indexes files in place (see stoker.index); returns the record count."},
+    {"push_files", py_push_files, METH_VARARGS,
+     "push_files(dir, names, url): uploads files of dir to an s3:// prefix (stk_push_files); "
+     "dir None: deletes those objects (stk_delete_objects)."},
     {"merge", py_merge, METH_VARARGS,
      "merge(path, count=0): joins a dataset's parts (stk_merge_parts)."},
     {"write_arrow", py_write_arrow, METH_VARARGS,

@@ -293,6 +293,39 @@ static int arrow_field_specs(PyObject *fields, arrow_fields *s, stk_arrow_option
  * None or a list of
  * (name, [columns], codec, level); statics None (found from the data) or a
  * list of field names (empty: none). */
+/* push_files(dir, [names], url): stk_push_files; with dir None,
+ * stk_delete_objects of the names. */
+PyObject *py_push_files(PyObject *mod, PyObject *args) {
+    (void)mod;
+    const char *dir, *url;
+    PyObject *names;
+    if (!PyArg_ParseTuple(args, "zOs", &dir, &names, &url)) return NULL;
+    PyObject *seq = PySequence_Fast(names, "names must be a sequence of str");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    const char **v = PyMem_Calloc(n ? (size_t)n : 1, sizeof *v);
+    if (!v) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!(v[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i)))) {
+            PyMem_Free(v);
+            Py_DECREF(seq);
+            return NULL;
+        }
+    stk_error err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = dir ? stk_push_files(dir, v, (size_t)n, url, &err)
+             : stk_delete_objects(url, v, (size_t)n, &err);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(v);
+    Py_DECREF(seq);
+    if (rc) return raise_stk(rc, &err);
+    Py_RETURN_NONE;
+}
+
 /* merge(path, count): stk_merge_parts; count 0: as the parts record it. */
 PyObject *py_merge(PyObject *mod, PyObject *args) {
     (void)mod;
