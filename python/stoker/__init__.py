@@ -49,17 +49,20 @@ from . import _stoker
 from ._errors import AccessDenied, InvalidArgument, NotFound, OutOfMemory, StokerError, Timeout
 from ._loader import Loader, gpu_count, gpu_status
 from ._types import Batch, PathLike
+from ._parquet import parquet, s3_filesystem
 from ._write import bits, index, merge, write
 from .profile import profile
 
 __all__ = ["Loader", "StokerError", "InvalidArgument", "NotFound", "AccessDenied", "OutOfMemory",
            "Timeout",
-           "bits", "gpu_count", "gpu_status", "index", "merge", "profile", "write", "version"]
+           "bits", "gpu_count", "gpu_status", "index", "merge", "parquet", "profile",
+           "s3_filesystem", "write", "version"]
 __version__: str = _stoker.version
 version: str = _stoker.version
 
 # The public objects say they are stoker's (help(), reprs), wherever they
 # are defined.
-for _obj in (Loader, gpu_count, gpu_status, bits, index, merge, write, profile):
+for _obj in (Loader, gpu_count, gpu_status, bits, index, merge, parquet, s3_filesystem, write,
+             profile):
     _obj.__module__ = __name__
 del _obj

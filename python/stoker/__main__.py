@@ -53,48 +53,6 @@ def _size(s):
     return int(float(s[:-1]) * mult[s[-1]]) if s and s[-1] in mult else int(s)
 
 
-def _s3_fs():
-    from ._s3 import filesystem
-    return filesystem()
-
-
-def _s3_files(url, s3):
-    """The Parquet objects an s3:// argument names: (bucket/key, size,
-    mtime) each, sorted by key."""
-    from pyarrow import fs
-    path = url[len("s3://"):]
-    wild = next((i for i, ch in enumerate(path) if ch in "*?["), None)
-    if wild is None:
-        info = s3.get_file_info(path)
-        if info.type == fs.FileType.File:
-            return [(path, info.size, info.mtime_ns)]
-        if info.type == fs.FileType.NotFound:
-            # (A prefix that is not a "directory" marker is still listed.)
-            pass
-        base, pattern = path.rstrip("/"), None
-    else:
-        base, pattern = path[:path.rfind("/", 0, wild)], path
-    infos = s3.get_file_info(fs.FileSelector(base, recursive=True, allow_not_found=True))
-    out = []
-    for i in infos:
-        if i.type != fs.FileType.File:
-            continue
-        if pattern is None and not i.path.endswith(".parquet"):
-            continue
-        if pattern is not None and not _match(i.path, pattern):
-            continue
-        out.append((i.path, i.size, i.mtime_ns))
-    return sorted(out)
-
-
-def _match(path, pattern):
-    """A glob match in which wildcards stay within one '/'-separated part,
-    as the shell's do."""
-    import fnmatch
-    a, b = path.split("/"), pattern.split("/")
-    return len(a) == len(b) and all(fnmatch.fnmatchcase(x, y) for x, y in zip(a, b))
-
-
 def _inputs_digest(files, options):
     """What the pack is made from (each file's name, identity, size and
     time, in order, and the options that shape the records) as the short
@@ -107,6 +65,32 @@ def _inputs_digest(files, options):
         h.update(b"\n")
     h.update(repr(options).encode())
     return "parquet-" + h.hexdigest()[:48]
+
+
+def _with_progress(reader, files, fs):
+    """The reader, drawing a progress bar on stderr as its rows are read
+    (the total from the files' footers)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    total = sum(pq.ParquetFile(f, filesystem=fs).metadata.num_rows for f in files)
+
+    def batches():
+        done, t0, last = 0, time.monotonic(), 0.0
+        for b in reader:
+            done += b.num_rows
+            now = time.monotonic()
+            if now - last > 0.2 or done == total:
+                last = now
+                frac = done / total if total else 1.0
+                bar = "#" * int(30 * frac)
+                rate = done / max(now - t0, 1e-9)
+                sys.stderr.write(f"\rreading {len(files)} Parquet files [{bar:<30}] "
+                                 f"{done:,}/{total:,} rows, {rate:,.0f} rows/s")
+                sys.stderr.flush()
+            yield b
+        sys.stderr.write("\n")
+
+    return pa.RecordBatchReader.from_batches(reader.schema, batches())
 
 
 def pack_parquet(argv):
@@ -136,34 +120,11 @@ def pack_parquet(argv):
         print("stoker: error: --from parquet needs pyarrow (pip install pyarrow)", file=sys.stderr)
         return 2
     import stoker
-    files, ident, s3 = [], [], None
-    for p in a.paths:
-        if p.startswith("s3://"):
-            try:
-                s3 = s3 or _s3_fs()
-                hits = _s3_files(p, s3)
-            except OSError as e:
-                print(f"stoker: error: {p}: {e}", file=sys.stderr)
-                return 2
-            if not hits:
-                print(f"stoker: error: {p}: no Parquet objects there", file=sys.stderr)
-                return 2
-            files += [h[0] for h in hits]
-            ident += [("s3",) + h for h in hits]
-            continue
-        if os.path.isdir(p):
-            hits = sorted(glob.glob(os.path.join(p, "**", "*.parquet"), recursive=True))
-        else:
-            hits = sorted(glob.glob(p))
-            if not hits:
-                print(f"stoker: error: {p}: no such file", file=sys.stderr)
-                return 2
-        files += hits
-        for f in hits:
-            st = os.stat(f)
-            ident.append((os.path.abspath(f), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
-    if not files:
-        print("stoker: error: no Parquet files found", file=sys.stderr)
+    from ._parquet import resolve
+    try:
+        files, ident, s3 = resolve(a.paths)
+    except (OSError, ValueError, stoker.StokerError) as e:
+        print(f"stoker: error: {e}", file=sys.stderr)
         return 2
     fields = None
     if a.field:
@@ -201,6 +162,8 @@ def pack_parquet(argv):
     t0 = time.perf_counter()
     try:
         reader = pds.dataset(files, format="parquet", filesystem=s3).scanner().to_reader()
+        if not a.quiet and sys.stderr.isatty():
+            reader = _with_progress(reader, files, s3)
         n = stoker.write(a.output, reader, group_by=a.group_by, order_by=a.order_by,
                          fields=fields, compress=compress or None, static=static,
                          shard_bytes=_size(a.shard_size), overwrite=a.force,

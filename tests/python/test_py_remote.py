@@ -1075,6 +1075,13 @@ def test_pack_parquet_from_s3(served, aws, tmp_path):
     p = run_cli(env, "pack", "--from", "parquet", "s3://bucket/nothing/", "-o",
                 str(tmp_path / "c"), *opts, check=False)
     assert p.returncode == 2 and "no Parquet objects" in p.stderr
+    # The Python writer reads the same objects: stoker.parquet.
+    stoker.write(tmp_path / "d", stoker.parquet("s3://bucket/pq/"), group_by="basin",
+                 order_by="date", fields={"x": ["a"]})
+    assert records(tmp_path / "d") == want
+    with pytest.raises(stoker.NotFound, match="no Parquet objects"):
+        stoker.parquet("s3://bucket/nothing/")
+    assert stoker.parquet([str(local)]).read_all().num_rows == 12 * 50
 
 
 def test_engines_write_to_s3(served, aws, tmp_path):
