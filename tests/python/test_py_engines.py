@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import stoker
+from test_py_remote import KEY, SECRET, aws, served  # noqa: F401  (fixtures)
 
 FIELDS = {"x": ["f1", "f2", "f3"], "y": ["q"]}
 BASINS = 1000  # two files each
@@ -95,11 +96,21 @@ def kill_module(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def dask_client(kill_module):
+def s3_env(served):
+    """What the engines' worker processes need to reach the local S3
+    server (as a cluster's workers get their credentials from their
+    environment): given to them when they start."""
+    return {"AWS_ENDPOINT_URL": served["s3"], "AWS_ACCESS_KEY_ID": KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "us-east-1",
+            "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}
+
+
+@pytest.fixture(scope="module")
+def dask_client(kill_module, s3_env):
     distributed = pytest.importorskip("distributed")
     pytest.importorskip("dask.dataframe")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=None, env=s3_env) as cluster:
         with distributed.Client(cluster) as client:
             yield client
 
@@ -169,11 +180,11 @@ def test_dask_worker_killed_mid_task(basins, dask_client, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def ray_local(kill_module):
+def ray_local(kill_module, s3_env):
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}})
+             runtime_env={"env_vars": dict(s3_env, PYTHONPATH=os.environ["PYTHONPATH"])})
     ray.data.DataContext.get_current().enable_progress_bars = False
     yield ray
     ray.shutdown()
@@ -284,3 +295,67 @@ def test_empty_part_with_named_statics_merges(tmp_path):
         b = next(iter(ld))
     assert np.asarray(b["area"]).tolist() == [1.5, 2.0]
     assert np.asarray(b["basin"]).tolist() == [4, 9]
+
+
+# ---- outputs in an object store (the local S3 server of test_py_remote) ----
+
+
+def _s3_frame():
+    rng = np.random.default_rng(7)
+    frames = [pd.DataFrame({"basin": np.full(30, b, np.int64),
+                            "date": rng.permutation(30).astype(np.int32),
+                            "f1": rng.standard_normal(30).astype(np.float32)})
+              for b in range(40)]
+    # Rows shuffled: a basin's rows in every partition, until grouped.
+    return pd.concat(frames, ignore_index=True).sample(frac=1.0, random_state=1)
+
+
+def _s3_records(path, **kw):
+    out = {}
+    with stoker.Loader(str(path), 1, shuffle="sequential", **kw) as ld:
+        for b in ld:
+            out[int(np.asarray(b["basin"])[0])] = np.asarray(b["x"]).tobytes()
+    return out
+
+
+def _s3_want(df, tmp_path):
+    stoker.write(tmp_path / "want", pa.Table.from_pandas(df, preserve_index=False),
+                 group_by="basin", order_by="date", fields={"x": ["f1"]}, static=[])
+    return _s3_records(tmp_path / "want")
+
+
+def test_dask_writes_to_s3(served, aws, dask_client, tmp_path):
+    """stoker.dask.write to an s3:// prefix: each task uploads its part
+    (shards, then its part manifest), the merge uploads the manifest last;
+    the loader reads the dataset from the bucket, equal to a local pack.  A
+    prefix holding a dataset is refused; a split group leaves no dataset
+    and no parts behind."""
+    import dask.dataframe as dd
+    import stoker.dask
+    df = _s3_frame()
+    want = _s3_want(df, tmp_path)
+    ddf = dd.from_pandas(df, npartitions=4, sort=False)
+    n = stoker.dask.write(ddf, "s3://bucket/engine-dask.stk", group_by="basin",
+                          order_by="date", fields={"x": ["f1"]})
+    assert n == 40
+    with pytest.raises(stoker.StokerError, match="already there"):
+        stoker.dask.write(ddf, "s3://bucket/engine-dask.stk", group_by="basin")
+    with pytest.raises(stoker.InvalidArgument, match="has rows in part"):
+        stoker.dask.write(ddf, "s3://bucket/engine-split.stk", group_by="basin", shuffle=False)
+    assert _s3_records("s3://bucket/engine-dask.stk", cache_dir=tmp_path / "c") == want
+    objs = os.listdir(served["root"] / "bucket" / "engine-dask.stk")
+    assert "manifest.json" in objs
+    assert not [o for o in objs if o.startswith("part-") and o.endswith(".json")]
+    split = served["root"] / "bucket" / "engine-split.stk"
+    assert not split.exists() or not os.listdir(split)
+
+
+def test_ray_writes_to_s3(served, aws, ray_local, tmp_path):
+    import stoker.ray
+    df = _s3_frame()
+    want = _s3_want(df, tmp_path)
+    ds = ray_local.data.from_pandas(df).repartition(3)
+    n = stoker.ray.write(ds, "s3://bucket/engine-ray.stk", group_by="basin", order_by="date",
+                         fields={"x": ["f1"]})
+    assert n == 40
+    assert _s3_records("s3://bucket/engine-ray.stk", cache_dir=tmp_path / "c") == want
