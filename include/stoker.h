@@ -1549,6 +1549,78 @@ typedef struct stk_wav_header {
 STK_API int stk_wav_parse(const void *buf, size_t len, uint64_t file_size, const char *name,
                           stk_wav_header *out, stk_error *err);
 
+/* ==== Mixtures: several datasets in one run ==== */
+
+/*
+ * A mixture reads several sources (datasets or in-place indexes, each
+ * opened as a loader of its own) as one stream.  The epoch is a sequence
+ * of *rounds*: every rank takes one sample (or, for batches of one source
+ * at a time, one batch) from the same source in a round, and which source
+ * round q of epoch e belongs to is a closed-form function of (seed, e, q),
+ * computed here in O(log sources) with no generator to replay.  Source i
+ * gives units[i] rounds in one of its own epochs; a mixture epoch takes
+ * counts[i] of them, its rounds continuing from epoch to epoch (so that
+ * every sample of a source's epoch is used once, whatever the mixture's
+ * epochs, and a count above units[i] cycles into the source's next epoch).
+ *
+ * The counts come from the weights and the policy for a source that runs
+ * out (or are given):
+ *   STOP   the epoch ends when the first source, at its weight, runs out of
+ *          its epoch: counts[i] = weight[i] * t, t the least units[i] /
+ *          weight[i];
+ *   CYCLE  the epoch ends when the last one does; the others cycle into
+ *          their next epochs (t the largest units[i] / weight[i]);
+ *   ALL    every source gives its whole epoch: the sources are drawn at
+ *          their weights until one runs out, then the rest at theirs, and
+ *          so on (the epoch is made of up to `sources` phases).
+ * Within a phase the rounds are dealt by a balanced binary tree over the
+ * sources: each node interleaves its two sides' counts evenly (the k-th
+ * round of the node goes left when floor((k+1)a/t) > floor(ka/t), with an
+ * offset keyed by seed, epoch and node).  The promise: over any run of n
+ * consecutive rounds of a phase, source i's count differs from
+ * n * counts_in_phase[i] / rounds_in_phase by less than its depth in the
+ * tree, at most ceil(log2(sources)) (less than 2 rounds for 3 or 4 sources;
+ * exact for one); over a whole epoch it is exact.
+ */
+typedef struct stk_mix stk_mix;
+
+typedef enum stk_mix_exhaust {
+    STK_MIX_STOP = 0,
+    STK_MIX_CYCLE = 1,
+    STK_MIX_ALL = 2
+} stk_mix_exhaust;
+
+typedef struct stk_mix_source {
+    uint64_t units;  /* rounds one epoch of the source gives; >= 1 */
+    double weight;   /* > 0; ignored where counts are given */
+    uint64_t count;  /* rounds per mixture epoch; 0: from the weights (give
+                      * all or none) */
+} stk_mix_source;
+
+/* Returns 0 and *out, -EINVAL (naming the source: a unit count of 0, a
+ * weight not finite and positive, counts given for some sources only, more
+ * than 65535 sources, an epoch of more than 2^62 rounds) or -ENOMEM. */
+STK_API int stk_mix_open(const stk_mix_source *sources, size_t n, stk_mix_exhaust exhaust,
+                         uint64_t seed, stk_mix **out, stk_error *err);
+STK_API void stk_mix_close(stk_mix *m);
+STK_API int stk_mix_exhaust_parse(const char *name, stk_mix_exhaust *out);
+STK_API size_t stk_mix_num_sources(const stk_mix *m);
+/* Rounds in a mixture epoch, and source i's count of them. */
+STK_API uint64_t stk_mix_epoch_rounds(const stk_mix *m);
+STK_API uint64_t stk_mix_source_rounds(const stk_mix *m, size_t i);
+/* The source of round q (< stk_mix_epoch_rounds) of epoch e; *index, when
+ * not NULL, gets how many rounds of that source come before it in the
+ * epoch. */
+STK_API uint32_t stk_mix_source_at(const stk_mix *m, uint64_t epoch, uint64_t q,
+                                   uint64_t *index);
+/* The sources of rounds first .. first + n - 1 of epoch e. */
+STK_API void stk_mix_fill(const stk_mix *m, uint64_t epoch, uint64_t first, uint64_t n,
+                          uint32_t *sources);
+/* counts[i] = the rounds of source i among rounds [0, q) of epoch e
+ * (q <= stk_mix_epoch_rounds): where each source stands when a run resumes
+ * at round q. */
+STK_API void stk_mix_counts(const stk_mix *m, uint64_t epoch, uint64_t q, uint64_t *counts);
+
 #ifdef __cplusplus
 }
 #endif

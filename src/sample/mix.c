@@ -1,0 +1,339 @@
+/*
+ * mix.c: the schedule of a mixture of sources (stoker.h, "Mixtures").
+ *
+ * An epoch is a list of phases (one, except under STK_MIX_ALL), each
+ * giving every source still drawing a count of rounds.  A phase deals its
+ * rounds with a balanced binary tree over its sources: a node with a
+ * rounds on its left and b on its right sends its k-th round left exactly
+ * when floor(((k + 1) a + o) / (a + b)) > floor((k a + o) / (a + b)), for an
+ * offset o < a + b keyed by (seed, epoch, phase, node).  The left side then
+ * gets floor((k a + o) / (a + b)) of the first k rounds: exactly a of all
+ * a + b, within one of k a / (a + b) of any k consecutive ones, and the
+ * rounds it gets are consecutive rounds of its own subtree, so the errors
+ * of the levels add up (less than the depth).  Both directions are
+ * arithmetic: the source of a round walks down the tree, and the rounds of
+ * each source before a round split down it, so resuming at any round costs
+ * O(sources) and nothing is replayed.
+ */
+#include "sample.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+__extension__ typedef unsigned __int128 u128;
+
+#define MAX_SOURCES 65535u
+#define MAX_ROUNDS (UINT64_C(1) << 62)
+
+typedef struct node {
+    uint32_t lo, hi;      /* the phase's sources [lo, hi) */
+    int32_t left, right;  /* children, -1 for a leaf */
+    uint64_t a, t;        /* rounds on the left, in all */
+} node;
+
+typedef struct phase {
+    uint64_t start, len; /* rounds of the epoch */
+    uint32_t k;          /* sources drawing in it */
+    uint32_t *src;       /* their ids */
+    uint64_t *cnt;       /* their rounds in it */
+    node *nodes;         /* 2k - 1, the root first */
+    uint64_t *before;    /* per source id: its rounds in earlier phases */
+} phase;
+
+struct stk_mix {
+    size_t n;
+    uint64_t seed;
+    uint64_t *units, *counts;
+    phase *ph;
+    size_t nph;
+    uint64_t rounds;
+};
+
+int stk_mix_exhaust_parse(const char *name, stk_mix_exhaust *out) {
+    if (!name || !out) return -EINVAL;
+    if (strcmp(name, "stop") == 0) *out = STK_MIX_STOP;
+    else if (strcmp(name, "cycle") == 0) *out = STK_MIX_CYCLE;
+    else if (strcmp(name, "all") == 0) *out = STK_MIX_ALL;
+    else return -EINVAL;
+    return 0;
+}
+
+static int32_t build(phase *p, uint32_t lo, uint32_t hi, uint32_t *used) {
+    int32_t id = (int32_t)(*used)++;
+    node *nd = &p->nodes[id];
+    nd->lo = lo;
+    nd->hi = hi;
+    nd->left = nd->right = -1;
+    nd->a = nd->t = 0;
+    for (uint32_t i = lo; i < hi; i++) nd->t += p->cnt[i];
+    if (hi - lo == 1) return id;
+    uint32_t mid = lo + (hi - lo) / 2;
+    int32_t l = build(p, lo, mid, used);
+    int32_t r = build(p, mid, hi, used);
+    nd = &p->nodes[id]; /* (the array does not move; for clarity) */
+    nd->left = l;
+    nd->right = r;
+    nd->a = p->nodes[l].t;
+    return id;
+}
+
+/* The node's offset in [0, t) for this epoch. */
+static inline uint64_t offset_of(const stk_mix *m, uint64_t epoch, size_t ph, int32_t id,
+                                 uint64_t t) {
+    uint64_t h = stk__mix2(stk__mix2(m->seed, epoch), ((uint64_t)ph << 20) + (uint64_t)id);
+    return (uint64_t)((u128)h * t >> 64);
+}
+
+/* floor((q a + o) / t): rounds of the left side among the first q. */
+static inline uint64_t lefts(uint64_t q, uint64_t a, uint64_t o, uint64_t t) {
+    return (uint64_t)(((u128)q * a + o) / t);
+}
+
+static int add_phase(stk_mix *m, const uint64_t *cnt, const uint64_t *before) {
+    uint32_t k = 0;
+    uint64_t len = 0;
+    for (size_t i = 0; i < m->n; i++)
+        if (cnt[i]) {
+            k++;
+            len += cnt[i];
+        }
+    if (!k) return 0;
+    phase *np = stk__realloc(m->ph, (m->nph + 1) * sizeof *np);
+    if (!np) return -ENOMEM;
+    m->ph = np;
+    phase *p = &m->ph[m->nph];
+    memset(p, 0, sizeof *p);
+    p->src = stk__malloc(k * sizeof *p->src);
+    p->cnt = stk__malloc(k * sizeof *p->cnt);
+    p->nodes = stk__malloc((2 * (size_t)k - 1) * sizeof *p->nodes);
+    p->before = stk__malloc(m->n * sizeof *p->before);
+    if (!p->src || !p->cnt || !p->nodes || !p->before) {
+        stk__free(p->src);
+        stk__free(p->cnt);
+        stk__free(p->nodes);
+        stk__free(p->before);
+        return -ENOMEM;
+    }
+    m->nph++;
+    uint32_t j = 0;
+    for (size_t i = 0; i < m->n; i++)
+        if (cnt[i]) {
+            p->src[j] = (uint32_t)i;
+            p->cnt[j++] = cnt[i];
+        }
+    memcpy(p->before, before, m->n * sizeof *before);
+    p->k = k;
+    p->len = len;
+    p->start = m->rounds;
+    m->rounds += len;
+    uint32_t used = 0;
+    build(p, 0, k, &used);
+    return 0;
+}
+
+void stk_mix_close(stk_mix *m) {
+    if (!m) return;
+    for (size_t j = 0; j < m->nph; j++) {
+        stk__free(m->ph[j].src);
+        stk__free(m->ph[j].cnt);
+        stk__free(m->ph[j].nodes);
+        stk__free(m->ph[j].before);
+    }
+    stk__free(m->ph);
+    stk__free(m->units);
+    stk__free(m->counts);
+    stk__free(m);
+}
+
+/* w * t rounded down, or -1 when it would not fit the epoch. */
+static int64_t share(double w, double t) {
+    double x = floor(w * t);
+    if (!(x < (double)MAX_ROUNDS)) return -1;
+    return (int64_t)x;
+}
+
+static int plan(stk_mix *m, const stk_mix_source *s, stk_mix_exhaust ex, stk_error *err) {
+    size_t n = m->n;
+    uint64_t *cnt = stk__calloc(n, sizeof *cnt), *before = stk__calloc(n, sizeof *before);
+    double *tau = stk__malloc(n * sizeof *tau);
+    int rc = 0;
+    if (!cnt || !before || !tau) {
+        rc = stk__err(err, -ENOMEM, "mixture: out of memory");
+        goto out;
+    }
+    bool given = s[0].count != 0;
+    for (size_t i = 0; i < n; i++) tau[i] = (double)s[i].units / s[i].weight;
+    if (given) {
+        for (size_t i = 0; i < n; i++) cnt[i] = s[i].count;
+        rc = add_phase(m, cnt, before);
+    } else if (ex != STK_MIX_ALL) {
+        double t = tau[0];
+        for (size_t i = 1; i < n; i++)
+            t = ex == STK_MIX_STOP ? fmin(t, tau[i]) : fmax(t, tau[i]);
+        for (size_t i = 0; i < n; i++) {
+            int64_t c = tau[i] == t ? (int64_t)s[i].units : share(s[i].weight, t);
+            if (c < 0) {
+                rc = stk__err(err, -EINVAL,
+                              "mixture: source %zu would give more than 2^62 rounds an epoch "
+                              "(weights too far apart for exhaust=cycle)", i);
+                goto out;
+            }
+            if (ex == STK_MIX_STOP && (uint64_t)c > s[i].units) c = (int64_t)s[i].units;
+            cnt[i] = (uint64_t)c;
+        }
+        rc = add_phase(m, cnt, before);
+    } else {
+        /* Phases end where a source runs out: at each distinct tau, in
+         * increasing order, every source has given min(units, w tau), the
+         * ones whose tau it is all of theirs. */
+        double prev = -1;
+        for (;;) {
+            double t = INFINITY;
+            for (size_t i = 0; i < n; i++)
+                if (tau[i] > prev && tau[i] < t) t = tau[i];
+            if (t == INFINITY) break;
+            for (size_t i = 0; i < n; i++) {
+                uint64_t c = s[i].units;
+                if (tau[i] > t) {
+                    int64_t x = share(s[i].weight, t);
+                    if (x >= 0 && (uint64_t)x < c) c = (uint64_t)x;
+                }
+                cnt[i] = c - before[i];
+            }
+            if ((rc = add_phase(m, cnt, before))) goto out;
+            for (size_t i = 0; i < n; i++) before[i] += cnt[i];
+            prev = t;
+        }
+    }
+    if (rc) {
+        stk__err(err, rc, "mixture: out of memory");
+        goto out;
+    }
+    for (size_t j = 0; j < m->nph; j++)
+        for (uint32_t x = 0; x < m->ph[j].k; x++) m->counts[m->ph[j].src[x]] += m->ph[j].cnt[x];
+    if (m->rounds > MAX_ROUNDS)
+        rc = stk__err(err, -EINVAL, "mixture: an epoch of more than 2^62 rounds");
+out:
+    stk__free(cnt);
+    stk__free(before);
+    stk__free(tau);
+    return rc;
+}
+
+int stk_mix_open(const stk_mix_source *s, size_t n, stk_mix_exhaust ex, uint64_t seed,
+                 stk_mix **out, stk_error *err) {
+    if (!out || (!s && n)) return stk__err(err, -EINVAL, "stk_mix_open: NULL argument");
+    *out = NULL;
+    if (n == 0) return stk__err(err, -EINVAL, "mixture: no sources");
+    if (n > MAX_SOURCES) return stk__err(err, -EINVAL, "mixture: more than %u sources", MAX_SOURCES);
+    if ((unsigned)ex > STK_MIX_ALL) return stk__err(err, -EINVAL, "mixture: unknown exhaust policy");
+    bool given = s[0].count != 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i].units == 0)
+            return stk__err(err, -EINVAL,
+                            "mixture: source %zu gives no round (fewer samples than one round "
+                            "takes)", i);
+        if (s[i].units > MAX_ROUNDS)
+            return stk__err(err, -EINVAL, "mixture: source %zu has more than 2^62 rounds", i);
+        if ((s[i].count != 0) != given)
+            return stk__err(err, -EINVAL,
+                            "mixture: counts are given for some sources and not for source %zu "
+                            "(give every source a count, or none)", i);
+        if (!given && !(isfinite(s[i].weight) && s[i].weight > 0))
+            return stk__err(err, -EINVAL, "mixture: source %zu's weight %g is not a positive number",
+                            i, s[i].weight);
+    }
+    stk_mix *m = stk__calloc(1, sizeof *m);
+    if (!m) return stk__err(err, -ENOMEM, "mixture: out of memory");
+    m->n = n;
+    m->seed = seed;
+    m->units = stk__malloc(n * sizeof *m->units);
+    m->counts = stk__calloc(n, sizeof *m->counts);
+    if (!m->units || !m->counts) {
+        stk_mix_close(m);
+        return stk__err(err, -ENOMEM, "mixture: out of memory");
+    }
+    for (size_t i = 0; i < n; i++) m->units[i] = s[i].units;
+    int rc = plan(m, s, ex, err);
+    if (rc) {
+        stk_mix_close(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+size_t stk_mix_num_sources(const stk_mix *m) { return m ? m->n : 0; }
+uint64_t stk_mix_epoch_rounds(const stk_mix *m) { return m ? m->rounds : 0; }
+uint64_t stk_mix_source_rounds(const stk_mix *m, size_t i) {
+    return m && i < m->n ? m->counts[i] : 0;
+}
+
+static size_t phase_of(const stk_mix *m, uint64_t q) {
+    size_t lo = 0, hi = m->nph;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (m->ph[mid].start <= q) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+uint32_t stk_mix_source_at(const stk_mix *m, uint64_t epoch, uint64_t q, uint64_t *index) {
+    if (!m || q >= m->rounds) {
+        if (index) *index = 0;
+        return UINT32_MAX;
+    }
+    size_t j = phase_of(m, q);
+    const phase *p = &m->ph[j];
+    uint64_t x = q - p->start;
+    int32_t id = 0;
+    while (p->nodes[id].left >= 0) {
+        const node *nd = &p->nodes[id];
+        uint64_t o = offset_of(m, epoch, j, id, nd->t);
+        uint64_t l0 = lefts(x, nd->a, o, nd->t), l1 = lefts(x + 1, nd->a, o, nd->t);
+        if (l1 > l0) {
+            x = l0;
+            id = nd->left;
+        } else {
+            x -= l0;
+            id = nd->right;
+        }
+    }
+    uint32_t src = p->src[p->nodes[id].lo];
+    if (index) *index = p->before[src] + x;
+    return src;
+}
+
+void stk_mix_fill(const stk_mix *m, uint64_t epoch, uint64_t first, uint64_t n,
+                  uint32_t *sources) {
+    for (uint64_t i = 0; i < n; i++) sources[i] = stk_mix_source_at(m, epoch, first + i, NULL);
+}
+
+static void count_down(const stk_mix *m, uint64_t epoch, size_t j, int32_t id, uint64_t x,
+                       uint64_t *counts) {
+    const phase *p = &m->ph[j];
+    const node *nd = &p->nodes[id];
+    if (nd->left < 0) {
+        counts[p->src[nd->lo]] += x;
+        return;
+    }
+    uint64_t l = lefts(x, nd->a, offset_of(m, epoch, j, id, nd->t), nd->t);
+    count_down(m, epoch, j, nd->left, l, counts);
+    count_down(m, epoch, j, nd->right, x - l, counts);
+}
+
+void stk_mix_counts(const stk_mix *m, uint64_t epoch, uint64_t q, uint64_t *counts) {
+    if (!m || !counts) return;
+    memset(counts, 0, m->n * sizeof *counts);
+    if (q >= m->rounds) {
+        memcpy(counts, m->counts, m->n * sizeof *counts);
+        return;
+    }
+    size_t j = phase_of(m, q);
+    const phase *p = &m->ph[j];
+    memcpy(counts, p->before, m->n * sizeof *counts);
+    count_down(m, epoch, j, 0, q - p->start, counts);
+}

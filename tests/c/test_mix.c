@@ -1,0 +1,228 @@
+/*
+ * test_mix: the schedule of a mixture (src/sample/mix.c).
+ *
+ *  - over an epoch, each source gets exactly its count of rounds, and the
+ *    counts follow the policy: STOP ends when the first source (at its
+ *    weight) runs out, CYCLE when the last one does, ALL gives every source
+ *    its whole epoch; given counts are kept;
+ *  - stk_mix_source_at's index numbers each source's rounds 0, 1, 2, ... in
+ *    order (a source's rounds are consumed in sequence);
+ *  - the promised bound: over every run of n consecutive rounds of a phase
+ *    (n = 1 .. 200, every start), each source's count is within its depth
+ *    (< ceil(log2 k), and exact for one source) of n * its share;
+ *  - stk_mix_counts at every round equals counting the rounds before it;
+ *  - the same (seed, epoch) gives the same schedule, another epoch another
+ *    one (for more than one source);
+ *  - bad input: no sources, a zero unit count, a weight <= 0 or NaN, counts
+ *    for some sources only, all refused naming the source.
+ */
+#include "util.h"
+
+#include <math.h>
+
+static stk_error err;
+
+static unsigned ceil_log2(size_t k) {
+    unsigned d = 0;
+    while (((size_t)1 << d) < k) d++;
+    return d;
+}
+
+/* Checks one schedule over epoch e; returns the sources of its rounds
+ * (caller frees). */
+static uint32_t *check_epoch(const stk_mix *m, uint64_t e, const stk_mix_source *s, size_t k) {
+    uint64_t R = stk_mix_epoch_rounds(m);
+    CHECK(R > 0);
+    uint32_t *src = malloc(R * sizeof *src);
+    uint64_t *seen = calloc(k, sizeof *seen), *cnt = calloc(k, sizeof *cnt);
+    CHECK(src && seen && cnt);
+    stk_mix_fill(m, e, 0, R, src);
+    for (uint64_t q = 0; q < R; q++) {
+        if (q % 7 == 0 || q + 1 == R) {
+            stk_mix_counts(m, e, q, cnt);
+            for (size_t i = 0; i < k; i++) CHECK(cnt[i] == seen[i]);
+        }
+        uint64_t idx;
+        uint32_t i = stk_mix_source_at(m, e, q, &idx);
+        CHECK(i == src[q]);
+        CHECK(i < k);
+        CHECK(idx == seen[i]);
+        seen[i]++;
+    }
+    stk_mix_counts(m, e, R, cnt);
+    uint64_t total = 0;
+    for (size_t i = 0; i < k; i++) {
+        CHECK(seen[i] == stk_mix_source_rounds(m, i));
+        CHECK(cnt[i] == seen[i]);
+        total += seen[i];
+    }
+    CHECK(total == R);
+    (void)s;
+    free(seen);
+    free(cnt);
+    return src;
+}
+
+/* The window bound over rounds [a, b) (one phase) with per-source counts
+ * c (within that phase). */
+static void check_windows(const uint32_t *src, uint64_t a, uint64_t b, const uint64_t *c,
+                          size_t k) {
+    uint64_t len = b - a;
+    unsigned depth = ceil_log2(k);
+    uint64_t *run = calloc(k, sizeof *run);
+    CHECK(run);
+    for (uint64_t n = 1; n <= 200 && n <= len; n++) {
+        memset(run, 0, k * sizeof *run);
+        for (uint64_t q = a; q < a + n; q++) run[src[q]]++;
+        for (uint64_t st = a;; st++) {
+            for (size_t i = 0; i < k; i++) {
+                double want = (double)n * (double)c[i] / (double)len;
+                double dev = fabs((double)run[i] - want);
+                if (!(dev < (double)depth + 1e-9 || (depth == 0 && dev < 1e-9))) {
+                    fprintf(stderr, "window [%llu, +%llu) source %zu: %llu, want %.3f (depth %u)\n",
+                            (unsigned long long)st, (unsigned long long)n, i,
+                            (unsigned long long)run[i], want, depth);
+                    CHECK(0);
+                }
+            }
+            if (st + n >= b) break;
+            run[src[st]]--;
+            run[src[st + n]]++;
+        }
+    }
+    free(run);
+}
+
+static stk_mix *open_ok(const stk_mix_source *s, size_t k, stk_mix_exhaust ex, uint64_t seed) {
+    stk_mix *m = NULL;
+    CHECK_OK(stk_mix_open(s, k, ex, seed, &m, &err));
+    CHECK(stk_mix_num_sources(m) == k);
+    return m;
+}
+
+static void test_policies(void) {
+    stk_mix_source s[3] = {{1000, 1.0, 0}, {300, 1.0, 0}, {50, 0.5, 0}};
+    /* STOP: t = min(1000, 300, 100) = 100: 100, 100, 50. */
+    stk_mix *m = open_ok(s, 3, STK_MIX_STOP, 7);
+    CHECK(stk_mix_source_rounds(m, 0) == 100 && stk_mix_source_rounds(m, 1) == 100 &&
+          stk_mix_source_rounds(m, 2) == 50 && stk_mix_epoch_rounds(m) == 250);
+    uint64_t c[3] = {100, 100, 50};
+    free(check_epoch(m, 0, s, 3));
+    uint32_t *src = check_epoch(m, 3, s, 3);
+    check_windows(src, 0, 250, c, 3);
+    free(src);
+    stk_mix_close(m);
+    /* CYCLE: t = 1000: 1000, 1000, 500. */
+    m = open_ok(s, 3, STK_MIX_CYCLE, 7);
+    CHECK(stk_mix_source_rounds(m, 0) == 1000 && stk_mix_source_rounds(m, 1) == 1000 &&
+          stk_mix_source_rounds(m, 2) == 500);
+    uint64_t c2[3] = {1000, 1000, 500};
+    src = check_epoch(m, 1, s, 3);
+    check_windows(src, 0, 2500, c2, 3);
+    free(src);
+    stk_mix_close(m);
+    /* ALL: every source's whole epoch, in phases: until t=100 (100, 100,
+     * 50), then sources 0 and 1 at 1:1 until t=300 (200, 200), then source
+     * 0 alone (700). */
+    m = open_ok(s, 3, STK_MIX_ALL, 7);
+    CHECK(stk_mix_source_rounds(m, 0) == 1000 && stk_mix_source_rounds(m, 1) == 300 &&
+          stk_mix_source_rounds(m, 2) == 50 && stk_mix_epoch_rounds(m) == 1350);
+    src = check_epoch(m, 2, s, 3);
+    check_windows(src, 0, 250, c, 3);
+    uint64_t c3[3] = {200, 200, 0};
+    check_windows(src, 250, 650, c3, 3);
+    for (uint64_t q = 650; q < 1350; q++) CHECK(src[q] == 0);
+    free(src);
+    stk_mix_close(m);
+    /* Counts given: kept whatever the units (a count above them cycles). */
+    stk_mix_source g[3] = {{10, 0, 7}, {5, 0, 12}, {1, 0, 1}};
+    m = open_ok(g, 3, STK_MIX_STOP, 1);
+    CHECK(stk_mix_source_rounds(m, 0) == 7 && stk_mix_source_rounds(m, 1) == 12 &&
+          stk_mix_source_rounds(m, 2) == 1);
+    free(check_epoch(m, 0, g, 3));
+    stk_mix_close(m);
+    /* One source: every round is its own, in order. */
+    stk_mix_source one = {17, 2.0, 0};
+    m = open_ok(&one, 1, STK_MIX_STOP, 3);
+    CHECK(stk_mix_epoch_rounds(m) == 17);
+    free(check_epoch(m, 0, &one, 1));
+    stk_mix_close(m);
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static void test_random(void) {
+    for (int it = 0; it < 60; it++) {
+        size_t k = 1 + rnd() % 9;
+        stk_mix_source s[9];
+        for (size_t i = 0; i < k; i++) {
+            s[i].units = 1 + rnd() % 400;
+            s[i].weight = 0.05 + (double)(rnd() % 1000) / 100.0;
+            s[i].count = 0;
+        }
+        stk_mix_exhaust ex = (stk_mix_exhaust)(it % 3);
+        stk_mix *m = open_ok(s, k, ex, rnd());
+        for (size_t i = 0; i < k; i++) {
+            uint64_t r = stk_mix_source_rounds(m, i);
+            if (ex == STK_MIX_STOP) CHECK(r <= s[i].units);
+            if (ex == STK_MIX_CYCLE) CHECK(r + 1 >= s[i].units);
+            if (ex == STK_MIX_ALL) CHECK(r == s[i].units);
+        }
+        uint64_t e = rnd() % 100;
+        uint32_t *src = check_epoch(m, e, s, k);
+        if (ex != STK_MIX_ALL) {
+            uint64_t c[9];
+            for (size_t i = 0; i < k; i++) c[i] = stk_mix_source_rounds(m, i);
+            check_windows(src, 0, stk_mix_epoch_rounds(m), c, k);
+        }
+        /* Another epoch: the same counts, and (for two or more sources
+         * with enough rounds) another arrangement. */
+        uint32_t *src2 = check_epoch(m, e + 1, s, k);
+        uint64_t R = stk_mix_epoch_rounds(m);
+        uint32_t *again = malloc(R * sizeof *again);
+        CHECK(again);
+        stk_mix_fill(m, e, 0, R, again);
+        CHECK(memcmp(again, src, R * sizeof *src) == 0);
+        size_t busy = 0;
+        for (size_t i = 0; i < k; i++) busy += stk_mix_source_rounds(m, i) >= 20;
+        if (busy >= 2 && R >= 100) CHECK(memcmp(src, src2, R * sizeof *src) != 0);
+        free(again);
+        free(src);
+        free(src2);
+        stk_mix_close(m);
+    }
+}
+
+static void test_errors(void) {
+    stk_mix *m = NULL;
+    stk_mix_source s[2] = {{10, 1, 0}, {0, 1, 0}};
+    CHECK_ERR(stk_mix_open(s, 0, STK_MIX_STOP, 0, &m, &err), -EINVAL, "no sources");
+    CHECK_ERR(stk_mix_open(s, 2, STK_MIX_STOP, 0, &m, &err), -EINVAL, "source 1");
+    s[1].units = 5;
+    s[1].weight = 0;
+    CHECK_ERR(stk_mix_open(s, 2, STK_MIX_STOP, 0, &m, &err), -EINVAL, "source 1's weight");
+    s[1].weight = NAN;
+    CHECK_ERR(stk_mix_open(s, 2, STK_MIX_STOP, 0, &m, &err), -EINVAL, "source 1's weight");
+    s[1].weight = 1;
+    s[0].count = 3;
+    CHECK_ERR(stk_mix_open(s, 2, STK_MIX_STOP, 0, &m, &err), -EINVAL, "source 1");
+    CHECK(m == NULL);
+    stk_mix_exhaust ex;
+    CHECK(stk_mix_exhaust_parse("cycle", &ex) == 0 && ex == STK_MIX_CYCLE);
+    CHECK(stk_mix_exhaust_parse("stop", &ex) == 0 && ex == STK_MIX_STOP);
+    CHECK(stk_mix_exhaust_parse("all", &ex) == 0 && ex == STK_MIX_ALL);
+    CHECK(stk_mix_exhaust_parse("never", &ex) == -EINVAL);
+}
+
+int main(void) {
+    test_policies();
+    test_random();
+    test_errors();
+    return 0;
+}
