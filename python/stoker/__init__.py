@@ -48,12 +48,13 @@ Exceptions:
 from . import _stoker
 from ._errors import AccessDenied, InvalidArgument, NotFound, OutOfMemory, StokerError, Timeout
 from ._loader import Loader, gpu_count, gpu_status
+from ._mix import Mixture, Source
 from ._types import Batch, PathLike
 from ._parquet import parquet, s3_filesystem
 from ._write import bits, index, merge, write
 from .profile import profile
 
-__all__ = ["Loader", "StokerError", "InvalidArgument", "NotFound", "AccessDenied", "OutOfMemory",
+__all__ = ["Loader", "Mixture", "Source", "StokerError", "InvalidArgument", "NotFound", "AccessDenied", "OutOfMemory",
            "Timeout",
            "bits", "gpu_count", "gpu_status", "index", "merge", "parquet", "profile",
            "s3_filesystem", "write", "version"]

@@ -378,6 +378,10 @@ class Loader:
             group, each) is refused. 0 streams: nothing is kept but what is
             being read.
 
+    Given a list of sources instead of a path (paths, dicts of
+    ``stoker.Source`` arguments, or Sources), it makes a ``stoker.Mixture``
+    that draws from them at their weights; see that class for its options.
+
     Ragged fields (record mode) come as ``name`` (the rows concatenated) and
     ``name_offsets`` (int64, batch_size + 1).
 
@@ -389,6 +393,13 @@ class Loader:
         StokerError: A dataset that cannot be read (damaged, truncated).
         TypeError: An argument of the wrong type.
     """
+
+    def __new__(cls, path: Any = None, *args: Any, **kwargs: Any):
+        # A list of sources makes a mixture (stoker.Mixture, python/stoker/_mix.py).
+        if cls is Loader and isinstance(path, (list, tuple)):
+            from ._mix import Mixture
+            return Mixture(path, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(self, path: PathLike, batch_size: int, *,
                  fields: Optional[Union[str, Sequence[str]]] = None,

@@ -98,7 +98,7 @@ typedef struct {
     int dev_type, dev_id;  /* DLPack device: kDLCPU, or kDLCUDA and its ordinal */
 } ArrayObject;
 
-extern PyTypeObject LoaderType, BatchType, ArrayType, WriterType;
+extern PyTypeObject LoaderType, BatchType, ArrayType, WriterType, MixType;
 
 /* ---- loader.c ---- */
 

@@ -162,7 +162,8 @@ static int import_errors(void) {
 
 PyMODINIT_FUNC PyInit__stoker(void) {
     if (PyType_Ready(&LoaderType) < 0 || PyType_Ready(&BatchType) < 0 ||
-        PyType_Ready(&ArrayType) < 0 || PyType_Ready(&WriterType) < 0)
+        PyType_Ready(&ArrayType) < 0 || PyType_Ready(&WriterType) < 0 ||
+        PyType_Ready(&MixType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
@@ -176,6 +177,8 @@ PyMODINIT_FUNC PyInit__stoker(void) {
     PyModule_AddObject(m, "Loader", (PyObject *)&LoaderType);
     Py_INCREF(&WriterType);
     PyModule_AddObject(m, "Writer", (PyObject *)&WriterType);
+    Py_INCREF(&MixType);
+    PyModule_AddObject(m, "Mix", (PyObject *)&MixType);
     Py_INCREF(&ArrayType);
     PyModule_AddObject(m, "Array", (PyObject *)&ArrayType);
     PyModule_AddStringConstant(m, "version", stk_version());
