@@ -24,6 +24,13 @@ __all__ = ["StokerError", "InvalidArgument", "NotFound", "AccessDenied", "OutOfM
 class StokerError(RuntimeError):
     """An error from stoker: args are (code, message); str() is the message."""
 
+    def __init__(self, *args, message=None):
+        # message=: how torch's DataLoader raises a worker's exception again
+        # in the parent (for a class with a `message` attribute).
+        if message is not None:
+            args = (*args, message)
+        super().__init__(*args)
+
     @property
     def code(self) -> int:
         """The negative errno or STK_E* code (0 when none was given)."""
@@ -43,7 +50,9 @@ class StokerError(RuntimeError):
 class InvalidArgument(StokerError, ValueError):
     """A bad option or input (also a ValueError)."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, message=None):
+        if message is not None:
+            args = (*args, message)
         if len(args) == 1:
             args = (-22, args[0])  # -EINVAL
         super().__init__(*args)

@@ -263,7 +263,7 @@ class Mixture:
         self.exhaust = exhaust
         self.homogeneous = bool(homogeneous)
         self.seed = _check_int("seed", seed)
-        self.rank, self.world_size, _ = _share_args(rank, world_size, None)
+        self.rank, self.world_size, self.split = _share_args(rank, world_size, None)
         self.streams = self.world_size if streams is None else _check_int("streams", streams, 1)
         if self.streams % self.world_size:
             raise InvalidArgument(f"a mixture's streams ({self.streams}) must be a multiple of "

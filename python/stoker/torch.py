@@ -62,7 +62,9 @@ class Dataset(torch.utils.data.IterableDataset):
     DataLoader worker) opens its own Loader there.
 
     Args:
-        path: The dataset directory or in-place index.
+        path: The dataset directory or in-place index; or a list of sources
+            (see ``stoker.Source``), which makes a mixture (read with
+            ``num_workers=0``).
         batch_size: Samples per batch.
         **kwargs: The keyword-only options of stoker.Loader, with its
             defaults (rank and world_size: torchrun's RANK and WORLD_SIZE),
@@ -76,7 +78,10 @@ class Dataset(torch.utils.data.IterableDataset):
         super().__init__()
         if "output" in kwargs:
             raise TypeError("stoker.torch.Dataset always yields torch tensors; drop 'output'")
-        self.path = os.fspath(path)
+        # A list of sources: a mixture (stoker.Mixture), read in this
+        # process by the sources' own threads.
+        self._mixture = isinstance(path, (list, tuple))
+        self.path = list(path) if self._mixture else os.fspath(path)
         self.batch_size = batch_size
         self.kwargs = dict(kwargs)
         self.rank = kwargs.pop("rank", None)
@@ -122,6 +127,16 @@ class Dataset(torch.utils.data.IterableDataset):
                 != (rank, world, split)):
             self._loader.close()
             self._loader = None
+        if self._loader is None and self._mixture:
+            if split != (0, 1):
+                from ._errors import InvalidArgument
+                raise InvalidArgument(
+                    "a mixture of sources is read in the training process (its sources' "
+                    "loaders read ahead in their own threads): give the DataLoader "
+                    "num_workers=0")
+            self._loader = Loader(self.path, self.batch_size, rank=rank, world_size=world,
+                                  epoch=self._epoch, output="torch", **self.kwargs)
+            self._pid = os.getpid()
         if self._loader is None:
             self._loader = Loader(self.path, self.batch_size, rank=rank, world_size=world,
                                   split=split, epoch=self._epoch, output="torch", **self.kwargs)
@@ -196,6 +211,9 @@ class Dataset(torch.utils.data.IterableDataset):
         loader: no thread starts here."""
         rank, world, split = self._share()
         key = (rank, world, split)
+        if key not in self._lens and self._mixture:
+            # A mixture counts its sources' samples by opening them.
+            self._lens[key] = len(self._open())
         if key not in self._lens:
             counts = _count(self.path, self.batch_size, rank=rank, world_size=world,
                             split=split, epoch=self._epoch, output="torch", **self.kwargs)

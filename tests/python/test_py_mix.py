@@ -313,3 +313,24 @@ def test_torch_output_and_len(srcs):
             assert isinstance(b["x"], torch.Tensor) and isinstance(b["source"], torch.Tensor)
             n += 1
         assert n == len(mx) == math.ceil(450 / 32)
+
+
+def test_torch_dataset_over_a_mixture(srcs):
+    torch = pytest.importorskip("torch")
+    import stoker.torch
+    from torch.utils.data import DataLoader
+    ds = stoker.torch.Dataset(sources(srcs), 32, shuffle="random", seed=4)
+    assert len(ds) == math.ceil(450 / 32)
+    seen = collections.Counter()
+    for b in DataLoader(ds, batch_size=None, num_workers=0):
+        assert isinstance(b["x"], torch.Tensor)
+        seen.update(b["source"].tolist())
+    assert seen == {0: 180, 1: 180, 2: 90}
+    st = ds.state_dict()
+    assert st["epoch"] == 1 and st["position"] == 0
+    # Worker processes would each take a share of the rank's batches; a
+    # mixture cannot be dealt that way, and says so (the DataLoader raises
+    # the worker's error again here, as the same class).
+    with pytest.raises(stoker.InvalidArgument, match="num_workers=0"):
+        for _ in DataLoader(ds, batch_size=None, num_workers=2):
+            pass
