@@ -1,6 +1,8 @@
-"""python -m stoker pack --from parquet ...: the parts of the command line
-that need Python libraries (pyarrow reads Parquet). The `stoker` program
-hands `pack --from parquet` to this module."""
+"""python -m stoker pack --from parquet ... | read|doctor MIXTURE.json: the
+parts of the command line that need Python (pyarrow reads Parquet; a
+mixture of sources is stoker.Mixture). The `stoker` program hands
+`pack --from parquet` and `read`/`doctor` of a .json mixture to this
+module."""
 import argparse
 import glob
 import json
@@ -180,11 +182,115 @@ def pack_parquet(argv):
     return 0
 
 
+def read_mixture(argv, doctor):
+    """stoker read|doctor MIXTURE.json: one run of a mixture, taking each
+    batch and giving it back the way a training loop would; reports samples/s,
+    GB/s of batch data, the stall (the share of the time spent waiting for
+    batches) and each source's share.  doctor also spends --step-ms of CPU
+    after each batch, as a model would, and says whether the run was bound
+    by its input."""
+    cmd = "doctor" if doctor else "read"
+    ap = argparse.ArgumentParser(prog=f"stoker {cmd} MIXTURE.json")
+    ap.add_argument("path")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--shuffle", default=None)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--epoch", type=int, default=0)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--rank", type=int, default=None)
+    ap.add_argument("--world-size", type=int, default=None)
+    ap.add_argument("--streams", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--budget", default="1G")
+    ap.add_argument("--prefetch", type=int, default=0)
+    ap.add_argument("--backend", default="auto")
+    ap.add_argument("--no-verify", action="store_true")
+    ap.add_argument("--max-batches", type=int, default=None)
+    ap.add_argument("--step-ms", type=float, default=0.0 if not doctor else 0.0)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    import numpy as np
+    import stoker
+    from ._mix import load_description
+    try:
+        d = load_description(a.path)
+        opts = {k: d[k] for k in ("exhaust", "homogeneous", "seed", "shuffle", "streams")
+                if k in d}
+        for k in ("seed", "shuffle", "streams"):
+            if getattr(a, k) is not None:
+                opts[k] = getattr(a, k)
+        mx = stoker.Loader(d["sources"], a.batch, epoch=a.epoch, rank=a.rank,
+                           world_size=a.world_size, threads=a.threads,
+                           memory_budget=_size(a.budget), prefetch=a.prefetch,
+                           backend=a.backend, verify=not a.no_verify, **opts)
+    except (stoker.StokerError, ValueError, TypeError, OSError) as e:
+        print(f"stoker {cmd}: error: {e}", file=sys.stderr)
+        return 2
+    max_batches = a.max_batches if a.max_batches is not None else (200 if doctor else None)
+    samples = nbytes = batches = 0
+    per = np.zeros(len(mx.sources), np.int64)
+    waited = 0.0
+    t0 = time.perf_counter()
+    try:
+        with mx:
+            for _ in range(a.epochs):
+                taken = 0
+                it = iter(mx)
+                while max_batches is None or taken < max_batches:
+                    w0 = time.perf_counter()
+                    b = next(it, None)
+                    waited += time.perf_counter() - w0
+                    if b is None:
+                        break
+                    taken += 1
+                    batches += 1
+                    src = np.asarray(b["source"])
+                    samples += len(src)
+                    per += np.bincount(src, minlength=len(per))
+                    nbytes += sum(np.asarray(v).nbytes for k, v in b.items() if k != "source")
+                    if a.step_ms > 0:
+                        end = time.perf_counter() + a.step_ms / 1e3
+                        while time.perf_counter() < end:
+                            pass
+                    b = None
+                if max_batches is not None and taken >= max_batches:
+                    mx.set_epoch(mx.epoch + 1)
+    except stoker.StokerError as e:
+        print(f"stoker {cmd}: error: {e}", file=sys.stderr)
+        return 2
+    el = time.perf_counter() - t0
+    stall = waited / el if el > 0 else 0.0
+    out = {"samples": samples, "batches": batches, "seconds": el,
+           "samples_per_s": samples / el if el > 0 else 0.0,
+           "gb_per_s": nbytes / el / 1e9 if el > 0 else 0.0, "stall": stall,
+           "sources": [{"path": s.path, "samples": int(n),
+                        "share": float(n) / samples if samples else 0.0}
+                       for s, n in zip(mx.sources, per)]}
+    if doctor:
+        out["verdict"] = ("loader alone" if a.step_ms <= 0 else
+                          "input-bound" if stall > 0.1 else
+                          "balanced" if stall > 0.02 else "compute-bound")
+    if a.json:
+        print(json.dumps(out))
+        return 0
+    print(f"{samples} samples in {batches} batches, {el:.3f} s: {out['samples_per_s']:,.0f} "
+          f"samples/s, {out['gb_per_s']:.3f} GB/s, stall {100 * stall:.1f}%")
+    for i, s in enumerate(out["sources"]):
+        print(f"  source {i} {s['path']}: {s['samples']} samples ({100 * s['share']:.1f}%)")
+    if doctor:
+        print(f"verdict: {out['verdict']}" + ("" if a.step_ms > 0 else
+              " (give --step-ms, the model's time per batch, to judge a training run)"))
+    return 0
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["pack"]:
         return pack_parquet(argv[1:])
-    print("usage: python -m stoker pack --from parquet ...", file=sys.stderr)
+    if argv[:1] in (["read"], ["doctor"]):
+        return read_mixture(argv[1:], argv[0] == "doctor")
+    print("usage: python -m stoker pack --from parquet ... | read|doctor MIXTURE.json ...",
+          file=sys.stderr)
     return 2
 
 

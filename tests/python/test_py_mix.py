@@ -334,3 +334,25 @@ def test_torch_dataset_over_a_mixture(srcs):
     with pytest.raises(stoker.InvalidArgument, match="num_workers=0"):
         for _ in DataLoader(ds, batch_size=None, num_workers=2):
             pass
+
+
+def test_cli_reads_a_mixture_description(srcs, tmp_path):
+    import json
+    desc = tmp_path / "mix.json"
+    desc.write_text(json.dumps({"sources": [{"path": srcs[0], "weight": 2},
+                                            {"path": srcs[1]}, srcs[2]],
+                                "exhaust": "all", "seed": 3}))
+    build = os.environ.get("STOKER_BUILD", "build")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    exe = os.path.join(build if os.path.isabs(build) else os.path.join(root, build), "stoker")
+    env = dict(os.environ, STOKER_PYTHON=sys.executable)
+    for cmd in ("read", "doctor"):
+        p = subprocess.run([exe, cmd, str(desc), "--batch", "16", "--shuffle", "random",
+                            "--json"], env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        out = json.loads(p.stdout)
+        assert [s["samples"] for s in out["sources"]] == list(SIZES)  # exhaust=all
+        assert out["samples"] == sum(SIZES)
+    p = subprocess.run([exe, "read", str(tmp_path / "none.json")], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "none.json" in p.stderr

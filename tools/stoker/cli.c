@@ -199,3 +199,49 @@ int open_path(const char *path, const char *root, stk_dataset **ds, stk_error *e
     oo.cache_budget = cli_cache_budget;
     return stk_dataset_open_with(path, &oo, ds, err);
 }
+
+/* ---- the Python package ---- */
+
+/* The Python that has the stoker package: $STOKER_PYTHON; else the
+ * interpreter beside this program (a virtual environment's bin/, where pip
+ * put it); else the one the package was built for (STK_PYTHON, set by the
+ * pip build); else python3 on the PATH. */
+static const char *find_python(char *buf, size_t cap) {
+    const char *py = getenv("STOKER_PYTHON");
+    if (py && *py) return py;
+    ssize_t n = readlink("/proc/self/exe", buf, cap - 16);
+    if (n > 0) {
+        buf[n] = '\0';
+        char *slash = strrchr(buf, '/');
+        static const char *const names[] = {"python3", "python"};
+        for (size_t i = 0; slash && i < 2; i++) {
+            snprintf(slash + 1, cap - (size_t)(slash + 1 - buf), "%s", names[i]);
+            if (access(buf, X_OK) == 0) return buf;
+        }
+    }
+#ifdef STK_PYTHON
+    if (access(STK_PYTHON, X_OK) == 0) return STK_PYTHON;
+#endif
+    return "python3";
+}
+
+int run_python(const char *cmd, int argc, char **argv, const char *what) {
+    static char pybuf[4096];
+    const char *py = find_python(pybuf, sizeof pybuf);
+    char **args = calloc((size_t)argc + 5, sizeof *args);
+    if (!args) return EXIT_ERROR;
+    int k = 0;
+    args[k++] = (char *)py;
+    args[k++] = "-m";
+    args[k++] = "stoker";
+    args[k++] = (char *)cmd;
+    for (int i = 0; i < argc; i++) args[k++] = argv[i];
+    args[k] = NULL;
+    execvp(py, args);
+    fprintf(stderr,
+            "%s: error: %s runs the stoker Python package, but '%s' could not be started "
+            "(%s); install it (pip install stoker) or set STOKER_PYTHON\n",
+            prog, what, py, strerror(errno));
+    free(args);
+    return EXIT_ERROR;
+}

@@ -39,6 +39,12 @@ int cmd_doctor(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
 int cmd_push(int argc, char **argv);
 
+/* Runs `python -m stoker CMD ARGS...` in place of this process (the parts
+ * of the command line that need Python: Parquet, mixtures); returns only
+ * when that Python cannot be started, after saying so (`what` names what
+ * needed it). */
+int run_python(const char *cmd, int argc, char **argv, const char *what);
+
 /* ---- errors ---- */
 
 /* Prints "stoker CMD: MESSAGE" and a pointer to the command's --help on

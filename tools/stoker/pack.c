@@ -57,49 +57,9 @@ static const char pack_help[] =
 
 /* ---- --from parquet ---- */
 
-/* The Python that has the stoker package: $STOKER_PYTHON; else the
- * interpreter beside this program (a virtual environment's bin/, where pip
- * put it); else the one the package was built for (STK_PYTHON, set by the
- * pip build); else python3 on the PATH. */
-static const char *find_python(char *buf, size_t cap) {
-    const char *py = getenv("STOKER_PYTHON");
-    if (py && *py) return py;
-    ssize_t n = readlink("/proc/self/exe", buf, cap - 16);
-    if (n > 0) {
-        buf[n] = '\0';
-        char *slash = strrchr(buf, '/');
-        static const char *const names[] = {"python3", "python"};
-        for (size_t i = 0; slash && i < 2; i++) {
-            snprintf(slash + 1, cap - (size_t)(slash + 1 - buf), "%s", names[i]);
-            if (access(buf, X_OK) == 0) return buf;
-        }
-    }
-#ifdef STK_PYTHON
-    if (access(STK_PYTHON, X_OK) == 0) return STK_PYTHON;
-#endif
-    return "python3";
-}
-
 /* Parquet is read by pyarrow: hand the command to the Python package. */
 static int pack_via_python(int argc, char **argv) {
-    static char pybuf[4096];
-    const char *py = find_python(pybuf, sizeof pybuf);
-    char **args = calloc((size_t)argc + 5, sizeof *args);
-    if (!args) return EXIT_ERROR;
-    int k = 0;
-    args[k++] = (char *)py;
-    args[k++] = "-m";
-    args[k++] = "stoker";
-    args[k++] = "pack";
-    for (int i = 0; i < argc; i++) args[k++] = argv[i];
-    args[k] = NULL;
-    execvp(py, args);
-    fprintf(stderr,
-            "%s: error: --from parquet runs the stoker Python package, but '%s' could not be "
-            "started (%s); install it (pip install stoker pyarrow) or set STOKER_PYTHON\n",
-            prog, py, strerror(errno));
-    free(args);
-    return EXIT_ERROR;
+    return run_python("pack", argc, argv, "--from parquet");
 }
 
 /* What a pack is made from, for resume and merge to check: a digest of

@@ -15,7 +15,7 @@
 #include <string.h>
 
 static const char read_help[] =
-    "Usage: stoker read DATASET [options]\n"
+    "Usage: stoker read DATASET|MIXTURE.json [options]\n"
     "\n"
     "Iterates epochs of batches the way a training loop would (taking each\n"
     "batch and giving it back at once) and reports samples/s, GB/s of batch\n"
@@ -51,6 +51,12 @@ static const char read_help[] =
     "  --trace FILE         write a Chrome trace of the run (opens in ui.perfetto.dev)\n"
     "  --root DIR           an in-place index's files may lie under DIR (default:\n"
     "                       the index's own directory; only for an index you trust)\n"
+    "\n"
+    "MIXTURE.json describes several sources read as one stream (stoker.Mixture,\n"
+    "run by the Python package): {\"sources\": [{\"path\": \"a.stk\", \"weight\": 2},\n"
+    "{\"path\": \"b.stk\", \"window\": 64}], \"exhaust\": \"stop\", \"homogeneous\": false};\n"
+    "it takes --batch, --shuffle, --seed, --epoch(s), --rank, --world-size, --streams,\n"
+    "--threads, --budget, --prefetch, --backend, --no-verify, --max-batches, --json.\n"
     "\n"
     "Example:\n"
     "  stoker read basins.stk --window 365 --batch 256 --shuffle random\n";
@@ -333,6 +339,11 @@ static int read_main(int argc, char **argv, bool doctor) {
     r.epochs = 1;
     r.max_batches = UINT64_MAX;
     if (!read_args(argc, argv, &r)) return 0;
+    /* A mixture description (a JSON file naming several sources) is read by
+     * the Python package's mixture. */
+    size_t plen = strlen(r.path);
+    if (plen > 5 && strcmp(r.path + plen - 5, ".json") == 0)
+        return run_python(doctor ? "doctor" : "read", argc, argv, "a mixture (.json)");
     /* doctor reports on a short run unless told how long. */
     if (doctor && !r.max_given) r.max_batches = 200;
     stk_error err = {0};
