@@ -226,8 +226,11 @@ class Mixture:
         source_field: The batch key that says which source (its index in
             ``sources``) each sample came from; None leaves it out.
         output: ``"numpy"`` or ``"torch"``.
-        threads, prefetch, memory_budget: In all: each source's loader gets
-            its part (threads: at least one each).
+        threads: Worker threads of each source's loader (0: one per CPU, at
+            most 8): a loader whose ring is full sleeps, so the busiest
+            source has them all.
+        prefetch, memory_budget: In all: each source's loader gets its
+            part of the memory budget.
         backend, direct, queue_depth, verify, on_error, max_skips,
             warm_up: Handed to every source's loader.
 
@@ -285,7 +288,10 @@ class Mixture:
         threads = _check_int("threads", threads)
         if threads == 0:
             threads = min(os.cpu_count() or 1, 8)
-        self._threads = max(1, threads // k)
+        # Every source's loader gets them all: the sources are drawn
+        # unevenly, and a source's loader that is ahead waits (its ring
+        # full) while the busiest one needs every core.
+        self._threads = threads
         self._prefetch = prefetch
         self._memory = max(1 << 20, _check_int("memory_budget", memory_budget, 1) // k)
         self._feeds: List[_Feed] = []

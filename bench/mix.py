@@ -1,0 +1,100 @@
+"""The cost of mixing: a 3-source mixture against one dataset holding the
+same samples, side by side in one run (warm: every shard in the page
+cache), medians of several repetitions with the contenders in turn.
+
+Contenders, one epoch each, batches taken and dropped as a training loop
+would:
+  - one dataset of all the samples (stoker.Loader, random order);
+  - the same samples as three datasets of 4:2:1 records, mixed at their
+    sizes' weights with exhaust="all" (every sample once), batches mixing
+    the sources (one copy more: each batch is assembled from the sources'
+    batches);
+  - the same three, homogeneous batches (each a source's own batch, no
+    copy).
+Two record sizes: 256 B (the per-batch work dominates) and 16 KiB (the
+copy does).  Writes its section of BENCHMARKS.md.
+"""
+import argparse
+import time
+
+import numpy as np
+
+from common import OUT, machine, median, write_section
+
+import stoker
+
+
+def make(d, n, rec_bytes, parts):
+    k = rec_bytes // 4
+    d.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((n, k - 2), dtype=np.float32)
+    y = np.arange(n, dtype=np.int64)
+    stoker.write(d / "all", {"x": x, "y": y}, overwrite=True)
+    paths, lo = [], 0
+    for i, w in enumerate(parts):
+        hi = lo + n * w // sum(parts)
+        stoker.write(d / f"part{i}", {"x": x[lo:hi], "y": y[lo:hi]}, overwrite=True)
+        paths.append(d / f"part{i}")
+        lo = hi
+    return d / "all", paths
+
+
+def epoch_rate(make_loader, nbytes):
+    with make_loader() as ld:
+        next(iter(ld))  # start-up (threads, first reads) left out of both
+        ld.set_epoch(0)
+        t0 = time.perf_counter()
+        n = 0
+        for b in ld:
+            n += len(b["y"])
+        el = time.perf_counter() - t0
+    return n / el, n * nbytes / el / 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--small", type=int, default=700_000)
+    ap.add_argument("--large", type=int, default=35_000)
+    a = ap.parse_args()
+    d = OUT / "mix"
+    cases = [("256 B", 256, a.small), ("16 KiB", 16384, a.large)]
+    lines = []
+    raw = []
+    for label, rb, n in cases:
+        one, parts = make(d / label.replace(" ", ""), n, rb, (4, 2, 1))
+        B = 256
+        contenders = {
+            "one dataset": lambda: stoker.Loader(one, B, shuffle="random"),
+            "3 sources, mixed batches": lambda: stoker.Loader(
+                [stoker.Source(p, w) for p, w in zip(parts, (4, 2, 1))], B, exhaust="all",
+                shuffle="random"),
+            "3 sources, homogeneous": lambda: stoker.Loader(
+                [stoker.Source(p, w) for p, w in zip(parts, (4, 2, 1))], B, exhaust="all",
+                shuffle="random", homogeneous=True),
+        }
+        res = {k: [] for k in contenders}
+        for _ in range(a.reps):
+            for k, mk in contenders.items():
+                res[k].append(epoch_rate(mk, rb)[0])
+        base = median(res["one dataset"])
+        for k, v in res.items():
+            m = median(v)
+            lines.append(f"| {label} | {k} | {m / 1e6:.2f} | {m / base:.2f} |")
+            raw.append(f"{label} {k}: " + ", ".join(f"{x / 1e6:.2f}" for x in v))
+    text = f"""## Mixing several datasets (issue: mixing)
+
+Machine: {machine()}. Medians of {a.reps} repetitions, the contenders in turn in each. Produced by `make bench` (bench/mix.py).
+
+The same samples (x float32 and a label y; {a.small:,} records of 256 B, and {a.large:,} of 16 KiB) as one dataset and as three datasets of 4:2:1 of them, mixed at those weights with `exhaust="all"` (so each epoch reads every sample once, as the single dataset's does). Warm (all in the page cache), random order, batches of 256, one epoch after a first batch of start-up; M samples/s.
+
+| records | way | M samples/s | against one dataset |
+|---|---|---:|---:|
+""" + "\n".join(lines) + "\n\nAll repetitions (M samples/s): " + "; ".join(raw) + "\n"
+    write_section("mix", text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
