@@ -1597,6 +1597,51 @@ typedef struct stk_mix_source {
                       * all or none) */
 } stk_mix_source;
 
+/*
+ * A loader over several sources (stoker.h's loader calls all work on it):
+ * each source is a dataset read by a loader of its own, opened with
+ * sources[i].opts (its fields, window, stride, validity rule, order, seed
+ * and block options; give each source its own seed) but the mixture's
+ * batch_size, rank, world_size, streams, epoch, threads and memory budget
+ * (`common`; streams 0: world_size, which must divide them).  A round is
+ * `streams` samples (homogeneous: `streams` batches) of one source, the
+ * same rank taking the same lanes of every round, so that each source is
+ * read in its own order exactly as its own loader deals it to this rank.
+ * Batches hold the first source's fields, named names[i] where given; every
+ * other source must give fields of the same names (after its own names),
+ * types and shapes.  stk_batch_sources gives each sample's source;
+ * stk_batch_samples each sample's id within its source.  The state is a
+ * loader's (seed, epoch, position, streams): restore takes one of this
+ * mixture's seed and streams, from a run of any world size dividing them.
+ * The datasets must stay open until the loader is closed.
+ * Returns 0 and *out, or -EINVAL (the message names the source: a source
+ * with fewer samples than a round, counts for some sources only...),
+ * STK_ESCHEMA (fields that differ between sources, named), or what
+ * opening a source's loader returns.
+ */
+typedef struct stk_mixture_source {
+    stk_dataset *ds;
+    const stk_loader_options *opts; /* NULL: the defaults */
+    double weight;                  /* see stk_mix_source */
+    uint64_t count;                 /* samples per mixture epoch; 0: from weight */
+    const char *const *names;       /* NULL, or a name per field it loads (NULL
+                                     * entries: the field's own) */
+} stk_mixture_source;
+
+typedef struct stk_mixture_options {
+    stk_mix_exhaust exhaust;
+    int homogeneous; /* 1: every batch from one source (copied whole) */
+    uint64_t seed;   /* the schedule's */
+} stk_mixture_options;
+
+STK_API int stk_loader_open_mixture(const stk_mixture_source *sources, size_t n,
+                                    const stk_loader_options *common,
+                                    const stk_mixture_options *mo, stk_loader **out,
+                                    stk_error *err);
+/* A mixture's batch: the source (index into `sources`) of each sample;
+ * NULL for any other loader's batch.  Valid until release. */
+STK_API const uint32_t *stk_batch_sources(const stk_batch *b);
+
 /* Returns 0 and *out, -EINVAL (naming the source: a unit count of 0, a
  * weight not finite and positive, counts given for some sources only, more
  * than 65535 sources, an epoch of more than 2^62 rounds) or -ENOMEM. */

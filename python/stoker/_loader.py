@@ -397,8 +397,8 @@ class Loader:
     def __new__(cls, path: Any = None, *args: Any, **kwargs: Any):
         # A list of sources makes a mixture (stoker.Mixture, python/stoker/_mix.py).
         if cls is Loader and isinstance(path, (list, tuple)):
-            from ._mix import Mixture
-            return Mixture(path, *args, **kwargs)
+            from ._mix import open_mixture
+            return open_mixture(path, *args, **kwargs)
         return super().__new__(cls)
 
     def __init__(self, path: PathLike, batch_size: int, *,
@@ -537,6 +537,11 @@ class Loader:
             # prefetch=2.
             ids = np.array(item[1], dtype=np.uint64)
             out = self._convert(item[0])
+            if len(item) > 2:  # a mixture's batch: each sample's source
+                self._last_sources = np.array(item[2], dtype=np.int32)
+                field = getattr(self, "_source_field", None)
+                if field is not None:
+                    out[field] = self._convert({field: item[2]})[field]
         except BaseException:
             # Interrupted (Ctrl-C) after the batch was taken but before the
             # caller had it: put it back, so that the next call gives it and

@@ -1,6 +1,11 @@
 """Mixtures: several sources (datasets or in-place indexes, local or remote)
 read as one stream, each at its weight (or an exact count per epoch).
 
+A Mixture is a Loader over stk_loader_open_mixture (src/mix/mixer.c): its
+batches are filled in C, in the background, from the sources' own loaders.
+_Composed does the same in Python for the one case the C mixture cannot
+hold (homogeneous batches of sources whose fields differ).
+
 How it is built (docs/ARCHITECTURE.md, "Mixtures"): each source is read by
 a Loader of its own (its own fields, window, order and epochs, opened with
 the mixture's rank, world size and streams S), and the epoch is a sequence
@@ -28,11 +33,13 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _stoker
-from ._errors import InvalidArgument
-from ._loader import Loader, _check_int, _share_args
+import inspect
+
+from ._errors import InvalidArgument, StokerError
+from ._loader import Loader, _check_int, _loader_args, _share_args
 from ._types import Batch, PathLike
 
-__all__ = ["Source", "Mixture"]
+__all__ = ["Source", "Mixture", "open_mixture"]
 
 _U64 = (1 << 64) - 1
 _MASK63 = (1 << 63) - 1
@@ -197,8 +204,13 @@ class _Feed:
         return b, ids
 
 
-class Mixture:
-    """Batches drawn from several sources at their weights, for one rank.
+class _Composed:
+    """A mixture composed in Python from the sources' Loaders: what
+    ``homogeneous=True`` uses when the sources' fields differ (each batch is
+    then a source's own batch, handed over as it is, which one layout of
+    the C mixture cannot hold).  Same options and behaviour as Mixture.
+
+    Batches drawn from several sources at their weights, for one rank.
 
     Made by ``stoker.Loader([source, ...], batch_size, ...)``. The order is a
     closed-form function of (seed, epoch, position): which source a position
@@ -625,7 +637,7 @@ class Mixture:
         for f in getattr(self, "_feeds", []):
             f.ld.close()
 
-    def __enter__(self) -> "Mixture":
+    def __enter__(self) -> "_Composed":
         return self
 
     def __exit__(self, *exc: Any):
@@ -659,3 +671,214 @@ def load_description(path: PathLike) -> Dict[str, Any]:
         srcs.append(s)
     d["sources"] = srcs
     return d
+
+
+_STK_ESCHEMA = -1008
+
+
+class _FieldsDiffer(InvalidArgument):
+    """The sources' fields differ (their batches cannot share one layout)."""
+
+
+def _args(path, batch_size, **options):
+    """A Loader's extension arguments for these options (checked)."""
+    bound = inspect.signature(Loader.__init__).bind(None, path, batch_size, **options)
+    bound.apply_defaults()
+    del bound.arguments["self"]
+    return _loader_args(**bound.arguments, resolve=False).c
+
+
+class Mixture(Loader):
+    """Batches drawn from several sources at their weights, for one rank: a
+    Loader (every method of one) whose batches a C mixture fills in the
+    background from the sources' own loaders.
+
+    Made by ``stoker.Loader([source, ...], batch_size, ...)``. Which source
+    a position holds, and which of its samples, is a closed-form function of
+    (seed, epoch, position) (no generator is replayed), so the state is a
+    Loader's and resume is exact, also into a world size that divides the
+    state's streams (a state of other streams reopens the sources with
+    them).
+
+    Args:
+        sources: Paths, dicts of ``stoker.Source`` arguments, or Sources.
+        batch_size: Samples per batch.
+        exhaust: What ends an epoch when sources run out at their weights:
+            ``"stop"`` (the first to run out; the others go on from there
+            next epoch), ``"cycle"`` (the last; the others cycle into their
+            next epochs) or ``"all"`` (every source gives its whole epoch:
+            drawn at their weights until one runs out, then the rest).
+        homogeneous: Every batch from one source (needed where the sources'
+            fields differ: such a mixture hands each source's batches over
+            as they are); default: batches mix sources.
+        seed: The mixture's seed (the sources' orders derive theirs from it
+            unless a Source gives its own).
+        epoch: The first epoch.
+        shuffle: The sources' order unless a source sets its own.
+        rank, world_size, streams: As for a Loader; a round is ``streams``
+            samples (batches), and world_size must divide streams.
+        drop_last: Drop a last, partial batch.
+        source_field: The batch key that says which source (its index in
+            ``sources``) each sample came from; None leaves it out.
+        output: ``"numpy"``, ``"torch"`` or ``"dlpack"``.
+        threads: Worker threads of each source's loader (0: one per CPU, at
+            most 8): a loader whose ring is full sleeps, so the busiest
+            source has them all.
+        prefetch: Batch buffers of the mixture's ring (0: 4).
+        memory_budget: In all; each source's loader gets its part.
+        backend, direct, queue_depth, verify, on_error, max_skips,
+            warm_up: Handed to every source's loader.
+
+    Raises:
+        InvalidArgument: A source too small for one round, counts for some
+            sources only, fields that differ between sources (without
+            ``homogeneous``), a world size that does not divide streams.
+    """
+
+    def __init__(self, sources: Sequence[Any], batch_size: int, *, exhaust: str = "stop",
+                 homogeneous: bool = False, seed: int = 0, epoch: int = 0,
+                 shuffle: str = "block", rank: Optional[int] = None,
+                 world_size: Optional[int] = None, streams: Optional[int] = None,
+                 drop_last: bool = False, source_field: Optional[str] = "source",
+                 output: Optional[str] = None, threads: int = 0, prefetch: int = 0,
+                 memory_budget: int = 1 << 30, **shared: Any):
+        unknown = set(shared) - set(_SHARED_OPTIONS)
+        if unknown:
+            raise TypeError(f"a mixture does not take {sorted(unknown)}")
+        if isinstance(sources, (str, os.PathLike, Mapping)) or not isinstance(sources, Sequence):
+            raise TypeError("sources must be a list of paths, dicts or stoker.Source")
+        self.sources = [Source.of(s) for s in sources]
+        if not self.sources:
+            raise InvalidArgument("a mixture needs at least one source")
+        if exhaust not in ("stop", "cycle", "all"):
+            raise InvalidArgument(f"exhaust must be 'stop', 'cycle' or 'all', not {exhaust!r}")
+        counted = [s.count is not None for s in self.sources]
+        if any(counted) and not all(counted):
+            i = counted.index(False)
+            raise InvalidArgument(f"counts are given for some sources and not for source {i} "
+                                  f"({self.sources[i].path}): give every source a count, or none")
+        self.batch_size = _check_int("batch_size", batch_size, 1, high=(1 << 32) - 1)
+        self.exhaust = exhaust
+        self.homogeneous = bool(homogeneous)
+        self.seed = _check_int("seed", seed)
+        self.rank, self.world_size, self.split = _share_args(rank, world_size, None)
+        self.streams = self.world_size if streams is None else _check_int("streams", streams, 1)
+        if self.streams % self.world_size:
+            raise InvalidArgument(f"a mixture's streams ({self.streams}) must be a multiple of "
+                                  f"world_size ({self.world_size})")
+        if output is None:
+            output = "numpy"
+        if output not in ("numpy", "torch", "dlpack"):
+            raise InvalidArgument(f"a mixture's output is 'numpy', 'torch' or 'dlpack', not "
+                                  f"{output!r}")
+        if output == "torch":
+            import torch  # noqa: F401
+        if source_field is not None and not isinstance(source_field, str):
+            raise TypeError("source_field must be a str or None")
+        self._source_field = source_field
+        self._shuffle = shuffle
+        self._opts = dict(drop_last=bool(drop_last), threads=_check_int("threads", threads),
+                          prefetch=_check_int("prefetch", prefetch),
+                          memory_budget=_check_int("memory_budget", memory_budget, 1), **shared)
+        self._epoch = _check_int("epoch", epoch)
+        self._c = None
+        self._open(self.streams)
+        if source_field is not None and source_field in self._c.field_names:
+            self.close()
+            raise InvalidArgument(f"the sources have a field named {source_field!r}: choose "
+                                  f"another source_field")
+        self._output = output
+        self._path = "+".join(s.path for s in self.sources)
+        self._pid = os.getpid()
+        self.device = None
+        self._skip_mode = shared.get("on_error") == "skip"
+        self._skipped = 0
+        self._started = False
+        self._exhausted = False
+        self._last_ids = None
+        self._last_sources: Optional[np.ndarray] = None
+        self._counts: Optional[Dict[str, Any]] = None
+
+    def _source_args(self, i: int, s: Source, streams: int, epoch: int) -> tuple:
+        opts = dict(s.options)
+        opts.setdefault("shuffle", self._shuffle)
+        seed = opts.pop("seed", None)
+        seed = _source_seed(self.seed, i) if seed is None else _check_int("seed", seed)
+        return _args(s.path, self.batch_size, seed=seed, rank=self.rank,
+                     world_size=self.world_size, streams=streams, epoch=epoch,
+                     output="numpy", **opts, **self._opts)
+
+    def _open(self, streams: int):
+        """(Re)opens the C mixture with `streams`."""
+        if self._c is not None:
+            self._c.close()
+            self._c = None
+        specs = [(self._source_args(i, s, streams, self._epoch),
+                  1.0 if s.count is not None else s.weight, s.count or 0, s.names or None)
+                 for i, s in enumerate(self.sources)]
+        try:
+            self._c = _stoker.open_mixture(specs, self.exhaust, self.homogeneous, self.seed)
+        except StokerError as e:
+            if e.code == _STK_ESCHEMA:
+                raise _FieldsDiffer(
+                    f"{e.message}; the sources give different fields: select and rename them "
+                    f"to match (Source fields= and names=), or use homogeneous=True") from None
+            raise
+        self.streams = streams
+        self._counts = None
+
+    def __repr__(self) -> str:
+        return (f"<stoker.Mixture of {len(self.sources)} sources, batch_size="
+                f"{self.batch_size}, exhaust={self.exhaust!r}, homogeneous="
+                f"{self.homogeneous}, rank={self.rank}, world_size={self.world_size}, "
+                f"epoch={self._epoch}>")
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        """Resumes where ``state_dict()`` was taken: a state of another
+        world size that divides its streams (which stay the state's for the
+        rest of the run), or another batch size (mixed batches)."""
+        if not isinstance(state, dict):
+            raise TypeError("state must be a dict from state_dict()")
+        streams = _check_int("state's streams", state.get("streams", 1), 1)
+        if streams % self.world_size:
+            raise InvalidArgument(f"the state's streams ({streams}) are not a multiple of "
+                                  f"world_size {self.world_size}: a mixture resumes into a "
+                                  f"world size that divides them")
+        if streams != self.streams:
+            self._open(streams)
+        super().load_state_dict(state)
+
+    def epoch_counts(self) -> Dict[str, Any]:
+        """What an epoch holds: samples in all, each source's, and this
+        rank's batches."""
+        if self._counts is None:
+            from ._loader import _count
+            unit = self.streams * (self.batch_size if self.homogeneous else 1)
+            specs = []
+            for i, s in enumerate(self.sources):
+                opts = dict(s.options)
+                opts.setdefault("shuffle", self._shuffle)
+                opts.pop("seed", None)
+                n = _count(s.path, self.batch_size, **opts)["epoch_samples"]
+                specs.append((n // unit, 1.0 if s.count is not None else s.weight,
+                              (s.count or 0) // unit))
+            m = _stoker.Mix(specs, self.exhaust, self.seed)
+            self._counts = {"epoch_samples": m.rounds() * unit,
+                            "source_samples": [r * unit for r in m.source_rounds()]}
+        return dict(self._counts, rank_batches=len(self))
+
+    def sources_of_last(self) -> Optional[np.ndarray]:
+        """The source of each sample of the last batch (indexes into
+        ``sources``), or None before the first."""
+        return None if self._last_sources is None else self._last_sources.copy()
+
+
+def open_mixture(sources: Sequence[Any], batch_size: int, **options: Any):
+    """A Mixture, or (homogeneous batches of sources whose fields differ)
+    the composed one."""
+    try:
+        return Mixture(sources, batch_size, **options)
+    except _FieldsDiffer:
+        if not options.get("homogeneous"):
+            raise
+    return _Composed(sources, batch_size, **options)

@@ -4,9 +4,13 @@
  * type and one batch type: a loader opened with a device carries its GPU
  * stage, and every call here sends the work to the stage when it has one.
  * The calls that read the same either way (fields, counts, stats, tracing,
- * a batch's size and fields) are the pipeline's own.
+ * a batch's size and fields) are the pipeline's own.  A mixture's loader
+ * (src/mix) is a pipeline loader whose batches its mixture fills: the
+ * calls that move its epoch or state, and its stop and close, go to the
+ * mixture.
  */
 #include "../gpu/gpu.h"
+#include "../mix/mix.h"
 #include "../pipeline/pipeline.h"
 
 #include <errno.h>
@@ -24,6 +28,20 @@ int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader 
     /* Bad options are said as such, before any question of a GPU. */
     int rc = stk__loader_check(ds, opts, err);
     return rc ? rc : stk__gpu_open(ds, opts, out, err);
+}
+
+int stk_loader_open_mixture(const stk_mixture_source *sources, size_t n,
+                            const stk_loader_options *common, const stk_mixture_options *mo,
+                            stk_loader **out, stk_error *err) {
+    stk_loader_options defaults;
+    stk_mixture_options mdefaults = {STK_MIX_STOP, 0, 0};
+    if (!common) {
+        stk_loader_options_init(&defaults);
+        common = &defaults;
+    }
+    if (!mo) mo = &mdefaults;
+    if (!out) return stk__err(err, -EINVAL, "stk_loader_open_mixture: NULL argument");
+    return stk__mixture_open(sources, n, common, mo, out, err);
 }
 
 int stk_loader_next(stk_loader *ld, stk_batch **out, stk_error *err) {
@@ -70,6 +88,7 @@ int stk_loader_add_buffer(stk_loader *ld, stk_error *err) {
 
 int stk_loader_set_epoch(stk_loader *ld, uint64_t epoch, stk_error *err) {
     if (!ld) return stk__err(err, -EINVAL, "NULL loader");
+    if (stk__loader_mix(ld)) return stk__mixture_set_epoch(stk__loader_mix(ld), epoch, err);
     stk__gpu *g = stk__loader_gpu(ld);
     return g ? stk__gpu_set_epoch(g, epoch, err) : stk__loader_set_epoch(ld, epoch, err);
 }
@@ -82,6 +101,7 @@ void stk_loader_save(const stk_loader *ld, stk_loader_state *out) {
 
 int stk_loader_restore(stk_loader *ld, const stk_loader_state *st, stk_error *err) {
     if (!ld || !st) return stk__err(err, -EINVAL, "stk_loader_restore: NULL argument");
+    if (stk__loader_mix(ld)) return stk__mixture_restore(stk__loader_mix(ld), st, err);
     stk__gpu *g = stk__loader_gpu(ld);
     return g ? stk__gpu_restore(g, st, err) : stk__loader_restore(ld, st, err);
 }
@@ -89,6 +109,8 @@ int stk_loader_restore(stk_loader *ld, const stk_loader_state *st, stk_error *er
 int stk_loader_fetch_epoch(stk_loader *ld, uint64_t *bytes, stk_error *err) {
     uint64_t ignored;
     if (!ld) return stk__err(err, -EINVAL, "stk_loader_fetch_epoch: NULL loader");
+    if (stk__loader_mix(ld))
+        return stk__mixture_fetch_epoch(stk__loader_mix(ld), bytes ? bytes : &ignored, err);
     return stk__loader_fetch_epoch(ld, bytes ? bytes : &ignored, err);
 }
 
@@ -105,12 +127,14 @@ uint64_t stk_loader_resident_bytes(const stk_loader *ld) {
 void stk_loader_stop(stk_loader *ld) {
     if (!ld) return;
     stk__gpu *g = stk__loader_gpu(ld);
-    if (g) stk__gpu_stop(g);
+    if (stk__loader_mix(ld)) stk__mixture_stop(stk__loader_mix(ld));
+    else if (g) stk__gpu_stop(g);
     else stk__loader_stop(ld);
 }
 
 void stk_loader_close(stk_loader *ld) {
     if (!ld) return;
-    if (stk__loader_gpu(ld)) stk__gpu_close(ld);
+    if (stk__loader_mix(ld)) stk__mixture_close(stk__loader_mix(ld));
+    else if (stk__loader_gpu(ld)) stk__gpu_close(ld);
     else stk__loader_close(ld);
 }

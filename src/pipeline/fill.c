@@ -423,7 +423,7 @@ int stk__loader_fetch_epoch(stk_loader *ld, uint64_t *bytes, stk_error *err) {
 void stk__ld_plan_reads(stk_loader *ld) {
     const stk_dataset *ds = ld->ds;
     /* (Not before the ring exists: the open sets the epoch twice.) */
-    if (!ds->ensure_plan || ld->plan_only || !ld->slots) return;
+    if (ld->hook || !ds->ensure_plan || ld->plan_only || !ld->slots) return;
     ds->ensure_plan(ds->ensure_ctx, NULL, 0, 0);
     uint32_t B = ld->opt.batch_size;
     uint64_t *ids = stk__malloc(2 * (size_t)B * sizeof *ids);
@@ -595,7 +595,7 @@ void *stk__ld_worker_main(void *arg) {
         stk_error err = {0};
         int depth = ld->nvtx ? stk__nvtx_depth() : 0;
         uint64_t t_batch = stk__ld_span_open(ld, STK__EV_BATCH);
-        int rc = fill(ld, w, s, gen, &err);
+        int rc = ld->hook ? ld->hook(ld->hook_ctx, s, &err) : fill(ld, w, s, gen, &err);
         stk__ld_span_add(ld, w, STK__EV_BATCH, t_batch, stk__now_ns(), s->b, s->n);
         if (ld->nvtx) stk__nvtx_pop_to(depth); /* the batch, and any a failure left */
         pthread_mutex_lock(&ld->mu);

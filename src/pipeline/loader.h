@@ -100,6 +100,7 @@ struct stk_batch {
     uint8_t *mem;
     uint64_t *samples;
     uint64_t *ragged_rows; /* per loader field */
+    uint32_t *sources;     /* a mixture's batch: each sample's source */
     uint8_t *own_mem;      /* buffers added after open own their memory */
     stk__plan *plan;       /* planned loader: the batch's pieces */
     size_t nplan;
@@ -181,6 +182,14 @@ typedef struct worker {
 
 struct stk_loader {
     stk_dataset *ds;
+    /* A mixture's loader (pipeline.h, stk__loader_open_hooked): its one
+     * worker calls hook for each batch instead of reading; its fields are
+     * those of another loader, renamed (own_fields); mix is the mixture
+     * that src/api sends epochs and state to. */
+    stk__fill_fn hook;
+    void *hook_ctx;
+    stk_field *own_fields;
+    void *mix;
     struct stk__gpu *gpu; /* device >= 0: the GPU stage batches go through;
                            * set by src/gpu, used by src/api, never here */
     stk_loader_options opt;

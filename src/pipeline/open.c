@@ -152,7 +152,9 @@ static int alloc_ring(stk_loader *ld, uint64_t R, stk_error *err) {
         s->samples = stk__calloc(B, sizeof *s->samples);
         s->ragged_rows = stk__calloc(ld->nf, sizeof *s->ragged_rows);
         if (ld->plan_only) s->plan = stk__calloc(B * ld->nf, sizeof *s->plan);
-        if (!s->samples || !s->ragged_rows || (ld->plan_only && !s->plan))
+        if (ld->hook) s->sources = stk__calloc(B, sizeof *s->sources);
+        if (!s->samples || !s->ragged_rows || (ld->plan_only && !s->plan) ||
+            (ld->hook && !s->sources))
             return stk__err(err, -ENOMEM, "out of memory");
     }
     return 0;
@@ -377,6 +379,92 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
     return 0;
 }
 
+/* ---- a loader filled by someone else (pipeline.h) ---- */
+
+static int hooked_set_up(stk_loader *ld, const stk_loader *like, const char *const *names,
+                         const uint64_t *max_bytes, stk_error *err) {
+    size_t nf = like->nf;
+    uint64_t B = ld->opt.batch_size, pos = 0;
+    ld->f = stk__calloc(nf, sizeof *ld->f);
+    ld->own_fields = stk__calloc(nf, sizeof *ld->own_fields);
+    if (!ld->f || !ld->own_fields) return stk__err(err, -ENOMEM, "out of memory");
+    ld->nf = nf;
+    for (size_t i = 0; i < nf; i++) {
+        lfield *lf = &ld->f[i];
+        *lf = like->f[i];
+        ld->own_fields[i] = *like->f[i].f;
+        const char *name = names && names[i] ? names[i] : like->f[i].f->name;
+        if (!(ld->own_fields[i].name = stk__strdup(name)))
+            return stk__err(err, -ENOMEM, "out of memory");
+        lf->f = &ld->own_fields[i];
+        uint64_t per = lf->kind == F_RAGGED ? max_bytes[i] : lf->sample_bytes;
+        lf->cap = B * per;
+        lf->data_off = pos;
+        pos = stk__align_up(pos + lf->cap, 64);
+        if (lf->kind == F_RAGGED) {
+            lf->offs_off = pos;
+            pos = stk__align_up(pos + (B + 1) * 8, 64);
+        }
+    }
+    ld->slot_bytes = STK__MAX(pos, (uint64_t)64);
+    ld->space.L = like->space.L;
+    ld->space.windows = like->space.windows;
+    ld->backend = like->backend;
+    ld->valid_dsf = -1;
+    ld->nw = 1;
+    stk__trace_init(&ld->trace, 2, -1);
+    uint64_t R = ld->opt.prefetch ? ld->opt.prefetch : 4;
+    int rc = alloc_ring(ld, STK__MAX(R, (uint64_t)2), err);
+    if (rc) return rc;
+    ld->w[0].ld = ld;
+    if ((rc = -pthread_create(&ld->w[0].tid, NULL, stk__ld_worker_main, &ld->w[0])))
+        return stk__err(err, rc, "cannot start a worker thread: %s", stk_strerror(rc));
+    ld->w[0].started = 1;
+    return 0;
+}
+
+int stk__loader_open_hooked(const stk_loader *like, const char *const *names,
+                            const uint64_t *max_bytes, const stk_loader_options *o,
+                            stk__fill_fn fill, void *ctx, stk_loader **out, stk_error *err) {
+    stk_loader_options ho;
+    stk_loader_options_init(&ho);
+    ho.batch_size = o->batch_size;
+    ho.world_size = o->world_size;
+    ho.rank = o->rank;
+    ho.drop_last = o->drop_last;
+    ho.prefetch = o->prefetch;
+    ho.order = STK_ORDER_SEQUENTIAL;
+    ho.verify = 0;
+    ho.threads = 1;
+    ho.streams = 1;
+    *out = NULL;
+    stk_loader *ld = loader_new(like->ds, &ho, false);
+    if (!ld) return stk__err(err, -ENOMEM, "out of memory");
+    ld->hook = fill;
+    ld->hook_ctx = ctx;
+    int rc = hooked_set_up(ld, like, names, max_bytes, err);
+    if (rc) {
+        stk__loader_close(ld);
+        return rc;
+    }
+    *out = ld;
+    return 0;
+}
+
+void stk__loader_hooked_position(stk_loader *ld, uint64_t n, uint64_t seed, uint64_t epoch,
+                                 uint64_t start, uint64_t S, uint64_t fingerprint) {
+    pthread_mutex_lock(&ld->mu);
+    for (uint32_t i = 0; i < ld->R; i++)
+        if (ld->slots[i].state == S_READY) ld->slots[i].state = S_FREE;
+    ld->space.n = n;
+    ld->streams = S;
+    ld->failed = 0;
+    stk__ld_set_epoch_locked(ld, seed, epoch, start);
+    ld->fingerprint = fingerprint;
+    pthread_cond_broadcast(&ld->cv);
+    pthread_mutex_unlock(&ld->mu);
+}
+
 int stk__loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader **out,
                     stk_error *err) {
     return loader_open(ds, opts, false, out, err);
@@ -490,6 +578,7 @@ void stk__loader_close(stk_loader *ld) {
             stk__free(ld->slots[i].ragged_rows);
             stk__free(ld->slots[i].own_mem);
             stk__free(ld->slots[i].plan);
+            stk__free(ld->slots[i].sources);
         }
     stk__free(ld->slots);
     stk__free(ld->slot_mem);
@@ -499,6 +588,9 @@ void stk__loader_close(stk_loader *ld) {
     stk__free((void *)ld->bad);
     stk__free(ld->verified_off);
     stk__free(ld->f);
+    if (ld->own_fields)
+        for (size_t i = 0; i < ld->nf; i++) stk__free((void *)ld->own_fields[i].name);
+    stk__free(ld->own_fields);
     stk__free(ld->lf_of);
     stk__trace_free(&ld->trace);
     stk__free(ld->warm_ranges);

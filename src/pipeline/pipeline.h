@@ -76,4 +76,44 @@ void stk__loader_save_at(const stk_loader *ld, uint64_t taken, stk_loader_state 
 /* The dataset field that loader field i is. */
 size_t stk__loader_field_dsf(const stk_loader *ld, size_t i);
 
+/* ---- loaders filled by someone else (a mixture, src/mix) ---- */
+
+/* Fills batch b (its size and number set, stk_batch_size/stk_batch_index)
+ * through the stk__batch_* calls below; returns 0 or an error (err set),
+ * which the consumer then gets from next(). */
+typedef int (*stk__fill_fn)(void *ctx, stk_batch *b, stk_error *err);
+/* Opens a loader whose one worker calls fill(ctx, b) for each of its
+ * batches in order, instead of reading.  Its fields are `like`'s (which
+ * must stay open as long as it), named names[i] (NULL: as they are), a
+ * ragged one given room for max_bytes[i] bytes a sample; batch_size,
+ * world_size, rank, drop_last and prefetch (buffers, 0: 4) are `o`'s.  It
+ * has no epoch until stk__loader_hooked_position gives it one. */
+int stk__loader_open_hooked(const stk_loader *like, const char *const *names,
+                            const uint64_t *max_bytes, const stk_loader_options *o,
+                            stk__fill_fn fill, void *ctx, stk_loader **out, stk_error *err);
+/* Discards what was filled ahead and starts epoch `epoch` of a hooked
+ * loader at global position `start` of its n samples (streams S; the
+ * state's seed and fingerprint as given).  The caller makes sure fill is
+ * not running, or that it sees the batch is no longer current. */
+void stk__loader_hooked_position(stk_loader *ld, uint64_t n, uint64_t seed, uint64_t epoch,
+                                 uint64_t start, uint64_t S, uint64_t fingerprint);
+/* Whether batch b being filled still belongs to its loader's epoch. */
+bool stk__batch_current(const stk_batch *b);
+/* For fill: where field i of b goes (data; a ragged field's offsets, n + 1
+ * of them, and its room in bytes), setting a ragged field's rows, and the
+ * batch's sample ids and sources. */
+uint8_t *stk__batch_field_dst(stk_batch *b, size_t i, int64_t **offsets, uint64_t *cap);
+void stk__batch_set_rows(stk_batch *b, size_t i, uint64_t rows);
+uint64_t *stk__batch_ids(stk_batch *b);
+uint32_t *stk__batch_srcs(stk_batch *b);
+/* Field i's bytes per sample (a ragged field: its longest record's). */
+uint64_t stk__loader_field_max_bytes(const stk_loader *ld, size_t i);
+/* Whether loader field i is ragged (rows vary per sample). */
+bool stk__loader_field_ragged(const stk_loader *ld, size_t i);
+/* The window length of the time fields (0: whole records). */
+uint64_t stk__loader_window(const stk_loader *ld);
+/* The mixture a loader belongs to (src/mix), or NULL. */
+void *stk__loader_mix(const stk_loader *ld);
+void stk__loader_set_mix(stk_loader *ld, void *mix);
+
 #endif

@@ -353,3 +353,33 @@ void stk__batch_view_free(stk_batch *v) {
     stk__free(v);
 }
 size_t stk__loader_field_dsf(const stk_loader *ld, size_t i) { return ld->f[i].dsf; }
+
+/* ---- loaders filled by someone else (pipeline.h) ---- */
+
+bool stk__batch_current(const stk_batch *b) {
+    stk_loader *ld = b->ld;
+    pthread_mutex_lock(&ld->mu);
+    bool cur = b->gen == ld->gen && !ld->stop;
+    pthread_mutex_unlock(&ld->mu);
+    return cur;
+}
+
+uint8_t *stk__batch_field_dst(stk_batch *b, size_t i, int64_t **offsets, uint64_t *cap) {
+    const lfield *lf = &b->ld->f[i];
+    if (offsets) *offsets = lf->kind == F_RAGGED ? (int64_t *)(b->mem + lf->offs_off) : NULL;
+    if (cap) *cap = lf->cap;
+    return b->mem + lf->data_off;
+}
+
+void stk__batch_set_rows(stk_batch *b, size_t i, uint64_t rows) { b->ragged_rows[i] = rows; }
+uint64_t *stk__batch_ids(stk_batch *b) { return b->samples; }
+uint32_t *stk__batch_srcs(stk_batch *b) { return b->sources; }
+const uint32_t *stk_batch_sources(const stk_batch *b) { return b ? b->sources : NULL; }
+
+uint64_t stk__loader_field_max_bytes(const stk_loader *ld, size_t i) {
+    return ld->f[i].cap / ld->opt.batch_size;
+}
+bool stk__loader_field_ragged(const stk_loader *ld, size_t i) { return ld->f[i].kind == F_RAGGED; }
+uint64_t stk__loader_window(const stk_loader *ld) { return ld->space.windows ? ld->space.L : 0; }
+void *stk__loader_mix(const stk_loader *ld) { return ld ? ld->mix : NULL; }
+void stk__loader_set_mix(stk_loader *ld, void *mix) { ld->mix = mix; }

@@ -281,18 +281,16 @@ static size_t phase_of(const stk_mix *m, uint64_t q) {
     return lo;
 }
 
-uint32_t stk_mix_source_at(const stk_mix *m, uint64_t epoch, uint64_t q, uint64_t *index) {
-    if (!m || q >= m->rounds) {
-        if (index) *index = 0;
-        return UINT32_MAX;
-    }
-    size_t j = phase_of(m, q);
+/* The source of round q, in phase j; offs[id], when not NULL, holds each
+ * node's offset for this epoch. */
+static uint32_t walk(const stk_mix *m, uint64_t epoch, size_t j, uint64_t q, const uint64_t *offs,
+                     uint64_t *index) {
     const phase *p = &m->ph[j];
     uint64_t x = q - p->start;
     int32_t id = 0;
     while (p->nodes[id].left >= 0) {
         const node *nd = &p->nodes[id];
-        uint64_t o = offset_of(m, epoch, j, id, nd->t);
+        uint64_t o = offs ? offs[id] : offset_of(m, epoch, j, id, nd->t);
         uint64_t l0 = lefts(x, nd->a, o, nd->t), l1 = lefts(x + 1, nd->a, o, nd->t);
         if (l1 > l0) {
             x = l0;
@@ -307,9 +305,40 @@ uint32_t stk_mix_source_at(const stk_mix *m, uint64_t epoch, uint64_t q, uint64_
     return src;
 }
 
+uint32_t stk_mix_source_at(const stk_mix *m, uint64_t epoch, uint64_t q, uint64_t *index) {
+    if (!m || q >= m->rounds) {
+        if (index) *index = 0;
+        return UINT32_MAX;
+    }
+    return walk(m, epoch, phase_of(m, q), q, NULL, index);
+}
+
+/* The nodes' offsets are computed once per phase of the call (up to 63
+ * nodes, 32 sources, kept on the stack; larger trees compute them as they
+ * go). */
+#define FILL_NODES 63
+
 void stk_mix_fill(const stk_mix *m, uint64_t epoch, uint64_t first, uint64_t n,
                   uint32_t *sources) {
-    for (uint64_t i = 0; i < n; i++) sources[i] = stk_mix_source_at(m, epoch, first + i, NULL);
+    uint64_t offs[FILL_NODES];
+    size_t cur = SIZE_MAX;
+    bool cached = false;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t q = first + i;
+        if (q >= m->rounds) {
+            sources[i] = UINT32_MAX;
+            continue;
+        }
+        size_t j = phase_of(m, q);
+        if (j != cur) {
+            cur = j;
+            const phase *p = &m->ph[j];
+            cached = 2 * (size_t)p->k - 1 <= FILL_NODES;
+            for (size_t id = 0; cached && id < 2 * (size_t)p->k - 1; id++)
+                offs[id] = offset_of(m, epoch, j, (int32_t)id, p->nodes[id].t);
+        }
+        sources[i] = walk(m, epoch, j, q, cached ? offs : NULL, NULL);
+    }
 }
 
 static void count_down(const stk_mix *m, uint64_t epoch, size_t j, int32_t id, uint64_t x,

@@ -83,6 +83,7 @@ static int put_array(PyObject *d, const char *key, BatchObject *bo, void *data, 
 }
 
 PyObject *batch_result(BatchObject *bo, const stk_batch_field *f, size_t nf, uint32_t n,
+                       const uint32_t *sources,
                        const uint64_t *samples, int dev_type, int dev_id) {
     PyObject *d = PyDict_New();
     for (size_t i = 0; d && i < nf; i++) {
@@ -105,8 +106,15 @@ PyObject *batch_result(BatchObject *bo, const stk_batch_field *f, size_t nf, uin
     if (d) {
         int64_t nn = n;
         ArrayObject *ids = array_new(bo, (void *)samples, STK_U64, 1, &nn);
-        t = ids ? Py_BuildValue("(NN)", d, ids) : NULL;
-        if (!ids) Py_DECREF(d);
+        /* A mixture's batch: each sample's source too (as int32, which
+         * torch handles everywhere; there are at most 65535). */
+        ArrayObject *src = ids && sources ? array_new(bo, (void *)sources, STK_I32, 1, &nn) : NULL;
+        if (!ids || (sources && !src)) {
+            Py_XDECREF(ids);
+            Py_DECREF(d);
+        } else {
+            t = src ? Py_BuildValue("(NNN)", d, ids, src) : Py_BuildValue("(NN)", d, ids);
+        }
     }
     Py_DECREF(bo);
     return t;

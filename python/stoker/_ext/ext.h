@@ -74,6 +74,8 @@ typedef struct {
     BatchObject *last; /* the last batch given (borrowed; cleared when it
                         * goes), for unget_last() */
     PyObject *names;   /* tuple of field names */
+    stk_dataset **mix_ds; /* a mixture's sources (ds is NULL then) */
+    size_t nmix;
 } LoaderObject;
 
 struct BatchObject_ {
@@ -101,6 +103,9 @@ typedef struct {
 extern PyTypeObject LoaderType, BatchType, ArrayType, WriterType, MixType;
 
 /* ---- loader.c ---- */
+
+/* open_mixture(...): a Loader over several sources (see loader.c). */
+PyObject *py_open_mixture(PyObject *mod, PyObject *args);
 
 /* Closes the C loader and the dataset, in the process that opened them (a
  * forked child only forgets them). */
@@ -149,6 +154,7 @@ BatchObject *batch_new(LoaderObject *loader);
  * device (dev_type, dev_id); the ids are always in host memory.  Consumes
  * the caller's reference to bo. */
 PyObject *batch_result(BatchObject *bo, const stk_batch_field *f, size_t nf, uint32_t n,
+                       const uint32_t *sources,
                        const uint64_t *samples, int dev_type, int dev_id);
 
 /* ---- array.c and dlpack.c ---- */

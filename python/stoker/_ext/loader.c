@@ -18,6 +18,11 @@ void loader_teardown(LoaderObject *self) {
         Py_END_ALLOW_THREADS
     }
     if (self->ds && self->pid == getpid()) stk_dataset_close(self->ds);
+    for (size_t i = 0; i < self->nmix; i++)
+        if (self->mix_ds[i] && self->pid == getpid()) stk_dataset_close(self->mix_ds[i]);
+    PyMem_Free(self->mix_ds);
+    self->mix_ds = NULL;
+    self->nmix = 0;
     self->ld = NULL;
     self->ds = NULL;
 }
@@ -159,7 +164,8 @@ static PyObject *loader_next_batch(LoaderObject *self, PyObject *unused) {
     }
     for (size_t i = 0; i < nf; i++) stk_batch_field_get(b, i, &f[i]);
     int dev = stk_batch_device(b);
-    PyObject *r = batch_result(bo, f, nf, stk_batch_size(b), stk_batch_samples(b),
+    PyObject *r = batch_result(bo, f, nf, stk_batch_size(b), stk_batch_sources(b),
+                               stk_batch_samples(b),
                                dev < 0 ? kDLCPU : kDLCUDA, dev < 0 ? 0 : dev);
     PyMem_Free(f);
     return r;
@@ -350,3 +356,116 @@ PyTypeObject LoaderType = {
     .tp_methods = loader_methods,
     .tp_getset = loader_getset,
 };
+
+/* ---- mixtures ---- */
+
+/* open_mixture([(loader args, weight, count, names or None), ...], exhaust,
+ * homogeneous, seed) -> Loader over the sources (stk_loader_open_mixture);
+ * the first source's arguments give the mixture's batch size, rank, world
+ * size, streams, epoch, threads and memory. */
+PyObject *py_open_mixture(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *list;
+    const char *exhaust;
+    int homogeneous;
+    unsigned long long seed;
+    if (!PyArg_ParseTuple(args, "OspK", &list, &exhaust, &homogeneous, &seed)) return NULL;
+    stk_mixture_options mo = {STK_MIX_STOP, homogeneous, seed};
+    if (stk_mix_exhaust_parse(exhaust, &mo.exhaust)) {
+        PyErr_Format(InvalidArgument, "exhaust must be 'stop', 'cycle' or 'all', not '%s'",
+                     exhaust);
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(list, "sources must be a list");
+    if (!seq) return NULL;
+    size_t n = (size_t)PySequence_Fast_GET_SIZE(seq);
+    loader_config *cfg = PyMem_Calloc(n ? n : 1, sizeof *cfg);
+    stk_mixture_source *src = PyMem_Calloc(n ? n : 1, sizeof *src);
+    stk_dataset **ds = PyMem_Calloc(n ? n : 1, sizeof *ds);
+    const char ***names = PyMem_Calloc(n ? n : 1, sizeof *names);
+    LoaderObject *self = NULL;
+    PyObject *out = NULL;
+    if (!cfg || !src || !ds || !names) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        PyObject *largs, *pnames;
+        double weight;
+        unsigned long long count;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i), "O!dKO", &PyTuple_Type,
+                              &largs, &weight, &count, &pnames) ||
+            loader_config_parse(largs, NULL, &cfg[i]))
+            goto done;
+        if (pnames != Py_None && !PyDict_Check(pnames)) {
+            PyErr_SetString(PyExc_TypeError, "names must be a dict {field: name}");
+            goto done;
+        }
+        src[i] = (stk_mixture_source){NULL, &cfg[i].lo, weight, count,
+                                      pnames == Py_None ? NULL : (const char *const *)pnames};
+    }
+    stk_error err = {0};
+    int rc = 0;
+    stk_loader *ld = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        rc = stk_dataset_open_with(cfg[i].path, &cfg[i].open, &ds[i], &err);
+        src[i].ds = ds[i];
+    }
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        raise_stk(rc, &err);
+        goto done;
+    }
+    /* names: {field: name} becomes a name per field the source loads, in
+     * its loader's order (its `fields`, else the dataset's). */
+    for (size_t i = 0; i < n; i++) {
+        PyObject *d = (PyObject *)src[i].names;
+        src[i].names = NULL;
+        if (!d) continue;
+        size_t k = cfg[i].lo.fields ? cfg[i].lo.nfields : stk_dataset_num_fields(ds[i]);
+        if (!(names[i] = PyMem_Calloc(k + 1, sizeof *names[i]))) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (size_t j = 0; j < k; j++) {
+            const char *f = cfg[i].lo.fields ? cfg[i].lo.fields[j] : stk_dataset_field(ds[i], j)->name;
+            PyObject *v = PyDict_GetItemString(d, f); /* borrowed, lives in the caller's dict */
+            if (v && !(names[i][j] = PyUnicode_AsUTF8(v))) goto done;
+        }
+        src[i].names = names[i];
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_loader_open_mixture(src, n, n ? &cfg[0].lo : NULL, &mo, &ld, &err);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        raise_stk(rc, &err);
+        goto done;
+    }
+    self = (LoaderObject *)LoaderType.tp_alloc(&LoaderType, 0);
+    if (!self) {
+        Py_BEGIN_ALLOW_THREADS
+        stk_loader_close(ld);
+        Py_END_ALLOW_THREADS
+        goto done;
+    }
+    self->ld = ld;
+    self->mix_ds = ds;
+    self->nmix = n;
+    ds = NULL;
+    self->device = -1;
+    self->pid = getpid();
+    self->names = field_names(ld);
+    if (self->names) out = (PyObject *)self;
+    else Py_DECREF(self);
+done:
+    if (ds)
+        for (size_t i = 0; i < n; i++) stk_dataset_close(ds[i]);
+    for (size_t i = 0; names && i < n; i++) PyMem_Free(names[i]);
+    PyMem_Free(names);
+    PyMem_Free(ds);
+    PyMem_Free(src);
+    PyMem_Free(cfg);
+    Py_DECREF(seq);
+    return out;
+}

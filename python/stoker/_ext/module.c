@@ -135,6 +135,9 @@ static PyMethodDef module_methods[] = {
     {"push_files", py_push_files, METH_VARARGS,
      "push_files(dir, names, url): uploads files of dir to an s3:// prefix (stk_push_files); "
      "dir None: deletes those objects (stk_delete_objects)."},
+    {"open_mixture", py_open_mixture, METH_VARARGS,
+     "open_mixture([(loader args, weight, count, names), ...], exhaust, homogeneous, seed) "
+     "-> Loader over the sources (stk_loader_open_mixture)."},
     {"merge", py_merge, METH_VARARGS,
      "merge(path, count=0): joins a dataset's parts (stk_merge_parts)."},
     {"write_arrow", py_write_arrow, METH_VARARGS,

@@ -1,0 +1,506 @@
+/*
+ * mixer.c: a loader over several sources (stk_loader_open_mixture).
+ *
+ * Each source is read by a host loader of its own, opened with the
+ * mixture's rank, world size and streams S.  The epoch is a sequence of
+ * rounds (src/sample/mix.c says which source each holds); a round is S of
+ * a source's samples (S batches when batches are homogeneous), consecutive
+ * in its own order, so rank r, taking lanes r, r + W, ... of every round,
+ * takes each source's samples in exactly the order that source's loader
+ * deals them to rank r.  The mixture's own loader is a hooked one
+ * (pipeline.h): its worker fills each batch by taking the next samples
+ * from the sources' loaders, which read ahead in their threads.  A
+ * source's rounds continue from one mixture epoch to the next through its
+ * own epochs, so every sample of a source's epoch comes once.
+ */
+#include "mix.h"
+
+#include "../core/hash.h"
+#include "../pipeline/pipeline.h"
+#include "../sample/sample.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+typedef struct feed {
+    stk_loader *ld;
+    const stk_dataset *ds;
+    uint64_t units;      /* rounds one epoch of the source gives */
+    uint64_t seed, fp;
+    uint64_t epoch;      /* the source's epoch being read */
+    uint64_t left;       /* this rank's samples left in it */
+    stk_batch *b;        /* the batch being taken from, or NULL */
+    uint32_t at, n;
+    const uint64_t *ids;
+    size_t *fmap;            /* mixture field i -> this loader's field */
+    stk_batch_field *view;   /* per mixture field: b's */
+} feed;
+
+typedef struct stk__mixer {
+    stk_loader *shell;
+    feed *f;
+    size_t k;
+    stk_mix *mix;
+    bool homogeneous;
+    uint64_t B, W, r, S, unit, rounds;
+    uint64_t *src_rounds, *counts;
+    uint64_t seed, fp;
+    uint64_t epoch, start;
+    size_t nf;
+    bool *ragged;
+    uint64_t *sample_bytes, *row_bytes;
+    /* fill's scratch, per field (under mu) */
+    uint8_t **dst;
+    int64_t **offs;
+    uint64_t *cap, *rows;
+    uint32_t *sched; /* the sources of a batch's rounds (batch_size + 2) */
+    pthread_mutex_t mu;
+} stk__mixer;
+
+static const char *src_name(const feed *f) { return stk_dataset_path(f->ds); }
+
+static void feed_drop(feed *f) {
+    if (f->b) stk__loader_release(f->ld, f->b);
+    f->b = NULL;
+    f->at = f->n = 0;
+}
+
+/* Makes sure f->b has a sample to take: the next batch of the source's
+ * loader, into its next epoch when this rank's share of the current one
+ * is taken. */
+static int feed_fill(stk__mixer *m, feed *f, stk_error *err) {
+    if (f->b && f->at < f->n) return 0;
+    feed_drop(f);
+    int rc;
+    if (f->left == 0) {
+        if ((rc = stk__loader_set_epoch(f->ld, ++f->epoch, err))) return rc;
+        f->left = f->units * m->unit / m->W;
+    }
+    rc = stk__loader_next(f->ld, &f->b, -1, err);
+    if (rc == STK_END)
+        return stk__err(err, -EIO, "mixture: source %s ended its epoch %llu before the mixture's "
+                        "share of it", src_name(f), (unsigned long long)f->epoch);
+    if (rc) {
+        f->b = NULL;
+        return rc;
+    }
+    f->at = 0;
+    f->n = stk_batch_size(f->b);
+    f->ids = stk_batch_samples(f->b);
+    for (size_t i = 0; i < m->nf; i++) stk_batch_field_get(f->b, f->fmap[i], &f->view[i]);
+    return 0;
+}
+
+static int room_error(stk__mixer *m, size_t i, stk_error *err) {
+    return stk__err(err, -EOVERFLOW, "mixture: field %s of a batch needs more room than planned",
+                    stk_loader_field(m->shell, i)->name);
+}
+
+/* Mixed batches: each sample from the source of its round. */
+static int fill_mixed(stk__mixer *m, stk_batch *s, stk_error *err) {
+    uint32_t n = stk_batch_size(s);
+    uint64_t first = m->start + stk_batch_index(s) * m->B * m->W + m->r;
+    uint64_t *ids = stk__batch_ids(s);
+    uint32_t *srcs = stk__batch_srcs(s);
+    uint8_t **dst = m->dst;
+    int64_t **offs = m->offs;
+    uint64_t *cap = m->cap, *rows = m->rows;
+    for (size_t i = 0; i < m->nf; i++) {
+        dst[i] = stk__batch_field_dst(s, i, &offs[i], &cap[i]);
+        rows[i] = 0;
+        if (offs[i]) offs[i][0] = 0;
+    }
+    /* The rounds of rank r's positions first, first + W, ...: consecutive
+     * (a round holds S / W of them). */
+    uint64_t q0 = first / m->unit, q1 = (first + (uint64_t)(n - 1) * m->W) / m->unit;
+    stk_mix_fill(m->mix, m->epoch, q0, q1 - q0 + 1, m->sched);
+    for (uint32_t t = 0; t < n;) {
+        uint32_t src = m->sched[(first + (uint64_t)t * m->W) / m->unit - q0];
+        feed *f = &m->f[src];
+        int rc = feed_fill(m, f, err);
+        if (rc) return rc;
+        /* A run: the next samples of the same source, from this batch of
+         * its, copied at once. */
+        uint32_t len = 1, most = (uint32_t)STK__MIN((uint64_t)(f->n - f->at), f->left);
+        while (t + len < n && len < most &&
+               m->sched[(first + (uint64_t)(t + len) * m->W) / m->unit - q0] == src)
+            len++;
+        uint32_t k = f->at;
+        memcpy(ids + t, f->ids + k, len * sizeof *ids);
+        for (uint32_t x = 0; x < len; x++) srcs[t + x] = src;
+        for (size_t i = 0; i < m->nf; i++) {
+            const stk_batch_field *v = &f->view[i];
+            if (!m->ragged[i]) {
+                uint64_t sb = m->sample_bytes[i];
+                memcpy(dst[i] + (uint64_t)t * sb, (const uint8_t *)v->data + (uint64_t)k * sb,
+                       (uint64_t)len * sb);
+                continue;
+            }
+            uint64_t a = (uint64_t)v->offsets[k], z = (uint64_t)v->offsets[k + len];
+            uint64_t rb = m->row_bytes[i];
+            if ((rows[i] + (z - a)) * rb > cap[i]) return room_error(m, i, err);
+            memcpy(dst[i] + rows[i] * rb, (const uint8_t *)v->data + a * rb, (z - a) * rb);
+            for (uint32_t x = 0; x < len; x++)
+                offs[i][t + x + 1] = (int64_t)(rows[i] + (uint64_t)v->offsets[k + x + 1] - a);
+            rows[i] += z - a;
+        }
+        f->at += len;
+        f->left -= len;
+        if (f->left == 0) feed_drop(f); /* the rest of its epoch is not ours */
+        t += len;
+    }
+    for (size_t i = 0; i < m->nf; i++)
+        if (m->ragged[i]) stk__batch_set_rows(s, i, rows[i]);
+    return 0;
+}
+
+/* Homogeneous batches: the next batch of the round's source, whole. */
+static int fill_whole(stk__mixer *m, stk_batch *s, stk_error *err) {
+    uint32_t n = stk_batch_size(s);
+    uint64_t p = m->start + stk_batch_index(s) * m->B * m->W + m->r;
+    uint32_t src = stk_mix_source_at(m->mix, m->epoch, p / m->unit, NULL);
+    feed *f = &m->f[src];
+    feed_drop(f);
+    int rc = feed_fill(m, f, err);
+    if (rc) return rc;
+    if (f->n != n)
+        return stk__err(err, -EIO, "mixture: source %s gave a batch of %u samples, not %u",
+                        src_name(f), f->n, n);
+    memcpy(stk__batch_ids(s), f->ids, n * sizeof(uint64_t));
+    uint32_t *srcs = stk__batch_srcs(s);
+    for (uint32_t t = 0; t < n; t++) srcs[t] = src;
+    for (size_t i = 0; i < m->nf; i++) {
+        int64_t *offs;
+        uint64_t cap;
+        uint8_t *dst = stk__batch_field_dst(s, i, &offs, &cap);
+        const stk_batch_field *v = &f->view[i];
+        if (v->bytes > cap) return room_error(m, i, err);
+        memcpy(dst, v->data, v->bytes);
+        if (m->ragged[i]) {
+            memcpy(offs, v->offsets, (n + 1) * sizeof *offs);
+            stk__batch_set_rows(s, i, (uint64_t)v->offsets[n]);
+        }
+    }
+    f->left -= n;
+    feed_drop(f);
+    return 0;
+}
+
+static int fill(void *ctx, stk_batch *s, stk_error *err) {
+    stk__mixer *m = ctx;
+    pthread_mutex_lock(&m->mu);
+    int rc = -ECANCELED; /* an epoch that moved on: the batch is discarded */
+    if (stk__batch_current(s)) rc = m->homogeneous ? fill_whole(m, s, err) : fill_mixed(m, s, err);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+/* Puts every source where (epoch, position P) of the mixture has it, and
+ * the mixture's loader at P.  Under m->mu. */
+static int position(stk__mixer *m, uint64_t epoch, uint64_t P, stk_error *err) {
+    uint64_t T = m->rounds * m->unit;
+    if (P % m->W || (m->homogeneous && P % (m->B * m->W)))
+        return stk__err(err, -EINVAL,
+                        "mixture: position %llu is not at a batch edge of %llu ranks (a mixture "
+                        "resumes a state saved by a run whose world size this one divides)",
+                        (unsigned long long)P, (unsigned long long)m->W);
+    if (P > T)
+        return stk__err(err, -EINVAL, "mixture: position %llu is past the epoch's %llu samples",
+                        (unsigned long long)P, (unsigned long long)T);
+    uint64_t q = P / m->unit, off = P % m->unit;
+    stk_mix_counts(m->mix, epoch, q, m->counts);
+    uint32_t here = off ? stk_mix_source_at(m->mix, epoch, q, NULL) : UINT32_MAX;
+    for (size_t i = 0; i < m->k; i++) {
+        feed *f = &m->f[i];
+        feed_drop(f);
+        uint64_t r = epoch * m->src_rounds[i] + m->counts[i];
+        uint64_t pos = (r % f->units) * m->unit + (i == here ? off : 0);
+        stk_loader_state st = {f->seed, r / f->units, pos, f->fp, m->S};
+        int rc = stk__loader_restore(f->ld, &st, err);
+        if (rc) return rc;
+        f->epoch = r / f->units;
+        f->left = (f->units * m->unit - pos) / m->W;
+    }
+    m->epoch = epoch;
+    m->start = P;
+    stk__loader_hooked_position(m->shell, T, m->seed, epoch, P, m->S, m->fp);
+    return 0;
+}
+
+int stk__mixture_set_epoch(stk__mixer *m, uint64_t epoch, stk_error *err) {
+    pthread_mutex_lock(&m->mu);
+    int rc = position(m, epoch, 0, err);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+int stk__mixture_restore(stk__mixer *m, const stk_loader_state *st, stk_error *err) {
+    if (st->fingerprint != m->fp)
+        return stk__err(err, -EINVAL,
+                        "state: it was saved by another mixture (its sources, weights, counts, "
+                        "policy or names differ)");
+    if (st->seed != m->seed)
+        return stk__err(err, -EINVAL, "state: its seed %llu is not this mixture's %llu",
+                        (unsigned long long)st->seed, (unsigned long long)m->seed);
+    if ((st->streams ? st->streams : 1) != m->S)
+        return stk__err(err, -EINVAL,
+                        "state: its streams (%llu) are not this mixture's (%llu); open the "
+                        "mixture with streams=%llu to resume it",
+                        (unsigned long long)st->streams, (unsigned long long)m->S,
+                        (unsigned long long)st->streams);
+    pthread_mutex_lock(&m->mu);
+    int rc = position(m, st->epoch, st->position, err);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+int stk__mixture_fetch_epoch(stk__mixer *m, uint64_t *bytes, stk_error *err) {
+    *bytes = 0;
+    pthread_mutex_lock(&m->mu);
+    int rc = 0;
+    for (size_t i = 0; i < m->k && !rc; i++) {
+        uint64_t b = 0;
+        rc = stk__loader_fetch_epoch(m->f[i].ld, &b, err);
+        *bytes += b;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+void stk__mixture_stop(stk__mixer *m) {
+    stk__loader_stop(m->shell);
+    for (size_t i = 0; i < m->k; i++) stk__loader_stop(m->f[i].ld);
+}
+
+static void mixer_free(stk__mixer *m) {
+    if (!m) return;
+    stk__loader_close(m->shell); /* joins its worker: no fill runs after */
+    for (size_t i = 0; m->f && i < m->k; i++) {
+        feed_drop(&m->f[i]);
+        stk__loader_close(m->f[i].ld);
+        stk__free(m->f[i].fmap);
+        stk__free(m->f[i].view);
+    }
+    stk__free(m->f);
+    stk_mix_close(m->mix);
+    stk__free(m->src_rounds);
+    stk__free(m->counts);
+    stk__free(m->ragged);
+    stk__free(m->sample_bytes);
+    stk__free(m->row_bytes);
+    stk__free(m->dst);
+    stk__free(m->offs);
+    stk__free(m->cap);
+    stk__free(m->rows);
+    stk__free(m->sched);
+    pthread_mutex_destroy(&m->mu);
+    stk__free(m);
+}
+
+void stk__mixture_close(stk__mixer *m) { mixer_free(m); }
+
+static const char *field_name(const stk_mixture_source *s, const stk_loader *ld, size_t j) {
+    return s->names && s->names[j] ? s->names[j] : stk_loader_field(ld, j)->name;
+}
+
+/* Source i's fields against the mixture's (source 0's): the same names,
+ * types and shapes; fmap says where each is. */
+static int match_fields(stk__mixer *m, const stk_mixture_source *src, size_t i,
+                        stk_error *err) {
+    feed *f0 = &m->f[0], *f = &m->f[i];
+    size_t nf = stk_loader_num_fields(f->ld);
+    if (nf != m->nf)
+        return stk__err(err, STK_ESCHEMA,
+                        "mixture: source %zu (%s) gives %zu fields, source 0 (%s) %zu: select "
+                        "and name them to match, or use homogeneous batches of sources whose "
+                        "fields differ (the Python package's)",
+                        i, src_name(f), nf, src_name(f0), m->nf);
+    for (size_t a = 0; a < m->nf; a++) {
+        const char *want = field_name(&src[0], f0->ld, a);
+        size_t b = nf;
+        for (size_t j = 0; j < nf; j++)
+            if (strcmp(field_name(&src[i], f->ld, j), want) == 0) b = j;
+        if (b == nf)
+            return stk__err(err, STK_ESCHEMA,
+                            "mixture: source %zu (%s) has no field named '%s' (source 0 has it); "
+                            "give it names that match", i, src_name(f), want);
+        const stk_field *x = stk_loader_field(f0->ld, a), *y = stk_loader_field(f->ld, b);
+        bool same = x->dtype == y->dtype && x->ndim == y->ndim &&
+                    stk__loader_field_ragged(f0->ld, a) == stk__loader_field_ragged(f->ld, b) &&
+                    stk__loader_window(f0->ld) == stk__loader_window(f->ld);
+        for (int d = 1; same && d < x->ndim; d++) same = x->shape[d] == y->shape[d];
+        if (same && !m->ragged[a])
+            same = stk__loader_field_max_bytes(f0->ld, a) == stk__loader_field_max_bytes(f->ld, b);
+        if (!same)
+            return stk__err(err, STK_ESCHEMA,
+                            "mixture: field '%s' of source %zu (%s) differs from source 0's (%s) "
+                            "in type, shape or window", want, i, src_name(f), src_name(f0));
+        f->fmap[a] = b;
+    }
+    return 0;
+}
+
+static uint64_t fingerprint(const stk__mixer *m, const stk_mixture_source *src,
+                            const stk_mixture_options *mo) {
+    uint64_t h = stk__mix2(m->k, (uint64_t)mo->exhaust * 2 + (mo->homogeneous != 0));
+    if (mo->homogeneous) h = stk__mix2(h, m->B);
+    for (size_t i = 0; i < m->k; i++) {
+        uint64_t w;
+        memcpy(&w, &src[i].weight, sizeof w);
+        h = stk__mix2(stk__mix2(stk__mix2(h, m->f[i].fp), src[i].count ? src[i].count : w),
+                      m->f[i].seed);
+        for (size_t j = 0; j < stk_loader_num_fields(m->f[i].ld); j++) {
+            const char *nm = field_name(&src[i], m->f[i].ld, j);
+            h = stk__mix2(h, stk__hash(nm, strlen(nm)));
+        }
+    }
+    return h;
+}
+
+static int open_sources(stk__mixer *m, const stk_mixture_source *src,
+                        const stk_loader_options *common, stk_error *err) {
+    for (size_t i = 0; i < m->k; i++) {
+        feed *f = &m->f[i];
+        stk_loader_options o;
+        if (src[i].opts) o = *src[i].opts;
+        else stk_loader_options_init(&o);
+        o.batch_size = common->batch_size;
+        o.rank = common->rank;
+        o.world_size = common->world_size;
+        o.streams = (uint32_t)m->S;
+        o.pad = 0;
+        o.drop_last = 0;
+        o.split_index = 0;
+        o.split_count = 1;
+        o.epoch = 0;
+        o.device = -1;
+        o.threads = common->threads;
+        o.prefetch = common->prefetch;
+        o.memory_budget = STK__MAX(common->memory_budget / m->k, (uint64_t)1 << 20);
+        f->ds = src[i].ds;
+        if (!src[i].ds)
+            return stk__err(err, -EINVAL, "mixture: source %zu has no dataset", i);
+        int rc = stk__loader_open(src[i].ds, &o, &f->ld, err);
+        if (rc) return rc;
+        stk_loader_state st;
+        stk__loader_save(f->ld, &st);
+        f->seed = o.seed;
+        f->fp = st.fingerprint;
+        uint64_t n = stk_loader_epoch_samples(f->ld);
+        f->units = n / m->unit;
+        if (f->units == 0)
+            return stk__err(err, -EINVAL,
+                            "mixture: source %zu (%s) has %llu samples, fewer than one round "
+                            "takes (%llu: streams%s)", i, src_name(f), (unsigned long long)n,
+                            (unsigned long long)m->unit, m->homogeneous ? " x batch_size" : "");
+        if (src[i].count % m->unit)
+            return stk__err(err, -EINVAL,
+                            "mixture: source %zu (%s): count %llu is not a multiple of a round's "
+                            "%llu samples (streams%s)", i, src_name(f),
+                            (unsigned long long)src[i].count, (unsigned long long)m->unit,
+                            m->homogeneous ? " x batch_size" : "");
+        f->fmap = stk__calloc(stk_loader_num_fields(f->ld) + 1, sizeof *f->fmap);
+        f->view = stk__calloc(stk_loader_num_fields(f->ld) + 1, sizeof *f->view);
+        if (!f->fmap || !f->view) return stk__err(err, -ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+static int set_up(stk__mixer *m, const stk_mixture_source *src, const stk_loader_options *common,
+                  const stk_mixture_options *mo, stk_error *err) {
+    int rc = open_sources(m, src, common, err);
+    if (rc) return rc;
+    m->nf = stk_loader_num_fields(m->f[0].ld);
+    m->dst = stk__calloc(m->nf + 1, sizeof *m->dst);
+    m->offs = stk__calloc(m->nf + 1, sizeof *m->offs);
+    m->cap = stk__calloc(m->nf + 1, sizeof *m->cap);
+    m->rows = stk__calloc(m->nf + 1, sizeof *m->rows);
+    m->sched = stk__calloc(m->B + 2, sizeof *m->sched);
+    if (!m->dst || !m->offs || !m->cap || !m->rows || !m->sched)
+        return stk__err(err, -ENOMEM, "out of memory");
+    m->ragged = stk__calloc(m->nf + 1, sizeof *m->ragged);
+    m->sample_bytes = stk__calloc(m->nf + 1, sizeof *m->sample_bytes);
+    m->row_bytes = stk__calloc(m->nf + 1, sizeof *m->row_bytes);
+    uint64_t *max_bytes = stk__calloc(m->nf + 1, sizeof *max_bytes);
+    const char **names = stk__calloc(m->nf + 1, sizeof *names);
+    stk_mix_source *spec = stk__calloc(m->k, sizeof *spec);
+    m->src_rounds = stk__calloc(m->k, sizeof *m->src_rounds);
+    m->counts = stk__calloc(m->k, sizeof *m->counts);
+    if (!m->ragged || !m->sample_bytes || !m->row_bytes || !max_bytes || !names || !spec ||
+        !m->src_rounds || !m->counts) {
+        rc = stk__err(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t a = 0; a < m->nf; a++) {
+        const stk_field *x = stk_loader_field(m->f[0].ld, a);
+        m->ragged[a] = stk__loader_field_ragged(m->f[0].ld, a);
+        m->sample_bytes[a] = stk__loader_field_max_bytes(m->f[0].ld, a);
+        m->row_bytes[a] = stk_dtype_size(x->dtype);
+        for (int d = 1; d < x->ndim; d++) m->row_bytes[a] *= (uint64_t)x->shape[d];
+        m->f[0].fmap[a] = a;
+        names[a] = field_name(&src[0], m->f[0].ld, a);
+    }
+    for (size_t i = 1; i < m->k; i++)
+        if ((rc = match_fields(m, src, i, err))) goto out;
+    for (size_t a = 0; a < m->nf; a++)
+        for (size_t i = 0; i < m->k; i++)
+            max_bytes[a] = STK__MAX(max_bytes[a],
+                                    stk__loader_field_max_bytes(m->f[i].ld, m->f[i].fmap[a]));
+    for (size_t i = 0; i < m->k; i++)
+        spec[i] = (stk_mix_source){m->f[i].units, src[i].weight, src[i].count / m->unit};
+    if ((rc = stk_mix_open(spec, m->k, mo->exhaust, mo->seed, &m->mix, err))) goto out;
+    m->rounds = stk_mix_epoch_rounds(m->mix);
+    for (size_t i = 0; i < m->k; i++) m->src_rounds[i] = stk_mix_source_rounds(m->mix, i);
+    m->fp = fingerprint(m, src, mo);
+    rc = stk__loader_open_hooked(m->f[0].ld, names, max_bytes, common, fill, m, &m->shell, err);
+out:
+    stk__free(max_bytes);
+    stk__free((void *)names);
+    stk__free(spec);
+    return rc;
+}
+
+int stk__mixture_open(const stk_mixture_source *src, size_t n, const stk_loader_options *common,
+                      const stk_mixture_options *mo, stk_loader **out, stk_error *err) {
+    *out = NULL;
+    if (!src || n == 0) return stk__err(err, -EINVAL, "mixture: no sources");
+    if (common->device >= 0)
+        return stk__err(err, -EINVAL, "mixture: batches of a mixture are in host memory (device)");
+    if (common->split_count > 1)
+        return stk__err(err, -EINVAL,
+                        "mixture: a split among worker processes is not supported; the sources' "
+                        "loaders read ahead in threads");
+    if (common->batch_size == 0 || common->world_size == 0 || common->rank >= common->world_size)
+        return stk__err(err, -EINVAL, "mixture: batch_size, rank or world_size out of range");
+    uint64_t S = common->streams ? common->streams : common->world_size;
+    if (S % common->world_size)
+        return stk__err(err, -EINVAL,
+                        "mixture: streams (%llu) must be a multiple of world_size (%u)",
+                        (unsigned long long)S, common->world_size);
+    stk__mixer *m = stk__calloc(1, sizeof *m);
+    if (!m) return stk__err(err, -ENOMEM, "out of memory");
+    pthread_mutex_init(&m->mu, NULL);
+    m->k = n;
+    m->homogeneous = mo->homogeneous != 0;
+    m->B = common->batch_size;
+    m->W = common->world_size;
+    m->r = common->rank;
+    m->S = S;
+    m->unit = S * (m->homogeneous ? m->B : 1);
+    m->seed = mo->seed;
+    m->f = stk__calloc(n, sizeof *m->f);
+    int rc = m->f ? set_up(m, src, common, mo, err) : stk__err(err, -ENOMEM, "out of memory");
+    if (rc == 0) {
+        stk__loader_set_mix(m->shell, m);
+        pthread_mutex_lock(&m->mu);
+        rc = position(m, common->epoch, 0, err);
+        pthread_mutex_unlock(&m->mu);
+    }
+    if (rc) {
+        mixer_free(m);
+        return rc;
+    }
+    *out = m->shell;
+    return 0;
+}

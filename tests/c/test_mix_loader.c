@@ -1,0 +1,256 @@
+/*
+ * test_mix_loader: stk_loader_open_mixture over three datasets with ragged
+ * and compressed fields.
+ *
+ *  - every sample's fields equal what was written for its source and id;
+ *  - an epoch holds the schedule's counts (STOP, CYCLE, ALL), batches mix
+ *    the sources, and each source's samples, taken in order, are its
+ *    epochs one after the other (each a permutation of its records);
+ *  - homogeneous batches come from one source each;
+ *  - a state saved mid-epoch and restored into a new mixture continues the
+ *    same sequence (also with another batch size), into the next epochs;
+ *  - two ranks take equal batches and together the positions of one run;
+ *  - fields that differ, a source smaller than a round, and a state of
+ *    other streams are refused, naming why.
+ */
+#include "test_loader_common.h"
+
+static stk_error err;
+
+#define K 3
+static const uint64_t NREC[K] = {300, 120, 40};
+static tds D[K];
+static stk_dataset *DS[K];
+
+typedef struct pick {
+    uint32_t src;
+    uint64_t id;
+} pick;
+
+static stk_loader *open_mix(stk_mix_exhaust ex, int homogeneous, uint32_t B, uint32_t rank,
+                            uint32_t world, uint32_t streams, uint64_t epoch) {
+    static stk_loader_options so[K];
+    stk_mixture_source s[K];
+    const double w[K] = {1, 1, 0.5};
+    for (size_t i = 0; i < K; i++) {
+        stk_loader_options_init(&so[i]);
+        so[i].order = i == 1 ? STK_ORDER_BLOCK : STK_ORDER_RANDOM;
+        so[i].block_bytes = 2048;
+        so[i].seed = 100 + i;
+        so[i].threads = 2;
+        s[i] = (stk_mixture_source){DS[i], &so[i], w[i], 0, NULL};
+    }
+    stk_loader_options c;
+    stk_loader_options_init(&c);
+    c.batch_size = B;
+    c.rank = rank;
+    c.world_size = world;
+    c.streams = streams;
+    c.epoch = epoch;
+    c.threads = 2;
+    stk_mixture_options mo = {ex, homogeneous, 9};
+    stk_loader *ld = NULL;
+    CHECK_OK(stk_loader_open_mixture(s, K, &c, &mo, &ld, &err));
+    return ld;
+}
+
+/* Takes the rest of the epoch, checking every sample's contents; appends
+ * (source, id) to out.  Returns the batches taken. */
+static uint64_t drain(stk_loader *ld, pick *out, size_t *n, int homogeneous, uint64_t max) {
+    uint64_t nb = 0;
+    stk_batch *b;
+    while (nb < max) {
+        int rc = stk_loader_next(ld, &b, &err);
+        if (rc == STK_END) break;
+        CHECK_OK(rc);
+        uint32_t m = stk_batch_size(b);
+        const uint32_t *src = stk_batch_sources(b);
+        const uint64_t *ids = stk_batch_samples(b);
+        CHECK(src != NULL);
+        stk_batch_field seq, lab, zr;
+        CHECK(stk_batch_field_get(b, 0, &seq) == 0 && stk_batch_field_get(b, 1, &lab) == 0 &&
+              stk_batch_field_get(b, 2, &zr) == 0);
+        CHECK(strcmp(seq.name, "seq") == 0 && seq.offsets && zr.offsets && !lab.offsets);
+        for (uint32_t t = 0; t < m; t++) {
+            const tds *d = &D[src[t]];
+            uint64_t r = ids[t];
+            CHECK(src[t] < K && r < d->nrec);
+            if (homogeneous) CHECK(src[t] == src[0]);
+            CHECK((uint64_t)(seq.offsets[t + 1] - seq.offsets[t]) == d->rows[0][r]);
+            CHECK(memcmp((const uint8_t *)seq.data + seq.offsets[t] * 4, d->data[0][r],
+                         d->rows[0][r] * 4) == 0);
+            CHECK(memcmp((const uint8_t *)lab.data + t * 4, d->data[1][r], 4) == 0);
+            CHECK((uint64_t)(zr.offsets[t + 1] - zr.offsets[t]) == d->rows[2][r]);
+            CHECK(memcmp((const uint8_t *)zr.data + zr.offsets[t], d->data[2][r],
+                         d->rows[2][r]) == 0);
+            out[(*n)++] = (pick){src[t], r};
+        }
+        stk_loader_release(ld, b);
+        nb++;
+    }
+    return nb;
+}
+
+/* Each source's samples in order are its epochs one after the other. */
+static void check_source_epochs(const pick *p, size_t n, const uint64_t *counts_per_epoch) {
+    for (uint32_t s = 0; s < K; s++) {
+        uint8_t *seen = calloc(NREC[s], 1);
+        CHECK(seen);
+        uint64_t k = 0;
+        for (size_t j = 0; j < n; j++) {
+            if (p[j].src != s) continue;
+            if (k % NREC[s] == 0) memset(seen, 0, NREC[s]);
+            CHECK(!seen[p[j].id]);
+            seen[p[j].id] = 1;
+            k++;
+        }
+        if (counts_per_epoch) CHECK(k % counts_per_epoch[s] == 0);
+        free(seen);
+    }
+}
+
+static pick *buf(void) {
+    pick *p = calloc(20000, sizeof *p);
+    CHECK(p);
+    return p;
+}
+
+static void test_epochs(void) {
+    /* STOP: source 2 (40 at weight 0.5) runs out first: 80, 80, 40. */
+    stk_loader *ld = open_mix(STK_MIX_STOP, 0, 16, 0, 1, 0, 0);
+    CHECK(stk_loader_epoch_samples(ld) == 200 && stk_loader_rank_batches(ld) == 13);
+    pick *p = buf();
+    size_t n = 0;
+    for (uint64_t e = 0; e < 5; e++) {
+        size_t n0 = n;
+        if (e) CHECK_OK(stk_loader_set_epoch(ld, e, &err));
+        CHECK(drain(ld, p, &n, 0, UINT64_MAX) == 13);
+        uint64_t c[K] = {0};
+        for (size_t j = n0; j < n; j++) c[p[j].src]++;
+        CHECK(c[0] == 80 && c[1] == 80 && c[2] == 40);
+        /* Mixed: the first batch holds all three. */
+        CHECK(p[n0].src != p[n0 + 1].src || p[n0].src != p[n0 + 2].src ||
+              p[n0 + 3].src != p[n0].src);
+    }
+    check_source_epochs(p, n, NULL);
+    stk_loader_close(ld);
+    /* CYCLE: 300, 300, 150; ALL: 300, 120, 40. */
+    ld = open_mix(STK_MIX_CYCLE, 0, 32, 0, 1, 0, 0);
+    n = 0;
+    drain(ld, p, &n, 0, UINT64_MAX);
+    CHECK(n == 750);
+    check_source_epochs(p, n, NULL);
+    stk_loader_close(ld);
+    ld = open_mix(STK_MIX_ALL, 0, 32, 0, 1, 0, 0);
+    n = 0;
+    drain(ld, p, &n, 0, UINT64_MAX);
+    uint64_t c[K] = {0};
+    for (size_t j = 0; j < n; j++) c[p[j].src]++;
+    CHECK(c[0] == 300 && c[1] == 120 && c[2] == 40);
+    check_source_epochs(p, n, NREC);
+    stk_loader_close(ld);
+    /* Homogeneous: rounds of a batch; 300/8 = 37, 120/8 = 15, 40/8 = 5. */
+    ld = open_mix(STK_MIX_ALL, 1, 8, 0, 1, 0, 0);
+    n = 0;
+    CHECK(drain(ld, p, &n, 1, UINT64_MAX) == 37 + 15 + 5);
+    stk_loader_close(ld);
+    free(p);
+}
+
+static void test_resume(void) {
+    pick *want = buf(), *got = buf();
+    size_t nw = 0, ng = 0;
+    stk_loader *ld = open_mix(STK_MIX_STOP, 0, 16, 0, 1, 0, 0);
+    drain(ld, want, &nw, 0, UINT64_MAX);
+    CHECK_OK(stk_loader_set_epoch(ld, 1, &err));
+    drain(ld, want, &nw, 0, UINT64_MAX);
+    CHECK_OK(stk_loader_set_epoch(ld, 0, &err));
+    drain(ld, got, &ng, 0, 5);
+    stk_loader_state st;
+    stk_loader_save(ld, &st);
+    CHECK(st.position == 80 && st.epoch == 0);
+    stk_loader_close(ld);
+    /* A new mixture with batches of 7 goes on from there. */
+    ld = open_mix(STK_MIX_STOP, 0, 7, 0, 1, 0, 0);
+    CHECK_OK(stk_loader_restore(ld, &st, &err));
+    drain(ld, got, &ng, 0, UINT64_MAX);
+    CHECK_OK(stk_loader_set_epoch(ld, 1, &err));
+    drain(ld, got, &ng, 0, UINT64_MAX);
+    CHECK(ng == nw);
+    for (size_t j = 0; j < nw; j++) CHECK(got[j].src == want[j].src && got[j].id == want[j].id);
+    /* A state of other streams is refused, naming what to do. */
+    st.streams = 2;
+    CHECK_ERR(stk_loader_restore(ld, &st, &err), -EINVAL, "streams=2");
+    st.streams = 1;
+    st.fingerprint ^= 1;
+    CHECK_ERR(stk_loader_restore(ld, &st, &err), -EINVAL, "another mixture");
+    stk_loader_close(ld);
+    free(want);
+    free(got);
+}
+
+static void test_ranks(void) {
+    /* One run of two ranks' positions against each rank's own. */
+    pick *r0 = buf(), *r1 = buf();
+    size_t n0 = 0, n1 = 0;
+    stk_loader *a = open_mix(STK_MIX_ALL, 0, 10, 0, 2, 0, 0);
+    stk_loader *b = open_mix(STK_MIX_ALL, 0, 10, 1, 2, 0, 0);
+    CHECK(stk_loader_rank_batches(a) == stk_loader_rank_batches(b));
+    CHECK(drain(a, r0, &n0, 0, UINT64_MAX) == drain(b, r1, &n1, 0, UINT64_MAX));
+    CHECK(n0 == n1);
+    pick *all = buf();
+    for (size_t j = 0; j < n0; j++) {
+        all[2 * j] = r0[j];
+        all[2 * j + 1] = r1[j];
+    }
+    /* Together: each source's epoch once (less a round's remainder). */
+    check_source_epochs(all, 2 * n0, NULL);
+    uint64_t c[K] = {0};
+    for (size_t j = 0; j < 2 * n0; j++) c[all[j].src]++;
+    CHECK(c[0] == 300 && c[1] == 120 && c[2] == 40);
+    stk_loader_close(a);
+    stk_loader_close(b);
+    free(r0);
+    free(r1);
+    free(all);
+}
+
+static void test_refusals(void) {
+    tds other;
+    tds_init(&other, TDS_RECORDS, 50);
+    tds_write(&other, "mix_other");
+    stk_dataset *ods = NULL;
+    CHECK_OK(stk_dataset_open(other.dir, &ods, &err));
+    stk_mixture_source s[2] = {{DS[0], NULL, 1, 0, NULL}, {ods, NULL, 1, 0, NULL}};
+    stk_loader *ld = NULL;
+    CHECK_ERR(stk_loader_open_mixture(s, 2, NULL, NULL, &ld, &err), STK_ESCHEMA, "mix_other");
+    CHECK(ld == NULL);
+    /* A round bigger than a source. */
+    stk_loader_options c;
+    stk_loader_options_init(&c);
+    c.batch_size = 64;
+    stk_mixture_options mo = {STK_MIX_STOP, 1, 0};
+    s[1].ds = DS[2];
+    CHECK_ERR(stk_loader_open_mixture(s, 2, &c, &mo, &ld, &err), -EINVAL, "fewer than one round");
+    stk_dataset_close(ods);
+    tds_free(&other);
+}
+
+int main(void) {
+    for (size_t i = 0; i < K; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "mix_src%zu", i);
+        tds_init(&D[i], TDS_RAGGED, NREC[i]);
+        tds_write(&D[i], name);
+        CHECK_OK(stk_dataset_open(D[i].dir, &DS[i], &err));
+    }
+    test_epochs();
+    test_resume();
+    test_ranks();
+    test_refusals();
+    for (size_t i = 0; i < K; i++) {
+        stk_dataset_close(DS[i]);
+        tds_free(&D[i]);
+    }
+    return 0;
+}
