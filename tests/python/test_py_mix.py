@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import stoker
+from test_py_remote import aws, served  # noqa: F401  (fixtures)
 
 SIZES = (1200, 400, 90)
 WEIGHTS = (1.0, 1.0, 0.5)
@@ -356,3 +357,21 @@ def test_cli_reads_a_mixture_description(srcs, tmp_path):
     p = subprocess.run([exe, "read", str(tmp_path / "none.json")], env=env,
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "none.json" in p.stderr
+
+
+def test_a_remote_source_reads_as_the_local_one(srcs, served, aws, tmp_path):
+    """A mixture of a local and an s3:// source gives the batches of the
+    same mixture read all locally (the same datasets, the same seeds)."""
+    import shutil
+    shutil.copytree(srcs[1], served["root"] / "bucket" / "mixsrc1", dirs_exist_ok=True)
+    kw = dict(shuffle="random", seed=11)
+    want, got = [], []
+    with stoker.Loader(sources(srcs), 16, **kw) as mx:
+        for b in mx:
+            want.append({k: np.asarray(v).tobytes() for k, v in b.items()})
+    remote = [srcs[0], "s3://bucket/mixsrc1", srcs[2]]
+    with stoker.Loader([stoker.Source(p, w, cache_dir=str(tmp_path / "cache"))
+                        for p, w in zip(remote, WEIGHTS)], 16, **kw) as mx:
+        for b in mx:
+            got.append({k: np.asarray(v).tobytes() for k, v in b.items()})
+    assert got == want and len(want) == math.ceil(450 / 16)
