@@ -879,6 +879,10 @@ typedef struct stk_loader_options {
                                 * so that each rank reads a part of the data
                                 * of its own; 1: one stream, an order that
                                 * does not depend on the world size */
+    const char *const *names;  /* a name for each field the loader yields,
+                                * in its order, that its batches use instead
+                                * of the field's own (a NULL entry keeps it);
+                                * NULL (default): their own names */
 } stk_loader_options;
 
 /* Fills `opts` with the defaults above. */
@@ -985,6 +989,9 @@ typedef struct stk_batch_field {
 /* `data` and `offsets` are in the memory stk_batch_device names; the shape,
  * sizes and the batch's sample ids are always on the host. */
 
+/* The fields a batch holds (its loader's; a mixture of homogeneous batches
+ * hands out each source's batches, with that source's fields). */
+STK_API size_t stk_batch_num_fields(const stk_batch *b);
 /* Describes field `i` (in the loader's field order).  Returns 0 or -EINVAL. */
 STK_API int stk_batch_field_get(const stk_batch *b, size_t i, stk_batch_field *out);
 
@@ -1609,7 +1616,9 @@ typedef struct stk_mix_source {
  * read in its own order exactly as its own loader deals it to this rank.
  * Batches hold the first source's fields, named names[i] where given; every
  * other source must give fields of the same names (after its own names),
- * types and shapes.  stk_batch_sources gives each sample's source;
+ * types and shapes.  Homogeneous batches are the sources' own batches,
+ * handed out as they are (no copy): their fields may then differ between
+ * sources (stk_batch_num_fields, stk_batch_field_get say what each holds).  stk_batch_sources gives each sample's source;
  * stk_batch_samples each sample's id within its source.  The state is a
  * loader's (seed, epoch, position, streams): restore takes one of this
  * mixture's seed and streams, from a run of any world size dividing them.
@@ -1630,7 +1639,7 @@ typedef struct stk_mixture_source {
 
 typedef struct stk_mixture_options {
     stk_mix_exhaust exhaust;
-    int homogeneous; /* 1: every batch from one source (copied whole) */
+    int homogeneous; /* 1: every batch from one source (its own batch) */
     uint64_t seed;   /* the schedule's */
 } stk_mixture_options;
 

@@ -51,6 +51,7 @@ int stk_loader_next(stk_loader *ld, stk_batch **out, stk_error *err) {
 int stk_loader_next_timeout(stk_loader *ld, stk_batch **out, int64_t timeout_ms,
                             stk_error *err) {
     if (!ld || !out) return stk__err(err, -EINVAL, "stk_loader_next: NULL argument");
+    if (stk__loader_mix(ld)) return stk__mixture_next(stk__loader_mix(ld), out, timeout_ms, err);
     stk__gpu *g = stk__loader_gpu(ld);
     return g ? stk__gpu_next(g, out, timeout_ms, err) : stk__loader_next(ld, out, timeout_ms, err);
 }
@@ -62,7 +63,8 @@ void stk_loader_release(stk_loader *ld, stk_batch *b) {
 void stk_loader_release_after(stk_loader *ld, stk_batch *b, uintptr_t stream) {
     if (!ld || !b) return;
     stk__gpu *g = stk__loader_gpu(ld);
-    if (g) stk__gpu_release(g, b, stream);
+    if (stk__loader_mix(ld)) stk__mixture_release(stk__loader_mix(ld), b);
+    else if (g) stk__gpu_release(g, b, stream);
     else stk__loader_release(ld, b);
 }
 
@@ -74,6 +76,7 @@ int stk_batch_wait(const stk_batch *b, uintptr_t stream, stk_error *err) {
 
 int stk_loader_unget(stk_loader *ld, stk_batch *b) {
     if (!ld || !b || stk__loader_gpu(ld)) return -EINVAL;
+    if (stk__loader_mix(ld)) return stk__mixture_unget(stk__loader_mix(ld), b);
     return stk__loader_unget(ld, b);
 }
 
@@ -83,6 +86,7 @@ int stk_loader_add_buffer(stk_loader *ld, stk_error *err) {
         return stk__err(err, -ENOTSUP,
                         "device buffers are fixed when the loader opens (device_buffers); "
                         "release a batch before asking for the next");
+    if (stk__loader_mix(ld)) return stk__mixture_add_buffer(stk__loader_mix(ld), err);
     return stk__loader_add_buffer(ld, err);
 }
 
@@ -94,6 +98,10 @@ int stk_loader_set_epoch(stk_loader *ld, uint64_t epoch, stk_error *err) {
 }
 
 void stk_loader_save(const stk_loader *ld, stk_loader_state *out) {
+    if (stk__loader_mix(ld)) {
+        stk__mixture_save(stk__loader_mix(ld), out);
+        return;
+    }
     stk__gpu *g = stk__loader_gpu(ld);
     if (g) stk__gpu_save(g, out);
     else stk__loader_save(ld, out);

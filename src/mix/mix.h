@@ -14,6 +14,14 @@ struct stk__mixer;
 int stk__mixture_open(const stk_mixture_source *sources, size_t n,
                       const stk_loader_options *common, const stk_mixture_options *mo,
                       stk_loader **out, stk_error *err);
+/* next, release, add_buffer, unget and save of stoker.h: the mixture's own loader's,
+ * or, for homogeneous batches, the sources' batches handed out. */
+int stk__mixture_next(struct stk__mixer *m, stk_batch **out, int64_t timeout_ms,
+                      stk_error *err);
+void stk__mixture_release(struct stk__mixer *m, stk_batch *b);
+int stk__mixture_add_buffer(struct stk__mixer *m, stk_error *err);
+int stk__mixture_unget(struct stk__mixer *m, stk_batch *b);
+void stk__mixture_save(struct stk__mixer *m, stk_loader_state *st);
 int stk__mixture_set_epoch(struct stk__mixer *m, uint64_t epoch, stk_error *err);
 int stk__mixture_restore(struct stk__mixer *m, const stk_loader_state *st, stk_error *err);
 int stk__mixture_fetch_epoch(struct stk__mixer *m, uint64_t *bytes, stk_error *err);

@@ -55,6 +55,11 @@ typedef struct stk__mixer {
     int64_t **offs;
     uint64_t *cap, *rows;
     uint32_t *sched; /* the sources of a batch's rounds (batch_size + 2) */
+    /* Homogeneous: the batches handed out since `start`, the last one and
+     * its source (for unget). */
+    uint64_t taken;
+    stk_batch *last;
+    uint32_t last_src;
     pthread_mutex_t mu;
 } stk__mixer;
 
@@ -155,43 +160,11 @@ static int fill_mixed(stk__mixer *m, stk_batch *s, stk_error *err) {
     return 0;
 }
 
-/* Homogeneous batches: the next batch of the round's source, whole. */
-static int fill_whole(stk__mixer *m, stk_batch *s, stk_error *err) {
-    uint32_t n = stk_batch_size(s);
-    uint64_t p = m->start + stk_batch_index(s) * m->B * m->W + m->r;
-    uint32_t src = stk_mix_source_at(m->mix, m->epoch, p / m->unit, NULL);
-    feed *f = &m->f[src];
-    feed_drop(f);
-    int rc = feed_fill(m, f, err);
-    if (rc) return rc;
-    if (f->n != n)
-        return stk__err(err, -EIO, "mixture: source %s gave a batch of %u samples, not %u",
-                        src_name(f), f->n, n);
-    memcpy(stk__batch_ids(s), f->ids, n * sizeof(uint64_t));
-    uint32_t *srcs = stk__batch_srcs(s);
-    for (uint32_t t = 0; t < n; t++) srcs[t] = src;
-    for (size_t i = 0; i < m->nf; i++) {
-        int64_t *offs;
-        uint64_t cap;
-        uint8_t *dst = stk__batch_field_dst(s, i, &offs, &cap);
-        const stk_batch_field *v = &f->view[i];
-        if (v->bytes > cap) return room_error(m, i, err);
-        memcpy(dst, v->data, v->bytes);
-        if (m->ragged[i]) {
-            memcpy(offs, v->offsets, (n + 1) * sizeof *offs);
-            stk__batch_set_rows(s, i, (uint64_t)v->offsets[n]);
-        }
-    }
-    f->left -= n;
-    feed_drop(f);
-    return 0;
-}
-
 static int fill(void *ctx, stk_batch *s, stk_error *err) {
     stk__mixer *m = ctx;
     pthread_mutex_lock(&m->mu);
     int rc = -ECANCELED; /* an epoch that moved on: the batch is discarded */
-    if (stk__batch_current(s)) rc = m->homogeneous ? fill_whole(m, s, err) : fill_mixed(m, s, err);
+    if (stk__batch_current(s)) rc = fill_mixed(m, s, err);
     pthread_mutex_unlock(&m->mu);
     return rc;
 }
@@ -224,8 +197,90 @@ static int position(stk__mixer *m, uint64_t epoch, uint64_t P, stk_error *err) {
     }
     m->epoch = epoch;
     m->start = P;
+    m->taken = 0;
+    m->last = NULL;
     stk__loader_hooked_position(m->shell, T, m->seed, epoch, P, m->S, m->fp);
     return 0;
+}
+
+/* ---- homogeneous batches: the sources' own, handed out ---- */
+
+int stk__mixture_next(stk__mixer *m, stk_batch **out, int64_t timeout_ms, stk_error *err) {
+    if (!m->homogeneous) return stk__loader_next(m->shell, out, timeout_ms, err);
+    *out = NULL;
+    pthread_mutex_lock(&m->mu);
+    int rc = 0;
+    if (m->taken >= stk_loader_rank_batches(m->shell)) {
+        rc = STK_END;
+    } else {
+        uint64_t p = m->start + m->taken * m->B * m->W + m->r;
+        uint32_t src = stk_mix_source_at(m->mix, m->epoch, p / m->unit, NULL);
+        feed *f = &m->f[src];
+        if (f->left == 0) {
+            rc = stk__loader_set_epoch(f->ld, f->epoch + 1, err);
+            if (rc == 0) {
+                f->epoch++;
+                f->left = f->units * m->unit / m->W;
+            }
+        }
+        stk_batch *b = NULL;
+        if (rc == 0) rc = stk__loader_next(f->ld, &b, timeout_ms, err);
+        if (rc == STK_END)
+            rc = stk__err(err, -EIO, "mixture: source %s ended its epoch %llu before the "
+                          "mixture's share of it", src_name(f), (unsigned long long)f->epoch);
+        if (rc == 0) {
+            uint32_t n = stk_batch_size(b), *srcs = stk__batch_srcs(b);
+            for (uint32_t t = 0; t < n; t++) srcs[t] = src;
+            f->left -= n;
+            m->taken++;
+            m->last = b;
+            m->last_src = src;
+            *out = b;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+int stk__mixture_add_buffer(stk__mixer *m, stk_error *err) {
+    if (!m->homogeneous) return stk__loader_add_buffer(m->shell, err);
+    int rc = 0;
+    for (size_t i = 0; i < m->k && rc == 0; i++) rc = stk__loader_add_buffer(m->f[i].ld, err);
+    return rc;
+}
+
+void stk__mixture_release(stk__mixer *m, stk_batch *b) {
+    stk__loader_release(stk__batch_loader(b), b);
+    (void)m;
+}
+
+int stk__mixture_unget(stk__mixer *m, stk_batch *b) {
+    if (!m->homogeneous) return stk__loader_unget(m->shell, b);
+    pthread_mutex_lock(&m->mu);
+    int rc = -EINVAL;
+    if (b == m->last) {
+        feed *f = &m->f[m->last_src];
+        rc = stk__loader_unget(f->ld, b);
+        if (rc == 0) {
+            f->left += stk_batch_size(b);
+            m->taken--;
+            m->last = NULL;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+void stk__mixture_save(stk__mixer *m, stk_loader_state *st) {
+    if (!m->homogeneous) {
+        stk__loader_save(m->shell, st);
+        return;
+    }
+    pthread_mutex_lock(&m->mu);
+    uint64_t T = m->rounds * m->unit;
+    *st = (stk_loader_state){m->seed, m->epoch,
+                             STK__MIN(m->start + m->taken * m->B * m->W, T), m->fp, m->S};
+    pthread_mutex_unlock(&m->mu);
 }
 
 int stk__mixture_set_epoch(stk__mixer *m, uint64_t epoch, stk_error *err) {
@@ -300,14 +355,14 @@ static void mixer_free(stk__mixer *m) {
 
 void stk__mixture_close(stk__mixer *m) { mixer_free(m); }
 
-static const char *field_name(const stk_mixture_source *s, const stk_loader *ld, size_t j) {
-    return s->names && s->names[j] ? s->names[j] : stk_loader_field(ld, j)->name;
+/* (The sources' loaders were opened with their names.) */
+static const char *field_name(const stk_loader *ld, size_t j) {
+    return stk_loader_field(ld, j)->name;
 }
 
 /* Source i's fields against the mixture's (source 0's): the same names,
  * types and shapes; fmap says where each is. */
-static int match_fields(stk__mixer *m, const stk_mixture_source *src, size_t i,
-                        stk_error *err) {
+static int match_fields(stk__mixer *m, size_t i, stk_error *err) {
     feed *f0 = &m->f[0], *f = &m->f[i];
     size_t nf = stk_loader_num_fields(f->ld);
     if (nf != m->nf)
@@ -317,10 +372,10 @@ static int match_fields(stk__mixer *m, const stk_mixture_source *src, size_t i,
                         "fields differ (the Python package's)",
                         i, src_name(f), nf, src_name(f0), m->nf);
     for (size_t a = 0; a < m->nf; a++) {
-        const char *want = field_name(&src[0], f0->ld, a);
+        const char *want = field_name(f0->ld, a);
         size_t b = nf;
         for (size_t j = 0; j < nf; j++)
-            if (strcmp(field_name(&src[i], f->ld, j), want) == 0) b = j;
+            if (strcmp(field_name(f->ld, j), want) == 0) b = j;
         if (b == nf)
             return stk__err(err, STK_ESCHEMA,
                             "mixture: source %zu (%s) has no field named '%s' (source 0 has it); "
@@ -351,7 +406,7 @@ static uint64_t fingerprint(const stk__mixer *m, const stk_mixture_source *src,
         h = stk__mix2(stk__mix2(stk__mix2(h, m->f[i].fp), src[i].count ? src[i].count : w),
                       m->f[i].seed);
         for (size_t j = 0; j < stk_loader_num_fields(m->f[i].ld); j++) {
-            const char *nm = field_name(&src[i], m->f[i].ld, j);
+            const char *nm = field_name(m->f[i].ld, j);
             h = stk__mix2(h, stk__hash(nm, strlen(nm)));
         }
     }
@@ -378,10 +433,12 @@ static int open_sources(stk__mixer *m, const stk_mixture_source *src,
         o.threads = common->threads;
         o.prefetch = common->prefetch;
         o.memory_budget = STK__MAX(common->memory_budget / m->k, (uint64_t)1 << 20);
+        o.names = src[i].names;
         f->ds = src[i].ds;
         if (!src[i].ds)
             return stk__err(err, -EINVAL, "mixture: source %zu has no dataset", i);
         int rc = stk__loader_open(src[i].ds, &o, &f->ld, err);
+        if (rc == 0 && m->homogeneous) rc = stk__loader_with_sources(f->ld, err);
         if (rc) return rc;
         stk_loader_state st;
         stk__loader_save(f->ld, &st);
@@ -423,11 +480,10 @@ static int set_up(stk__mixer *m, const stk_mixture_source *src, const stk_loader
     m->sample_bytes = stk__calloc(m->nf + 1, sizeof *m->sample_bytes);
     m->row_bytes = stk__calloc(m->nf + 1, sizeof *m->row_bytes);
     uint64_t *max_bytes = stk__calloc(m->nf + 1, sizeof *max_bytes);
-    const char **names = stk__calloc(m->nf + 1, sizeof *names);
     stk_mix_source *spec = stk__calloc(m->k, sizeof *spec);
     m->src_rounds = stk__calloc(m->k, sizeof *m->src_rounds);
     m->counts = stk__calloc(m->k, sizeof *m->counts);
-    if (!m->ragged || !m->sample_bytes || !m->row_bytes || !max_bytes || !names || !spec ||
+    if (!m->ragged || !m->sample_bytes || !m->row_bytes || !max_bytes || !spec ||
         !m->src_rounds || !m->counts) {
         rc = stk__err(err, -ENOMEM, "out of memory");
         goto out;
@@ -439,11 +495,11 @@ static int set_up(stk__mixer *m, const stk_mixture_source *src, const stk_loader
         m->row_bytes[a] = stk_dtype_size(x->dtype);
         for (int d = 1; d < x->ndim; d++) m->row_bytes[a] *= (uint64_t)x->shape[d];
         m->f[0].fmap[a] = a;
-        names[a] = field_name(&src[0], m->f[0].ld, a);
     }
-    for (size_t i = 1; i < m->k; i++)
-        if ((rc = match_fields(m, src, i, err))) goto out;
-    for (size_t a = 0; a < m->nf; a++)
+    /* Homogeneous batches are the sources' own: their fields may differ. */
+    for (size_t i = 1; i < m->k && !m->homogeneous; i++)
+        if ((rc = match_fields(m, i, err))) goto out;
+    for (size_t a = 0; a < m->nf && !m->homogeneous; a++)
         for (size_t i = 0; i < m->k; i++)
             max_bytes[a] = STK__MAX(max_bytes[a],
                                     stk__loader_field_max_bytes(m->f[i].ld, m->f[i].fmap[a]));
@@ -453,10 +509,10 @@ static int set_up(stk__mixer *m, const stk_mixture_source *src, const stk_loader
     m->rounds = stk_mix_epoch_rounds(m->mix);
     for (size_t i = 0; i < m->k; i++) m->src_rounds[i] = stk_mix_source_rounds(m->mix, i);
     m->fp = fingerprint(m, src, mo);
-    rc = stk__loader_open_hooked(m->f[0].ld, names, max_bytes, common, fill, m, &m->shell, err);
+    rc = stk__loader_open_hooked(m->f[0].ld, NULL, m->homogeneous ? NULL : max_bytes, common,
+                                 m->homogeneous ? NULL : fill, m, &m->shell, err);
 out:
     stk__free(max_bytes);
-    stk__free((void *)names);
     stk__free(spec);
     return rc;
 }

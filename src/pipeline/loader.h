@@ -184,10 +184,11 @@ struct stk_loader {
     stk_dataset *ds;
     /* A mixture's loader (pipeline.h, stk__loader_open_hooked): its one
      * worker calls hook for each batch instead of reading; its fields are
-     * those of another loader, renamed (own_fields); mix is the mixture
-     * that src/api sends epochs and state to. */
+     * those of another loader; mix is the mixture that src/api sends epochs
+     * and state to.  own_fields: the fields renamed (opts.names). */
     stk__fill_fn hook;
     void *hook_ctx;
+    bool want_sources; /* its batches carry sources (a mixture's) */
     stk_field *own_fields;
     void *mix;
     struct stk__gpu *gpu; /* device >= 0: the GPU stage batches go through;

@@ -30,6 +30,7 @@ static stk_loader *loader_new(stk_dataset *ds, const stk_loader_options *opts, b
     ld->opt = *opts;
     ld->opt.fields = NULL;
     ld->opt.valid_field = NULL;
+    ld->opt.names = NULL;
     ld->opt.queue_depth = opts->queue_depth ? opts->queue_depth : 64;
     ld->opt.streams = opts->streams ? opts->streams : opts->world_size;
     pthread_mutex_init(&ld->mu, NULL);
@@ -152,9 +153,9 @@ static int alloc_ring(stk_loader *ld, uint64_t R, stk_error *err) {
         s->samples = stk__calloc(B, sizeof *s->samples);
         s->ragged_rows = stk__calloc(ld->nf, sizeof *s->ragged_rows);
         if (ld->plan_only) s->plan = stk__calloc(B * ld->nf, sizeof *s->plan);
-        if (ld->hook) s->sources = stk__calloc(B, sizeof *s->sources);
+        if (ld->want_sources) s->sources = stk__calloc(B, sizeof *s->sources);
         if (!s->samples || !s->ragged_rows || (ld->plan_only && !s->plan) ||
-            (ld->hook && !s->sources))
+            (ld->want_sources && !s->sources))
             return stk__err(err, -ENOMEM, "out of memory");
     }
     return 0;
@@ -382,7 +383,7 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
 /* ---- a loader filled by someone else (pipeline.h) ---- */
 
 static int hooked_set_up(stk_loader *ld, const stk_loader *like, const char *const *names,
-                         const uint64_t *max_bytes, stk_error *err) {
+                         const uint64_t *max_bytes, stk__fill_fn fill, stk_error *err) {
     size_t nf = like->nf;
     uint64_t B = ld->opt.batch_size, pos = 0;
     ld->f = stk__calloc(nf, sizeof *ld->f);
@@ -397,7 +398,7 @@ static int hooked_set_up(stk_loader *ld, const stk_loader *like, const char *con
         if (!(ld->own_fields[i].name = stk__strdup(name)))
             return stk__err(err, -ENOMEM, "out of memory");
         lf->f = &ld->own_fields[i];
-        uint64_t per = lf->kind == F_RAGGED ? max_bytes[i] : lf->sample_bytes;
+        uint64_t per = lf->kind == F_RAGGED && max_bytes ? max_bytes[i] : lf->cap / like->opt.batch_size;
         lf->cap = B * per;
         lf->data_off = pos;
         pos = stk__align_up(pos + lf->cap, 64);
@@ -411,11 +412,12 @@ static int hooked_set_up(stk_loader *ld, const stk_loader *like, const char *con
     ld->space.windows = like->space.windows;
     ld->backend = like->backend;
     ld->valid_dsf = -1;
-    ld->nw = 1;
+    ld->nw = fill ? 1 : 0;
+    ld->want_sources = true;
     stk__trace_init(&ld->trace, 2, -1);
     uint64_t R = ld->opt.prefetch ? ld->opt.prefetch : 4;
     int rc = alloc_ring(ld, STK__MAX(R, (uint64_t)2), err);
-    if (rc) return rc;
+    if (rc || !fill) return rc;
     ld->w[0].ld = ld;
     if ((rc = -pthread_create(&ld->w[0].tid, NULL, stk__ld_worker_main, &ld->w[0])))
         return stk__err(err, rc, "cannot start a worker thread: %s", stk_strerror(rc));
@@ -442,7 +444,7 @@ int stk__loader_open_hooked(const stk_loader *like, const char *const *names,
     if (!ld) return stk__err(err, -ENOMEM, "out of memory");
     ld->hook = fill;
     ld->hook_ctx = ctx;
-    int rc = hooked_set_up(ld, like, names, max_bytes, err);
+    int rc = hooked_set_up(ld, like, names, max_bytes, fill, err);
     if (rc) {
         stk__loader_close(ld);
         return rc;

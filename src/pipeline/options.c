@@ -194,6 +194,28 @@ static int field_kind(lfield *lf, const stk_loader_options *o, stk_error *err) {
     return 0;
 }
 
+/* opts.names: the fields take these names in batches (copies the loader
+ * owns); two fields may not end up with one name. */
+static int rename_fields(stk_loader *ld, const char *const *names, stk_error *err) {
+    ld->own_fields = stk__calloc(ld->nf, sizeof *ld->own_fields);
+    if (!ld->own_fields) return stk__err(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < ld->nf; i++) {
+        ld->own_fields[i] = *ld->f[i].f;
+        const char *nm = names[i] ? names[i] : ld->f[i].f->name;
+        if (!*nm) return stk__err(err, -EINVAL, "names: an empty name for field '%s'",
+                                  ld->f[i].f->name);
+        if (!(ld->own_fields[i].name = stk__strdup(nm)))
+            return stk__err(err, -ENOMEM, "out of memory");
+        ld->f[i].f = &ld->own_fields[i];
+    }
+    for (size_t i = 0; i < ld->nf; i++)
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(ld->own_fields[i].name, ld->own_fields[j].name) == 0)
+                return stk__err(err, -EINVAL, "names: two fields would be named '%s'",
+                                ld->own_fields[i].name);
+    return 0;
+}
+
 int stk__ld_pick_fields(stk_loader *ld, const stk_loader_options *o, stk_error *err) {
     const stk_dataset *ds = ld->ds;
     size_t n = o->fields ? o->nfields : ds->nfields;
@@ -220,7 +242,7 @@ int stk__ld_pick_fields(stk_loader *ld, const stk_loader_options *o, stk_error *
         lf->fi = &ds->info[k];
         if ((rc = field_kind(lf, o, err))) return rc;
     }
-    return 0;
+    return o->names ? rename_fields(ld, o->names, err) : 0;
 }
 
 /* Largest stored size and rows per field, over the whole dataset. */

@@ -88,6 +88,9 @@ typedef int (*stk__fill_fn)(void *ctx, stk_batch *b, stk_error *err);
  * ragged one given room for max_bytes[i] bytes a sample; batch_size,
  * world_size, rank, drop_last and prefetch (buffers, 0: 4) are `o`'s.  It
  * has no epoch until stk__loader_hooked_position gives it one. */
+/* fill NULL: a loader with no worker, whose ring is never filled (a mixture
+ * of homogeneous batches hands out its sources' batches instead; its
+ * counts and state are still this loader's). */
 int stk__loader_open_hooked(const stk_loader *like, const char *const *names,
                             const uint64_t *max_bytes, const stk_loader_options *o,
                             stk__fill_fn fill, void *ctx, stk_loader **out, stk_error *err);
@@ -97,6 +100,9 @@ int stk__loader_open_hooked(const stk_loader *like, const char *const *names,
  * not running, or that it sees the batch is no longer current. */
 void stk__loader_hooked_position(stk_loader *ld, uint64_t n, uint64_t seed, uint64_t epoch,
                                  uint64_t start, uint64_t S, uint64_t fingerprint);
+/* Gives every batch of ld (the ring's, and any added later) an array of
+ * sources, for a mixture to fill (stk__batch_srcs) before handing it out. */
+int stk__loader_with_sources(stk_loader *ld, stk_error *err);
 /* Whether batch b being filled still belongs to its loader's epoch. */
 bool stk__batch_current(const stk_batch *b);
 /* For fill: where field i of b goes (data; a ragged field's offsets, n + 1

@@ -128,11 +128,14 @@ int stk__loader_add_buffer(stk_loader *ld, stk_error *err) {
         s->ragged_rows = stk__calloc(ld->nf, sizeof *s->ragged_rows);
         if (ld->plan_only)
             s->plan = stk__calloc((size_t)ld->opt.batch_size * ld->nf, sizeof *s->plan);
-        if (!s->own_mem || !s->samples || !s->ragged_rows || (ld->plan_only && !s->plan)) {
+        if (ld->want_sources) s->sources = stk__calloc(ld->opt.batch_size, sizeof *s->sources);
+        if (!s->own_mem || !s->samples || !s->ragged_rows || (ld->plan_only && !s->plan) ||
+            (ld->want_sources && !s->sources)) {
             stk__free(s->own_mem);
             stk__free(s->samples);
             stk__free(s->ragged_rows);
             stk__free(s->plan);
+            stk__free(s->sources);
             rc = stk__err(err, -ENOMEM, "out of memory for one more batch buffer (%llu bytes)",
                           (unsigned long long)ld->slot_bytes);
         } else {
@@ -206,6 +209,7 @@ int stk_batch_field_get(const stk_batch *b, size_t i, stk_batch_field *out) {
 }
 
 size_t stk_loader_num_fields(const stk_loader *ld) { return ld ? ld->nf : 0; }
+size_t stk_batch_num_fields(const stk_batch *b) { return b ? b->ld->nf : 0; }
 
 int stk_loader_find_field(const stk_loader *ld, const char *name) {
     if (!ld || !name) return -EINVAL;
@@ -383,3 +387,15 @@ bool stk__loader_field_ragged(const stk_loader *ld, size_t i) { return ld->f[i].
 uint64_t stk__loader_window(const stk_loader *ld) { return ld->space.windows ? ld->space.L : 0; }
 void *stk__loader_mix(const stk_loader *ld) { return ld ? ld->mix : NULL; }
 void stk__loader_set_mix(stk_loader *ld, void *mix) { ld->mix = mix; }
+
+int stk__loader_with_sources(stk_loader *ld, stk_error *err) {
+    pthread_mutex_lock(&ld->mu);
+    ld->want_sources = true;
+    int rc = 0;
+    for (uint32_t i = 0; i < ld->R && rc == 0; i++)
+        if (!ld->slots[i].sources &&
+            !(ld->slots[i].sources = stk__calloc(ld->opt.batch_size, sizeof(uint32_t))))
+            rc = stk__err(err, -ENOMEM, "out of memory");
+    pthread_mutex_unlock(&ld->mu);
+    return rc;
+}

@@ -156,7 +156,9 @@ static PyObject *loader_next_batch(LoaderObject *self, PyObject *unused) {
     }
     bo->b = b;
     self->last = bo;
-    size_t nf = stk_loader_num_fields(self->ld);
+    /* (A mixture of homogeneous batches hands out its sources' batches,
+     * each with its own fields.) */
+    size_t nf = stk_batch_num_fields(b);
     stk_batch_field *f = PyMem_Calloc(nf ? nf : 1, sizeof *f);
     if (!f) {
         Py_DECREF(bo);
