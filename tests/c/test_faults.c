@@ -71,6 +71,31 @@ static int epoch(stk_dataset *ds, stk_backend be) {
     return rc == STK_END ? 0 : rc;
 }
 
+/* An epoch of a mixture of two sources (both over ds), batches mixed or
+ * homogeneous. */
+static int mixture_epoch(stk_dataset *ds, int homogeneous) {
+    stk_error err = {0};
+    stk_loader_options so[2], c;
+    for (int i = 0; i < 2; i++) {
+        stk_loader_options_init(&so[i]);
+        so[i].order = i ? STK_ORDER_BLOCK : STK_ORDER_RANDOM;
+        so[i].seed = (uint64_t)i;
+    }
+    stk_loader_options_init(&c);
+    c.batch_size = 5;
+    c.threads = 2;
+    stk_mixture_source src[2] = {{ds, &so[0], 2.0, 0, NULL}, {ds, &so[1], 1.0, 0, NULL}};
+    stk_mixture_options mo = {STK_MIX_CYCLE, homogeneous, 3};
+    stk_loader *ld = NULL;
+    int rc = stk_loader_open_mixture(src, 2, &c, &mo, &ld, &err);
+    if (rc) return rc;
+    stk_batch *b;
+    while ((rc = stk_loader_next(ld, &b, &err)) == 0) stk_loader_release(ld, b);
+    if (rc == STK_END) rc = stk_loader_set_epoch(ld, 1, &err);
+    stk_loader_close(ld);
+    return rc == STK_END ? 0 : rc;
+}
+
 int main(void) {
     stk_error err = {0};
     test_fill(rows, sizeof rows, 9);
@@ -103,6 +128,20 @@ int main(void) {
         CHECK(rc == -ENOMEM || rc == 0);
         points++;
     }
+    /* ... and a mixture's (its sources' loaders, its own, its fills). */
+    for (int h = 0; h < 2; h++)
+        for (long n = 1;; n++) {
+            stk_dataset *ds = NULL;
+            CHECK_OK(stk_dataset_open(good, &ds, &err));
+            stk__fault_arm(STK__FAULT_ALLOC, n, ENOMEM);
+            int rc = mixture_epoch(ds, h);
+            long seen = stk__fault_seen(STK__FAULT_ALLOC);
+            stk__fault_reset();
+            stk_dataset_close(ds);
+            if (rc == 0 && seen < n) break;
+            CHECK(rc == -ENOMEM || rc == 0);
+            points++;
+        }
     printf("allocation: %ld failure points, each a clean -ENOMEM\n", points);
 
     /* I/O failures: open, read (EIO and short), write, fsync, io_uring. */
