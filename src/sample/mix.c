@@ -313,31 +313,61 @@ uint32_t stk_mix_source_at(const stk_mix *m, uint64_t epoch, uint64_t q, uint64_
     return walk(m, epoch, phase_of(m, q), q, NULL, index);
 }
 
-/* The nodes' offsets are computed once per phase of the call (up to 63
- * nodes, 32 sources, kept on the stack; larger trees compute them as they
- * go). */
+/* Consecutive rounds walk the tree without dividing: each node keeps the
+ * remainder r = (x a + o) mod t of its next local round x, which goes left
+ * exactly when r + a >= t, and steps to r + a (less t when it went left).
+ * The remainders are set once per phase of the call, going down the tree
+ * from the call's first round of the phase (trees of up to 63 nodes, 32
+ * sources, on the stack; larger ones walk each round from the root). */
 #define FILL_NODES 63
+
+static void fill_init(const stk_mix *m, uint64_t epoch, size_t j, int32_t id, uint64_t x,
+                      uint64_t *rem) {
+    const phase *p = &m->ph[j];
+    const node *nd = &p->nodes[id];
+    if (nd->left < 0) return;
+    uint64_t o = offset_of(m, epoch, j, id, nd->t);
+    uint64_t l = lefts(x, nd->a, o, nd->t);
+    rem[id] = (uint64_t)((u128)x * nd->a + o - (u128)l * nd->t);
+    fill_init(m, epoch, j, nd->left, l, rem);
+    fill_init(m, epoch, j, nd->right, x - l, rem);
+}
 
 void stk_mix_fill(const stk_mix *m, uint64_t epoch, uint64_t first, uint64_t n,
                   uint32_t *sources) {
-    uint64_t offs[FILL_NODES];
+    uint64_t rem[FILL_NODES];
     size_t cur = SIZE_MAX;
-    bool cached = false;
+    bool small = false;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t q = first + i;
         if (q >= m->rounds) {
             sources[i] = UINT32_MAX;
             continue;
         }
-        size_t j = phase_of(m, q);
+        size_t j = cur != SIZE_MAX && q < m->ph[cur].start + m->ph[cur].len ? cur : phase_of(m, q);
+        const phase *p = &m->ph[j];
         if (j != cur) {
             cur = j;
-            const phase *p = &m->ph[j];
-            cached = 2 * (size_t)p->k - 1 <= FILL_NODES;
-            for (size_t id = 0; cached && id < 2 * (size_t)p->k - 1; id++)
-                offs[id] = offset_of(m, epoch, j, (int32_t)id, p->nodes[id].t);
+            small = 2 * (size_t)p->k - 1 <= FILL_NODES;
+            if (small) fill_init(m, epoch, j, 0, q - p->start, rem);
         }
-        sources[i] = walk(m, epoch, j, q, cached ? offs : NULL, NULL);
+        if (!small) {
+            sources[i] = walk(m, epoch, j, q, NULL, NULL);
+            continue;
+        }
+        int32_t id = 0;
+        while (p->nodes[id].left >= 0) {
+            const node *nd = &p->nodes[id];
+            uint64_t r = rem[id] + nd->a; /* < 2t: no overflow below 2^63 */
+            if (r >= nd->t) {
+                rem[id] = r - nd->t;
+                id = nd->left;
+            } else {
+                rem[id] = r;
+                id = nd->right;
+            }
+        }
+        sources[i] = p->src[p->nodes[id].lo];
     }
 }
 

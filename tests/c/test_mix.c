@@ -10,7 +10,8 @@
  *  - the promised bound: over every run of n consecutive rounds of a phase
  *    (n = 1 .. 200, every start), each source's count is within its depth
  *    (< ceil(log2 k), and exact for one source) of n * its share;
- *  - stk_mix_counts at every round equals counting the rounds before it;
+ *  - stk_mix_counts at every round equals counting the rounds before it,
+ *    and stk_mix_fill from any round agrees with stk_mix_source_at;
  *  - the same (seed, epoch) gives the same schedule, another epoch another
  *    one (for more than one source);
  *  - bad input: no sources, a zero unit count, a weight <= 0 or NaN, counts
@@ -183,6 +184,16 @@ static void test_random(void) {
         }
         /* Another epoch: the same counts, and (for two or more sources
          * with enough rounds) another arrangement. */
+        /* stk_mix_fill from any round (inside a phase, across phases)
+         * agrees with stk_mix_source_at. */
+        for (int t = 0; t < 20; t++) {
+            uint64_t R0 = stk_mix_epoch_rounds(m), a = rnd() % R0, len = 1 + rnd() % (R0 - a);
+            uint32_t *part = malloc(len * sizeof *part);
+            CHECK(part);
+            stk_mix_fill(m, e, a, len, part);
+            for (uint64_t q = 0; q < len; q++) CHECK(part[q] == src[a + q]);
+            free(part);
+        }
         uint32_t *src2 = check_epoch(m, e + 1, s, k);
         uint64_t R = stk_mix_epoch_rounds(m);
         uint32_t *again = malloc(R * sizeof *again);
@@ -195,6 +206,25 @@ static void test_random(void) {
         free(again);
         free(src);
         free(src2);
+        stk_mix_close(m);
+    }
+}
+
+/* Many sources (a tree too large for stk_mix_fill's stack): the same
+ * checks, fill walking each round from the root. */
+static void test_many(void) {
+    stk_mix_source s[40];
+    for (size_t i = 0; i < 40; i++) s[i] = (stk_mix_source){1 + rnd() % 50, 1.0 + (double)(i % 7), 0};
+    for (int ex = 0; ex < 3; ex++) {
+        stk_mix *m = open_ok(s, 40, (stk_mix_exhaust)ex, 5);
+        uint32_t *src = check_epoch(m, 4, s, 40);
+        uint64_t R = stk_mix_epoch_rounds(m), a = R / 3;
+        uint32_t *part = malloc((R - a) * sizeof *part);
+        CHECK(part);
+        stk_mix_fill(m, 4, a, R - a, part);
+        CHECK(memcmp(part, src + a, (R - a) * sizeof *part) == 0);
+        free(part);
+        free(src);
         stk_mix_close(m);
     }
 }
@@ -223,6 +253,7 @@ static void test_errors(void) {
 int main(void) {
     test_policies();
     test_random();
+    test_many();
     test_errors();
     return 0;
 }
