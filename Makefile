@@ -71,6 +71,7 @@ bench: build py-install
 	STOKER_BUILD=$(BUILD) $(PY) bench/small.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/pack_verify.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/pack_engines.py
+	STOKER_BUILD=$(BUILD) $(PY) bench/mix.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/engine.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/python_vs_cli.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/inplace.py

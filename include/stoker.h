@@ -1610,7 +1610,9 @@ typedef struct stk_mix_source {
  * sources[i].opts (its fields, window, stride, validity rule, order, seed
  * and block options; give each source its own seed) but the mixture's
  * batch_size, rank, world_size, streams, epoch, threads and memory budget
- * (`common`; streams 0: world_size, which must divide them).  A round is
+ * (`common`; streams 0: world_size, which must divide them; threads 0: a
+ * loader's default, shared out by the sources' shares of the rounds, at
+ * least one each; memory_budget: divided among the sources).  A round is
  * `streams` samples (homogeneous: `streams` batches) of one source, the
  * same rank taking the same lanes of every round, so that each source is
  * read in its own order exactly as its own loader deals it to this rank.

@@ -194,9 +194,9 @@ class Mixture(Loader):
         source_field: The batch key that says which source (its index in
             ``sources``) each sample came from; None leaves it out.
         output: ``"numpy"``, ``"torch"`` or ``"dlpack"``.
-        threads: Worker threads of each source's loader (0: one per CPU, at
-            most 8): a loader whose ring is full sleeps, so the busiest
-            source has them all.
+        threads: Worker threads of each source's loader; 0 (default): the
+            threads one loader would have (one per CPU, at most 8) shared
+            out by the sources' shares of the rounds, at least one each.
         prefetch: Batch buffers of the mixture's ring (0: 4).
         memory_budget: In all; each source's loader gets its part.
         backend, direct, queue_depth, verify, on_error, max_skips,

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct feed {
     stk_loader *ld;
@@ -413,30 +414,84 @@ static uint64_t fingerprint(const stk__mixer *m, const stk_mixture_source *src,
     return h;
 }
 
+/* Source i's loader options: its own, with the mixture's share of work. */
+static void source_options(const stk__mixer *m, const stk_mixture_source *src, size_t i,
+                           const stk_loader_options *common, stk_loader_options *o) {
+    if (src[i].opts) *o = *src[i].opts;
+    else stk_loader_options_init(o);
+    o->batch_size = common->batch_size;
+    o->rank = common->rank;
+    o->world_size = common->world_size;
+    o->streams = (uint32_t)m->S;
+    o->pad = 0;
+    o->drop_last = 0;
+    o->split_index = 0;
+    o->split_count = 1;
+    o->epoch = 0;
+    o->device = -1;
+    o->threads = common->threads;
+    o->prefetch = common->prefetch;
+    o->memory_budget = STK__MAX(common->memory_budget / m->k, (uint64_t)1 << 20);
+    o->names = src[i].names;
+}
+
+/* The sources' sizes (counted without opening their loaders) and the
+ * schedule. */
+static int plan_sources(stk__mixer *m, const stk_mixture_source *src,
+                        const stk_loader_options *common, const stk_mixture_options *mo,
+                        stk_error *err) {
+    stk_mix_source *spec = stk__calloc(m->k, sizeof *spec);
+    if (!spec) return stk__err(err, -ENOMEM, "out of memory");
+    int rc = 0;
+    for (size_t i = 0; i < m->k && rc == 0; i++) {
+        feed *f = &m->f[i];
+        f->ds = src[i].ds;
+        if (!f->ds) {
+            rc = stk__err(err, -EINVAL, "mixture: source %zu has no dataset", i);
+            break;
+        }
+        stk_loader_options o;
+        source_options(m, src, i, common, &o);
+        uint64_t n = 0;
+        if ((rc = stk_loader_count(src[i].ds, &o, &n, NULL, NULL, err))) break;
+        f->units = n / m->unit;
+        if (f->units == 0)
+            rc = stk__err(err, -EINVAL,
+                          "mixture: source %zu (%s) has %llu samples, fewer than one round takes "
+                          "(%llu: streams%s)", i, src_name(f), (unsigned long long)n,
+                          (unsigned long long)m->unit, m->homogeneous ? " x batch_size" : "");
+        else if (src[i].count % m->unit)
+            rc = stk__err(err, -EINVAL,
+                          "mixture: source %zu (%s): count %llu is not a multiple of a round's "
+                          "%llu samples (streams%s)", i, src_name(f),
+                          (unsigned long long)src[i].count, (unsigned long long)m->unit,
+                          m->homogeneous ? " x batch_size" : "");
+        spec[i] = (stk_mix_source){f->units, src[i].weight, src[i].count / m->unit};
+    }
+    if (rc == 0) rc = stk_mix_open(spec, m->k, mo->exhaust, mo->seed, &m->mix, err);
+    stk__free(spec);
+    if (rc) return rc;
+    m->rounds = stk_mix_epoch_rounds(m->mix);
+    for (size_t i = 0; i < m->k; i++) m->src_rounds[i] = stk_mix_source_rounds(m->mix, i);
+    return 0;
+}
+
+/* Opens the sources' loaders.  Unless told, the threads a loader would
+ * have (one per CPU, at most 8) are shared out by the sources' shares of
+ * the rounds, at least one each: a loader each with all of them puts
+ * several times as many threads as CPUs to work (BENCHMARKS.md, "Figures
+ * behind design choices"). */
 static int open_sources(stk__mixer *m, const stk_mixture_source *src,
                         const stk_loader_options *common, stk_error *err) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t T = (uint64_t)STK__MIN(STK__MAX(ncpu, 1L), 8L);
     for (size_t i = 0; i < m->k; i++) {
         feed *f = &m->f[i];
         stk_loader_options o;
-        if (src[i].opts) o = *src[i].opts;
-        else stk_loader_options_init(&o);
-        o.batch_size = common->batch_size;
-        o.rank = common->rank;
-        o.world_size = common->world_size;
-        o.streams = (uint32_t)m->S;
-        o.pad = 0;
-        o.drop_last = 0;
-        o.split_index = 0;
-        o.split_count = 1;
-        o.epoch = 0;
-        o.device = -1;
-        o.threads = common->threads;
-        o.prefetch = common->prefetch;
-        o.memory_budget = STK__MAX(common->memory_budget / m->k, (uint64_t)1 << 20);
-        o.names = src[i].names;
-        f->ds = src[i].ds;
-        if (!src[i].ds)
-            return stk__err(err, -EINVAL, "mixture: source %zu has no dataset", i);
+        source_options(m, src, i, common, &o);
+        if (!common->threads)
+            o.threads = (int)STK__MAX((T * m->src_rounds[i] + m->rounds / 2) / m->rounds,
+                                      (uint64_t)1);
         int rc = stk__loader_open(src[i].ds, &o, &f->ld, err);
         if (rc == 0 && m->homogeneous) rc = stk__loader_with_sources(f->ld, err);
         if (rc) return rc;
@@ -444,19 +499,6 @@ static int open_sources(stk__mixer *m, const stk_mixture_source *src,
         stk__loader_save(f->ld, &st);
         f->seed = o.seed;
         f->fp = st.fingerprint;
-        uint64_t n = stk_loader_epoch_samples(f->ld);
-        f->units = n / m->unit;
-        if (f->units == 0)
-            return stk__err(err, -EINVAL,
-                            "mixture: source %zu (%s) has %llu samples, fewer than one round "
-                            "takes (%llu: streams%s)", i, src_name(f), (unsigned long long)n,
-                            (unsigned long long)m->unit, m->homogeneous ? " x batch_size" : "");
-        if (src[i].count % m->unit)
-            return stk__err(err, -EINVAL,
-                            "mixture: source %zu (%s): count %llu is not a multiple of a round's "
-                            "%llu samples (streams%s)", i, src_name(f),
-                            (unsigned long long)src[i].count, (unsigned long long)m->unit,
-                            m->homogeneous ? " x batch_size" : "");
         f->fmap = stk__calloc(stk_loader_num_fields(f->ld) + 1, sizeof *f->fmap);
         f->view = stk__calloc(stk_loader_num_fields(f->ld) + 1, sizeof *f->view);
         if (!f->fmap || !f->view) return stk__err(err, -ENOMEM, "out of memory");
@@ -466,7 +508,11 @@ static int open_sources(stk__mixer *m, const stk_mixture_source *src,
 
 static int set_up(stk__mixer *m, const stk_mixture_source *src, const stk_loader_options *common,
                   const stk_mixture_options *mo, stk_error *err) {
-    int rc = open_sources(m, src, common, err);
+    m->src_rounds = stk__calloc(m->k, sizeof *m->src_rounds);
+    m->counts = stk__calloc(m->k, sizeof *m->counts);
+    if (!m->src_rounds || !m->counts) return stk__err(err, -ENOMEM, "out of memory");
+    int rc = plan_sources(m, src, common, mo, err);
+    if (rc == 0) rc = open_sources(m, src, common, err);
     if (rc) return rc;
     m->nf = stk_loader_num_fields(m->f[0].ld);
     m->dst = stk__calloc(m->nf + 1, sizeof *m->dst);
@@ -480,11 +526,7 @@ static int set_up(stk__mixer *m, const stk_mixture_source *src, const stk_loader
     m->sample_bytes = stk__calloc(m->nf + 1, sizeof *m->sample_bytes);
     m->row_bytes = stk__calloc(m->nf + 1, sizeof *m->row_bytes);
     uint64_t *max_bytes = stk__calloc(m->nf + 1, sizeof *max_bytes);
-    stk_mix_source *spec = stk__calloc(m->k, sizeof *spec);
-    m->src_rounds = stk__calloc(m->k, sizeof *m->src_rounds);
-    m->counts = stk__calloc(m->k, sizeof *m->counts);
-    if (!m->ragged || !m->sample_bytes || !m->row_bytes || !max_bytes || !spec ||
-        !m->src_rounds || !m->counts) {
+    if (!m->ragged || !m->sample_bytes || !m->row_bytes || !max_bytes) {
         rc = stk__err(err, -ENOMEM, "out of memory");
         goto out;
     }
@@ -503,17 +545,11 @@ static int set_up(stk__mixer *m, const stk_mixture_source *src, const stk_loader
         for (size_t i = 0; i < m->k; i++)
             max_bytes[a] = STK__MAX(max_bytes[a],
                                     stk__loader_field_max_bytes(m->f[i].ld, m->f[i].fmap[a]));
-    for (size_t i = 0; i < m->k; i++)
-        spec[i] = (stk_mix_source){m->f[i].units, src[i].weight, src[i].count / m->unit};
-    if ((rc = stk_mix_open(spec, m->k, mo->exhaust, mo->seed, &m->mix, err))) goto out;
-    m->rounds = stk_mix_epoch_rounds(m->mix);
-    for (size_t i = 0; i < m->k; i++) m->src_rounds[i] = stk_mix_source_rounds(m->mix, i);
     m->fp = fingerprint(m, src, mo);
     rc = stk__loader_open_hooked(m->f[0].ld, NULL, m->homogeneous ? NULL : max_bytes, common,
                                  m->homogeneous ? NULL : fill, m, &m->shell, err);
 out:
     stk__free(max_bytes);
-    stk__free(spec);
     return rc;
 }
 

@@ -504,6 +504,9 @@ int stk_loader_count(stk_dataset *ds, const stk_loader_options *opts, uint64_t *
     }
     stk__space_free(&ld->space);
     stk__free(ld->f);
+    if (ld->own_fields)
+        for (size_t i = 0; i < ld->nf; i++) stk__free((void *)ld->own_fields[i].name);
+    stk__free(ld->own_fields);
     stk__free(ld);
     return rc;
 }
