@@ -240,9 +240,11 @@ def _s3_finish(url: str, results, count: int, group_by: Optional[str]) -> int:
         raise
     tmp = tempfile.mkdtemp(prefix="stoker-merge-")
     try:
-        parts = [i.path for i in _s3_list(s3, k)
-                 if i.path.rsplit("/", 1)[-1].startswith("part-")
-                 and i.path.endswith(".json")]
+        # The part manifests by name (the tasks reported 0..count-1), not
+        # by listing the prefix, which holds every part's shards too: with
+        # rclone serve s3 and pyarrow's client, a merge of 200 parts was
+        # seen waiting on such a listing for over ten minutes.
+        parts = [f"{k}/part-{i:05d}.json" for i in range(count)]
         for p in parts:
             with s3.open_input_stream(p) as f, \
                     open(os.path.join(tmp, p.rsplit("/", 1)[-1]), "wb") as out:

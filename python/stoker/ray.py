@@ -107,13 +107,21 @@ class Datasink(_RayDatasink):
         _engine.discard(self.staging)
 
 
-def write(ds: Any, path: PathLike, *, group_by: Optional[str] = None, **kwargs: Any) -> int:
+def write(ds: Any, path: PathLike, *, group_by: Optional[str] = None,
+          num_partitions: Optional[int] = None, **kwargs: Any) -> int:
     """Writes the Ray Dataset ``ds`` as a stoker dataset at ``path``; with
     ``group_by``, Ray Data's groupby brings each group's rows into one block
-    first.  Other keyword arguments are the Datasink's.  Returns the records
-    written."""
+    first, in ``num_partitions`` partitions, each one write task and one
+    part (default: the cluster's CPUs; Ray's own default, 200, would make
+    mostly empty parts of a small dataset, each a write and an upload; ask
+    for more where a partition would not fit a worker's memory).  Other
+    keyword arguments are the Datasink's.  Returns the records written."""
     if group_by is not None:
-        ds = ds.groupby(group_by).map_groups(lambda t: t, batch_format="pyarrow")
+        if num_partitions is None:
+            import ray
+            num_partitions = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        ds = ds.groupby(group_by, num_partitions=num_partitions).map_groups(
+            lambda t: t, batch_format="pyarrow")
     sink = Datasink(path, group_by=group_by, **kwargs)
     ds.write_datasink(sink)
     return sink.records
