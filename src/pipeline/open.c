@@ -72,16 +72,12 @@ static int build_space(stk_loader *ld, const stk_loader_options *opts, stk_error
     return rc;
 }
 
-/* Slot layout: per field, data then offsets, each 64-byte aligned.  A
- * ragged field takes the batch size times its longest record. */
-static int lay_out_slots(stk_loader *ld, const stk_loader_options *o, stk_error *err) {
-    uint64_t *max_rows = stk__calloc(ld->nf, sizeof *max_rows);
-    if (!max_rows) return stk__err(err, -ENOMEM, "out of memory");
-    stk__ld_field_maxima(ld, max_rows);
-    uint64_t B = o->batch_size, pos = 0;
+/* Places the fields in a slot, their room (cap) given: per field, data
+ * then a ragged field's offsets, each 64-byte aligned. */
+static void place_fields(stk_loader *ld) {
+    uint64_t B = ld->opt.batch_size, pos = 0;
     for (size_t i = 0; i < ld->nf; i++) {
         lfield *lf = &ld->f[i];
-        lf->cap = lf->kind == F_RAGGED ? B * max_rows[i] * lf->fi->row_bytes : B * lf->sample_bytes;
         lf->data_off = pos;
         pos = stk__align_up(pos + lf->cap, 64);
         if (lf->kind == F_RAGGED) {
@@ -90,6 +86,20 @@ static int lay_out_slots(stk_loader *ld, const stk_loader_options *o, stk_error 
         }
     }
     ld->slot_bytes = STK__MAX(pos, (uint64_t)64);
+}
+
+/* Slot layout: a ragged field takes the batch size times its longest
+ * record. */
+static int lay_out_slots(stk_loader *ld, const stk_loader_options *o, stk_error *err) {
+    uint64_t *max_rows = stk__calloc(ld->nf, sizeof *max_rows);
+    if (!max_rows) return stk__err(err, -ENOMEM, "out of memory");
+    stk__ld_field_maxima(ld, max_rows);
+    uint64_t B = o->batch_size;
+    for (size_t i = 0; i < ld->nf; i++) {
+        lfield *lf = &ld->f[i];
+        lf->cap = lf->kind == F_RAGGED ? B * max_rows[i] * lf->fi->row_bytes : B * lf->sample_bytes;
+    }
+    place_fields(ld);
     stk__free(max_rows);
     return 0;
 }
@@ -385,7 +395,7 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
 static int hooked_set_up(stk_loader *ld, const stk_loader *like, const char *const *names,
                          const uint64_t *max_bytes, stk__fill_fn fill, stk_error *err) {
     size_t nf = like->nf;
-    uint64_t B = ld->opt.batch_size, pos = 0;
+    uint64_t B = ld->opt.batch_size;
     ld->f = stk__calloc(nf, sizeof *ld->f);
     ld->own_fields = stk__calloc(nf, sizeof *ld->own_fields);
     if (!ld->f || !ld->own_fields) return stk__err(err, -ENOMEM, "out of memory");
@@ -400,14 +410,8 @@ static int hooked_set_up(stk_loader *ld, const stk_loader *like, const char *con
         lf->f = &ld->own_fields[i];
         uint64_t per = lf->kind == F_RAGGED && max_bytes ? max_bytes[i] : lf->cap / like->opt.batch_size;
         lf->cap = B * per;
-        lf->data_off = pos;
-        pos = stk__align_up(pos + lf->cap, 64);
-        if (lf->kind == F_RAGGED) {
-            lf->offs_off = pos;
-            pos = stk__align_up(pos + (B + 1) * 8, 64);
-        }
     }
-    ld->slot_bytes = STK__MAX(pos, (uint64_t)64);
+    place_fields(ld);
     ld->space.L = like->space.L;
     ld->space.windows = like->space.windows;
     ld->backend = like->backend;
@@ -451,20 +455,6 @@ int stk__loader_open_hooked(const stk_loader *like, const char *const *names,
     }
     *out = ld;
     return 0;
-}
-
-void stk__loader_hooked_position(stk_loader *ld, uint64_t n, uint64_t seed, uint64_t epoch,
-                                 uint64_t start, uint64_t S, uint64_t fingerprint) {
-    pthread_mutex_lock(&ld->mu);
-    for (uint32_t i = 0; i < ld->R; i++)
-        if (ld->slots[i].state == S_READY) ld->slots[i].state = S_FREE;
-    ld->space.n = n;
-    ld->streams = S;
-    ld->failed = 0;
-    stk__ld_set_epoch_locked(ld, seed, epoch, start);
-    ld->fingerprint = fingerprint;
-    pthread_cond_broadcast(&ld->cv);
-    pthread_mutex_unlock(&ld->mu);
 }
 
 int stk__loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader **out,

@@ -238,15 +238,10 @@ uint64_t stk_loader_sample_bytes(const stk_loader *ld) {
 /* ---- save, restore ---- */
 
 /* Moves to a new (seed, epoch, start); waits for no worker. */
-static int reposition(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t start,
-                      uint64_t streams, stk_error *err) {
-    pthread_mutex_lock(&ld->mu);
-    int rc = ld->failed;
-    if (rc) {
-        if (err) *err = ld->ferr;
-        pthread_mutex_unlock(&ld->mu);
-        return rc;
-    }
+/* Under mu: drops what was filled ahead and starts (seed, epoch) at
+ * `start`. */
+static void reposition_locked(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t start,
+                              uint64_t streams) {
     for (uint32_t i = 0; i < ld->R; i++)
         if (ld->slots[i].state == S_READY) ld->slots[i].state = S_FREE;
     /* Every block is checked again in the new epoch. */
@@ -255,8 +250,32 @@ static int reposition(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t st
     ld->streams = streams;
     stk__ld_set_epoch_locked(ld, seed, epoch, start);
     pthread_cond_broadcast(&ld->cv);
+}
+
+static int reposition(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t start,
+                      uint64_t streams, stk_error *err) {
+    pthread_mutex_lock(&ld->mu);
+    int rc = ld->failed;
+    if (rc) {
+        if (err) *err = ld->ferr;
+    } else {
+        reposition_locked(ld, seed, epoch, start, streams);
+    }
     pthread_mutex_unlock(&ld->mu);
-    return 0;
+    return rc;
+}
+
+/* A hooked loader's epoch is its mixture's: n samples, and a failed fill
+ * of the old one is forgotten (the mixture repositions its sources, which
+ * keep their own failures). */
+void stk__loader_hooked_position(stk_loader *ld, uint64_t n, uint64_t seed, uint64_t epoch,
+                                 uint64_t start, uint64_t S, uint64_t fingerprint) {
+    pthread_mutex_lock(&ld->mu);
+    ld->space.n = n;
+    ld->failed = 0;
+    reposition_locked(ld, seed, epoch, start, S);
+    ld->fingerprint = fingerprint;
+    pthread_mutex_unlock(&ld->mu);
 }
 
 int stk__loader_set_epoch(stk_loader *ld, uint64_t epoch, stk_error *err) {
