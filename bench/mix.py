@@ -3,15 +3,14 @@ same samples, side by side in one run (warm: every shard in the page
 cache), medians of several repetitions with the contenders in turn.
 
 Contenders, one epoch each, batches taken and dropped as a training loop
-would:
-  - one dataset of all the samples (stoker.Loader, random order), with its
-    default threads and with one (the better of the two is the baseline);
+would, in random order and in block order:
+  - one dataset of all the samples (stoker.Loader), with its default
+    threads and with one (the better of the two is the baseline);
   - the same samples as three datasets of 4:2:1 records, mixed at their
     sizes' weights with exhaust="all" (every sample once), batches mixing
-    the sources (one copy more: each batch is assembled from the sources'
-    batches);
-  - the same three, homogeneous batches (each a source's own batch, no
-    copy).
+    the sources (drawn: the mixture's workers read each source's samples
+    straight into the batch);
+  - the same three, homogeneous batches (each of one source).
 Two record sizes: 256 B (the per-batch work dominates) and 16 KiB (the
 copy does).  Writes its section of BENCHMARKS.md.
 """
@@ -66,38 +65,39 @@ def main():
     for label, rb, n in cases:
         one, parts = make(d / label.replace(" ", ""), n, rb, (4, 2, 1))
         B = 256
-        contenders = {
-            "one dataset": lambda: stoker.Loader(one, B, shuffle="random"),
-            "one dataset, 1 thread": lambda: stoker.Loader(one, B, shuffle="random", threads=1),
-            "3 sources, mixed batches": lambda: stoker.Loader(
-                [stoker.Source(p, w) for p, w in zip(parts, (4, 2, 1))], B, exhaust="all",
-                shuffle="random"),
-            "3 sources, homogeneous": lambda: stoker.Loader(
-                [stoker.Source(p, w) for p, w in zip(parts, (4, 2, 1))], B, exhaust="all",
-                shuffle="random", homogeneous=True),
-        }
-        res = {k: [] for k in contenders}
-        for _ in range(a.reps):
-            for k, mk in contenders.items():
-                res[k].append(epoch_rate(mk, rb)[0])
-        # Against the single dataset at its better setting (its default
-        # thread count, or one thread, which leaves the consumer a core).
-        base = max(median(res["one dataset"]), median(res["one dataset, 1 thread"]))
-        for k, v in res.items():
-            m = median(v)
-            lines.append(f"| {label} | {k} | {m / 1e6:.2f} | {m / base:.2f} |")
-            raw.append(f"{label} {k}: " + ", ".join(f"{x / 1e6:.2f}" for x in v))
+        for order in ("random", "block"):
+            def mixture(homogeneous, order=order):
+                return stoker.Loader([stoker.Source(p, w) for p, w in zip(parts, (4, 2, 1))], B,
+                                     exhaust="all", shuffle=order, homogeneous=homogeneous)
+            contenders = {
+                "one dataset": lambda order=order: stoker.Loader(one, B, shuffle=order),
+                "one dataset, 1 thread": lambda order=order: stoker.Loader(
+                    one, B, shuffle=order, threads=1),
+                "3 sources, mixed batches": lambda: mixture(False),
+                "3 sources, homogeneous": lambda: mixture(True),
+            }
+            res = {k: [] for k in contenders}
+            for _ in range(a.reps):
+                for k, mk in contenders.items():
+                    res[k].append(epoch_rate(mk, rb)[0])
+            # Against the single dataset at its better setting (its default
+            # thread count, or one thread, which leaves the consumer a core).
+            base = max(median(res["one dataset"]), median(res["one dataset, 1 thread"]))
+            for k, v in res.items():
+                m = median(v)
+                lines.append(f"| {label} | {order} | {k} | {m / 1e6:.2f} | {m / base:.2f} |")
+                raw.append(f"{label} {order} {k}: " + ", ".join(f"{x / 1e6:.2f}" for x in v))
     text = f"""## Mixing several datasets (issue: mixing)
 
 Machine: {machine()}. Medians of {a.reps} repetitions, the contenders in turn in each. Produced by `make bench` (bench/mix.py).
 
-The same samples (x float32 and a label y; {a.small:,} records of 256 B, and {a.large:,} of 16 KiB) as one dataset and as three datasets of 4:2:1 of them, mixed at those weights with `exhaust="all"` (so each epoch reads every sample once, as the single dataset's does). Warm (all in the page cache), random order, batches of 256, one epoch after a first batch of start-up; M samples/s.
+The same samples (x float32 and a label y; {a.small:,} records of 256 B, and {a.large:,} of 16 KiB) as one dataset and as three datasets of 4:2:1 of them, mixed at those weights with `exhaust="all"` (so each epoch reads every sample once, as the single dataset's does). Warm (all in the page cache), random or block order, batches of 256, one epoch after a first batch of start-up; M samples/s.
 
-| records | way | M samples/s | against one dataset (its better setting) |
-|---|---|---:|---:|
+| records | order | way | M samples/s | against one dataset (its better setting) |
+|---|---|---|---:|---:|
 """ + "\n".join(lines) + """
 
-The mixture's sources share out the threads one loader would have by their shares of the rounds, at least one each (on this machine: 2 threads, so one per source) and a mixed batch costs one copy more than a loader's (made by the mixture's own thread); homogeneous batches are the sources' own. With 256 B records the single loader's time goes to per-batch work, and its two workers beside the consumer on two cores swing between repetitions (the spread below); with 16 KiB records the copies bound every way, and the largest source, given one thread of two, bounds the mixture.
+Mixed and homogeneous batches are drawn: the mixture's workers (the threads one loader would have) read each source's samples straight into the batch, through that source's own reads, so a mixed batch costs what a loader's does (docs/ARCHITECTURE.md, "Mixtures"). With 256 B records the single loader's time goes to per-batch work, and its two workers beside the consumer on two cores swing between repetitions (the spread below); with 16 KiB records the copy bounds every way.
 
 All repetitions (M samples/s): """ + "; ".join(raw) + "\n"
     write_section("mix", text)

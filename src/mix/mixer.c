@@ -38,12 +38,28 @@ typedef struct feed {
     stk_batch_field *view;   /* per mixture field: b's */
 } feed;
 
+/* A worker's scratch for drawn batches: the schedule of the batch's
+ * rounds, where each source stands, each sample's source, source epoch and
+ * place, the lanes grouped by source, and rows of ragged fields. */
+typedef struct drawer {
+    uint32_t *sched, *src_of, *lanes, *cnt;
+    uint64_t *counts, *sep, *within, *ep_of, *k_of, *ids, *rows;
+} drawer;
+
 typedef struct stk__mixer {
     stk_loader *shell;
     feed *f;
     size_t k;
     stk_mix *mix;
     bool homogeneous;
+    /* Drawn: the shell's workers read every source's samples straight
+     * into its batches (stk__loader_draw), in parallel; otherwise (fed)
+     * its one worker copies them from the sources' own batches. */
+    bool drawn;
+    bool handout; /* homogeneous batches of sources whose fields differ: the
+                   * sources' own batches, handed out (fed, never copied) */
+    int workers;
+    drawer *dw;
     uint64_t B, W, r, S, unit, rounds;
     uint64_t *src_rounds, *counts;
     uint64_t seed, fp;
@@ -161,8 +177,118 @@ static int fill_mixed(stk__mixer *m, stk_batch *s, stk_error *err) {
     return 0;
 }
 
-static int fill(void *ctx, stk_batch *s, stk_error *err) {
+/* ---- drawn batches ---- */
+
+/* Where each of the batch's samples comes from: its source, that source's
+ * epoch and the rank's place in it.  A source's rounds follow one another
+ * in its own order; within a round the rank's places are consecutive. */
+static void draw_walk(const stk__mixer *m, drawer *d, uint64_t E, uint64_t first, uint32_t n) {
+    uint64_t q0 = first / m->unit, q1 = (first + (uint64_t)(n - 1) * m->W) / m->unit;
+    stk_mix_fill(m->mix, E, q0, q1 - q0 + 1, d->sched);
+    stk_mix_counts(m->mix, E, q0, d->counts);
+    for (size_t i = 0; i < m->k; i++) {
+        uint64_t R = E * m->src_rounds[i] + d->counts[i];
+        d->sep[i] = R / m->f[i].units;
+        d->within[i] = R % m->f[i].units;
+    }
+    uint64_t per = m->unit / m->W, idx = (first - m->r) % m->unit / m->W;
+    const uint32_t *q = d->sched;
+    for (uint32_t t = 0; t < n; t++) {
+        uint32_t src = *q;
+        d->src_of[t] = src;
+        d->ep_of[t] = d->sep[src];
+        d->k_of[t] = d->within[src] * per + idx;
+        if (++idx == per) { /* the round is done */
+            idx = 0;
+            q++;
+            if (++d->within[src] == m->f[src].units) {
+                d->within[src] = 0;
+                d->sep[src]++;
+            }
+        }
+    }
+}
+
+/* Calls fn for each run of one source's samples that are consecutive in
+ * one of its epochs: lanes d->lanes[a .. a + len), grouped by source. */
+typedef int (*run_fn)(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t src, uint32_t a,
+                      uint32_t len, void *arg, stk_error *err);
+
+static int draw_runs(stk__mixer *m, drawer *d, uint32_t n, stk_batch *s, int wi, run_fn fn,
+                     void *arg, stk_error *err) {
+    for (uint32_t a = 0, z; a < n; a = z) {
+        uint32_t t = d->lanes[a], src = d->src_of[t];
+        for (z = a + 1; z < n; z++) {
+            uint32_t u = d->lanes[z], v = d->lanes[z - 1];
+            if (d->src_of[u] != src || d->ep_of[u] != d->ep_of[v] || d->k_of[u] != d->k_of[v] + 1)
+                break;
+        }
+        int rc = fn(m, d, s, wi, src, a, z - a, arg, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int run_rows(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t src, uint32_t a,
+                    uint32_t len, void *arg, stk_error *err) {
+    (void)s;
+    (void)err;
+    size_t i = *(const size_t *)arg;
+    uint32_t t = d->lanes[a];
+    stk__loader_draw_rows(m->f[src].ld, wi, d->ep_of[t], d->k_of[t], len, m->f[src].fmap[i],
+                          d->lanes + a, d->rows);
+    return 0;
+}
+
+static int run_read(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t src, uint32_t a,
+                    uint32_t len, void *arg, stk_error *err) {
+    (void)arg;
+    uint32_t t = d->lanes[a];
+    int rc = stk__loader_draw(m->f[src].ld, wi, d->ep_of[t], d->k_of[t], len, s, d->lanes + a,
+                              d->ids + a, err);
+    if (rc) return rc;
+    uint64_t *ids = stk__batch_ids(s);
+    uint32_t *srcs = stk__batch_srcs(s);
+    for (uint32_t j = 0; j < len; j++) {
+        ids[d->lanes[a + j]] = d->ids[a + j];
+        srcs[d->lanes[a + j]] = src;
+    }
+    return 0;
+}
+
+static int fill_drawn(stk__mixer *m, stk_batch *s, int wi, stk_error *err) {
+    drawer *d = &m->dw[wi];
+    pthread_mutex_lock(&m->mu); /* (the epoch and the batch's being current agree) */
+    bool current = stk__batch_current(s);
+    uint64_t E = m->epoch, start = m->start;
+    pthread_mutex_unlock(&m->mu);
+    if (!current) return -ECANCELED;
+    uint32_t n = stk_batch_size(s);
+    draw_walk(m, d, E, start + stk_batch_index(s) * m->B * m->W + m->r, n);
+    /* The lanes grouped by source, in order within each. */
+    memset(d->cnt, 0, (m->k + 1) * sizeof *d->cnt);
+    for (uint32_t t = 0; t < n; t++) d->cnt[d->src_of[t] + 1]++;
+    for (size_t i = 0; i < m->k; i++) d->cnt[i + 1] += d->cnt[i];
+    for (uint32_t t = 0; t < n; t++) d->lanes[d->cnt[d->src_of[t]]++] = t;
+    /* Ragged fields: every sample's rows first, for the offsets. */
+    for (size_t i = 0; i < m->nf; i++) {
+        if (!m->ragged[i]) continue;
+        int rc = draw_runs(m, d, n, s, wi, run_rows, &i, err);
+        if (rc) return rc;
+        int64_t *offs;
+        uint64_t cap, rows = 0;
+        stk__batch_field_dst(s, i, &offs, &cap);
+        offs[0] = 0;
+        for (uint32_t t = 0; t < n; t++) offs[t + 1] = (int64_t)(rows += d->rows[t]);
+        if (rows * m->row_bytes[i] > cap) return room_error(m, i, err);
+        stk__batch_set_rows(s, i, rows);
+    }
+    return draw_runs(m, d, n, s, wi, run_read, NULL, err);
+}
+
+static int fill(void *ctx, stk_batch *s, int wi, stk_error *err) {
     stk__mixer *m = ctx;
+    if (m->drawn) return fill_drawn(m, s, wi, err);
     pthread_mutex_lock(&m->mu);
     int rc = -ECANCELED; /* an epoch that moved on: the batch is discarded */
     if (stk__batch_current(s)) rc = fill_mixed(m, s, err);
@@ -187,6 +313,10 @@ static int position(stk__mixer *m, uint64_t epoch, uint64_t P, stk_error *err) {
     uint32_t here = off ? stk_mix_source_at(m->mix, epoch, q, NULL) : UINT32_MAX;
     for (size_t i = 0; i < m->k; i++) {
         feed *f = &m->f[i];
+        if (m->drawn) { /* drawn batches find their places themselves */
+            stk__loader_draw_epoch(f->ld);
+            continue;
+        }
         feed_drop(f);
         uint64_t r = epoch * m->src_rounds[i] + m->counts[i];
         uint64_t pos = (r % f->units) * m->unit + (i == here ? off : 0);
@@ -204,10 +334,10 @@ static int position(stk__mixer *m, uint64_t epoch, uint64_t P, stk_error *err) {
     return 0;
 }
 
-/* ---- homogeneous batches: the sources' own, handed out ---- */
+/* ---- handed out: homogeneous batches that are the sources' own ---- */
 
 int stk__mixture_next(stk__mixer *m, stk_batch **out, int64_t timeout_ms, stk_error *err) {
-    if (!m->homogeneous) return stk__loader_next(m->shell, out, timeout_ms, err);
+    if (!m->handout) return stk__loader_next(m->shell, out, timeout_ms, err);
     *out = NULL;
     pthread_mutex_lock(&m->mu);
     int rc = 0;
@@ -244,7 +374,7 @@ int stk__mixture_next(stk__mixer *m, stk_batch **out, int64_t timeout_ms, stk_er
 }
 
 int stk__mixture_add_buffer(stk__mixer *m, stk_error *err) {
-    if (!m->homogeneous) return stk__loader_add_buffer(m->shell, err);
+    if (!m->handout) return stk__loader_add_buffer(m->shell, err);
     int rc = 0;
     for (size_t i = 0; i < m->k && rc == 0; i++) rc = stk__loader_add_buffer(m->f[i].ld, err);
     return rc;
@@ -256,7 +386,7 @@ void stk__mixture_release(stk__mixer *m, stk_batch *b) {
 }
 
 int stk__mixture_unget(stk__mixer *m, stk_batch *b) {
-    if (!m->homogeneous) return stk__loader_unget(m->shell, b);
+    if (!m->handout) return stk__loader_unget(m->shell, b);
     pthread_mutex_lock(&m->mu);
     int rc = -EINVAL;
     if (b == m->last) {
@@ -273,7 +403,7 @@ int stk__mixture_unget(stk__mixer *m, stk_batch *b) {
 }
 
 void stk__mixture_save(stk__mixer *m, stk_loader_state *st) {
-    if (!m->homogeneous) {
+    if (!m->handout) {
         stk__loader_save(m->shell, st);
         return;
     }
@@ -329,15 +459,66 @@ void stk__mixture_stop(stk__mixer *m) {
     for (size_t i = 0; i < m->k; i++) stk__loader_stop(m->f[i].ld);
 }
 
+static void drawers_free(stk__mixer *m) {
+    for (int w = 0; m->dw && w < m->workers; w++) {
+        drawer *d = &m->dw[w];
+        stk__free(d->sched);
+        stk__free(d->src_of);
+        stk__free(d->lanes);
+        stk__free(d->cnt);
+        stk__free(d->counts);
+        stk__free(d->sep);
+        stk__free(d->within);
+        stk__free(d->ep_of);
+        stk__free(d->k_of);
+        stk__free(d->ids);
+        stk__free(d->rows);
+    }
+    stk__free(m->dw);
+}
+
+static int drawers_alloc(stk__mixer *m, stk_error *err) {
+    if (!(m->dw = stk__calloc((size_t)m->workers, sizeof *m->dw)))
+        return stk__err(err, -ENOMEM, "out of memory");
+    size_t B = m->B, k = m->k;
+    for (int w = 0; w < m->workers; w++) {
+        drawer *d = &m->dw[w];
+        d->sched = stk__calloc(B + 2, sizeof *d->sched);
+        d->src_of = stk__calloc(B, sizeof *d->src_of);
+        d->lanes = stk__calloc(B, sizeof *d->lanes);
+        d->cnt = stk__calloc(k + 1, sizeof *d->cnt);
+        d->counts = stk__calloc(k, sizeof *d->counts);
+        d->sep = stk__calloc(k, sizeof *d->sep);
+        d->within = stk__calloc(k, sizeof *d->within);
+        d->ep_of = stk__calloc(B, sizeof *d->ep_of);
+        d->k_of = stk__calloc(B, sizeof *d->k_of);
+        d->ids = stk__calloc(B, sizeof *d->ids);
+        d->rows = stk__calloc(B, sizeof *d->rows);
+        if (!d->sched || !d->src_of || !d->lanes || !d->cnt || !d->counts || !d->sep ||
+            !d->within || !d->ep_of || !d->k_of || !d->ids || !d->rows)
+            return stk__err(err, -ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+static void close_sources(stk__mixer *m) {
+    for (size_t i = 0; m->f && i < m->k; i++) {
+        feed *f = &m->f[i];
+        feed_drop(f);
+        stk__loader_close(f->ld);
+        stk__free(f->fmap);
+        stk__free(f->view);
+        f->ld = NULL;
+        f->fmap = NULL;
+        f->view = NULL;
+    }
+}
+
 static void mixer_free(stk__mixer *m) {
     if (!m) return;
-    stk__loader_close(m->shell); /* joins its worker: no fill runs after */
-    for (size_t i = 0; m->f && i < m->k; i++) {
-        feed_drop(&m->f[i]);
-        stk__loader_close(m->f[i].ld);
-        stk__free(m->f[i].fmap);
-        stk__free(m->f[i].view);
-    }
+    stk__loader_close(m->shell); /* joins its workers: no fill runs after */
+    drawers_free(m);
+    close_sources(m);
     stk__free(m->f);
     stk_mix_close(m->mix);
     stk__free(m->src_rounds);
@@ -482,9 +663,18 @@ static int plan_sources(stk__mixer *m, const stk_mixture_source *src,
  * several times as many threads as CPUs to work (BENCHMARKS.md, "Figures
  * behind design choices"). */
 static int open_sources(stk__mixer *m, const stk_mixture_source *src,
-                        const stk_loader_options *common, stk_error *err) {
+                        const stk_loader_options *common, bool draw, stk_error *err) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     uint64_t T = (uint64_t)STK__MIN(STK__MAX(ncpu, 1L), 8L);
+    /* Drawn when every source can be: the mixture's workers are then the
+     * threads a loader would have, and the sources have none. */
+    m->drawn = draw;
+    for (size_t i = 0; i < m->k && m->drawn; i++) {
+        stk_loader_options o;
+        source_options(m, src, i, common, &o);
+        m->drawn = stk__loader_drawable(src[i].ds, &o);
+    }
+    m->workers = m->drawn ? (int)(common->threads ? (uint64_t)common->threads : T) : 1;
     for (size_t i = 0; i < m->k; i++) {
         feed *f = &m->f[i];
         stk_loader_options o;
@@ -492,8 +682,9 @@ static int open_sources(stk__mixer *m, const stk_mixture_source *src,
         if (!common->threads)
             o.threads = (int)STK__MAX((T * m->src_rounds[i] + m->rounds / 2) / m->rounds,
                                       (uint64_t)1);
-        int rc = stk__loader_open(src[i].ds, &o, &f->ld, err);
-        if (rc == 0 && m->homogeneous) rc = stk__loader_with_sources(f->ld, err);
+        int rc = m->drawn ? stk__loader_open_drawn(src[i].ds, &o, m->workers, &f->ld, err)
+                          : stk__loader_open(src[i].ds, &o, &f->ld, err);
+        if (rc == 0 && !m->drawn && m->homogeneous) rc = stk__loader_with_sources(f->ld, err);
         if (rc) return rc;
         stk_loader_state st;
         stk__loader_save(f->ld, &st);
@@ -512,7 +703,11 @@ static int set_up(stk__mixer *m, const stk_mixture_source *src, const stk_loader
     m->counts = stk__calloc(m->k, sizeof *m->counts);
     if (!m->src_rounds || !m->counts) return stk__err(err, -ENOMEM, "out of memory");
     int rc = plan_sources(m, src, common, mo, err);
-    if (rc == 0) rc = open_sources(m, src, common, err);
+    if (rc == 0) rc = open_sources(m, src, common, true, err);
+    if (rc == -EAGAIN) { /* a source that cannot be drawn from after all */
+        close_sources(m);
+        rc = open_sources(m, src, common, false, err);
+    }
     if (rc) return rc;
     m->nf = stk_loader_num_fields(m->f[0].ld);
     m->dst = stk__calloc(m->nf + 1, sizeof *m->dst);
@@ -538,16 +733,32 @@ static int set_up(stk__mixer *m, const stk_mixture_source *src, const stk_loader
         for (int d = 1; d < x->ndim; d++) m->row_bytes[a] *= (uint64_t)x->shape[d];
         m->f[0].fmap[a] = a;
     }
-    /* Homogeneous batches are the sources' own: their fields may differ. */
-    for (size_t i = 1; i < m->k && !m->homogeneous; i++)
+    /* Homogeneous batches of sources whose fields match are drawn as mixed
+     * ones are; of sources whose fields differ they are the sources' own,
+     * handed out, and the sources open again as loaders of their own. */
+    bool same = true;
+    for (size_t i = 1; i < m->k && m->homogeneous && m->drawn && same; i++)
+        same = match_fields(m, i, NULL) == 0;
+    if (!same) {
+        close_sources(m);
+        if ((rc = open_sources(m, src, common, false, err))) goto out;
+        for (size_t a = 0; a < m->nf; a++) m->f[0].fmap[a] = a;
+    }
+    m->handout = m->homogeneous && !m->drawn;
+    /* Handed out batches are the sources' own: their fields may differ. */
+    for (size_t i = 1; i < m->k && !m->handout; i++)
         if ((rc = match_fields(m, i, err))) goto out;
-    for (size_t a = 0; a < m->nf && !m->homogeneous; a++)
+    for (size_t a = 0; a < m->nf && !m->handout; a++)
         for (size_t i = 0; i < m->k; i++)
             max_bytes[a] = STK__MAX(max_bytes[a],
                                     stk__loader_field_max_bytes(m->f[i].ld, m->f[i].fmap[a]));
     m->fp = fingerprint(m, src, mo);
-    rc = stk__loader_open_hooked(m->f[0].ld, NULL, m->homogeneous ? NULL : max_bytes, common,
-                                 m->homogeneous ? NULL : fill, m, &m->shell, err);
+    rc = stk__loader_open_hooked(m->f[0].ld, NULL, m->handout ? NULL : max_bytes, common,
+                                 m->handout ? NULL : fill, m, m->workers, &m->shell, err);
+    if (rc == 0 && m->drawn) {
+        for (size_t i = 0; i < m->k; i++) stk__loader_adopt_layout(m->f[i].ld, m->shell, m->f[i].fmap);
+        rc = drawers_alloc(m, err);
+    }
 out:
     stk__free(max_bytes);
     return rc;

@@ -235,12 +235,11 @@ int stk__ld_substitute(stk_loader *ld, worker *w, uint64_t p, uint64_t gstart, u
  * under on_error = skip. */
 int stk__ld_check_before(stk_loader *ld, worker *w, stk_batch *s, uint64_t *recs, uint64_t *ts,
                          stk_error *err) {
-    uint64_t first = s->b * ld->opt.batch_size;
     int rc = 0;
     for (uint32_t j = 0; j < s->n && rc == 0; j++) {
         rc = stk__ld_sample_ok(ld, w, recs[j], ts[j], err);
         if (rc == STK_ECHECKSUM && ld->bad)
-            rc = stk__ld_substitute(ld, w, stk__deal_at(&w->deal, first + j), 0, 0,
+            rc = stk__ld_substitute(ld, w, stk__deal_at(&w->deal, s->first + j), 0, 0,
                                     &s->samples[j], &recs[j], &ts[j], err);
     }
     return rc;
@@ -259,14 +258,14 @@ int stk__ld_check_records(stk_loader *ld, stk_batch *s, const uint64_t *recs, st
         size_t si = stk__dataset_shard_of(ds, recs[j]);
         const stk__shard *sh = &ds->shards[si];
         const uint64_t *e = stk__entry(ds, sh, recs[j] - sh->first);
-        uint64_t h;
+        uint64_t k = stk__ld_lane(s, j), h;
         if (ds->nfields == 1) {
             const lfield *lf = &ld->f[0];
             const uint8_t *p = lf->kind == F_RAGGED
                                    ? s->mem + lf->data_off +
-                                         (uint64_t)((const int64_t *)(s->mem + lf->offs_off))[j] *
+                                         (uint64_t)((const int64_t *)(s->mem + lf->offs_off))[k] *
                                              lf->fi->row_bytes
-                                   : s->mem + lf->data_off + j * lf->sample_bytes;
+                                   : s->mem + lf->data_off + k * lf->sample_bytes;
             h = stk__hash(p, (size_t)e[2]);
             bytes += e[2];
         } else {
@@ -276,8 +275,8 @@ int stk__ld_check_records(stk_loader *ld, stk_batch *s, const uint64_t *recs, st
                 const int64_t *offs = (const int64_t *)(s->mem + lf->offs_off);
                 const uint8_t *p = lf->kind == F_RAGGED
                                        ? s->mem + lf->data_off +
-                                             (uint64_t)offs[j] * lf->fi->row_bytes
-                                       : s->mem + lf->data_off + j * lf->sample_bytes;
+                                             (uint64_t)offs[k] * lf->fi->row_bytes
+                                       : s->mem + lf->data_off + k * lf->sample_bytes;
                 XXH3_64bits_update(&st, p, (size_t)e[2 + 3 * f]);
                 bytes += e[2 + 3 * f];
                 if (f + 1 < ds->nfields) {

@@ -279,7 +279,7 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
             if (rc) return rc;
         }
         if (offs) {
-            offs[s->n] = (int64_t)rows_done;
+            if (!s->lanes) offs[s->n] = (int64_t)rows_done;
             s->ragged_rows[fi] = rows_done;
         }
     }
@@ -495,8 +495,7 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
     uint64_t t0 = stk__ld_span_open(ld, STK__EV_PLAN);
     uint32_t n = s->n;
     uint64_t *recs = w->ids, *ts = recs + n, *gs = ts + n;
-    uint64_t first = s->b * ld->opt.batch_size;
-    stk__order_fill(&w->order, &w->deal, first, n, s->samples, ld->use_groups ? gs : NULL,
+    stk__order_fill(&w->order, &w->deal, s->first, n, s->samples, ld->use_groups ? gs : NULL,
                     ld->use_groups ? w->slots : NULL);
     for (uint32_t j = 0; j < n; j++) stk__space_locate(&ld->space, s->samples[j], &recs[j], &ts[j]);
     if (ld->warm && !stk__warm_done(ld->warm)) warm_wait(ld, n, recs, ts);
@@ -553,6 +552,47 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
     return rc;
 }
 
+/* ---- drawing (pipeline.h) ---- */
+
+int stk__loader_draw(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,
+                     stk_batch *b, const uint32_t *lanes, uint64_t *ids, stk_error *err) {
+    worker *w = &ld->w[wi];
+    stk__ld_epoch_order(ld, ld->seed, epoch, 0, ld->streams, &w->order, &w->deal);
+    if (first + n > w->deal.per_rank)
+        return stk__err(err, -EINVAL, "%s: samples %llu to %llu of epoch %llu are past the "
+                        "rank's %llu", stk_dataset_path(ld->ds), (unsigned long long)first,
+                        (unsigned long long)(first + n), (unsigned long long)epoch,
+                        (unsigned long long)w->deal.per_rank);
+    stk_batch v = {0};
+    v.ld = ld;
+    v.device = -1;
+    v.first = first;
+    v.n = n;
+    v.mem = b->mem;
+    v.samples = ids;
+    v.ragged_rows = w->draw_rows;
+    v.lanes = lanes;
+    return fill(ld, w, &v, 0, err);
+}
+
+void stk__loader_draw_rows(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,
+                           size_t i, const uint32_t *lanes, uint64_t *rows) {
+    worker *w = &ld->w[wi];
+    const stk_dataset *ds = ld->ds;
+    size_t dsf = ld->f[i].dsf;
+    uint64_t *ids = w->ids;
+    stk__ld_epoch_order(ld, ld->seed, epoch, 0, ld->streams, &w->order, &w->deal);
+    stk__order_fill(&w->order, &w->deal, first, n, ids, NULL, NULL);
+    for (uint32_t j = 0; j < n; j++) {
+        uint64_t rec, t;
+        stk__space_locate(&ld->space, ids[j], &rec, &t);
+        const stk__shard *sh = &ds->shards[stk__dataset_shard_of(ds, rec)];
+        rows[lanes[j]] = stk__entry(ds, sh, rec - sh->first)[3 + 3 * dsf];
+    }
+}
+
+void stk__loader_draw_epoch(stk_loader *ld) { stk__ld_forget_checks(ld); }
+
 static uint32_t batch_len(const stk_loader *ld, uint64_t b) {
     uint64_t first = b * ld->opt.batch_size;
     return (uint32_t)STK__MIN((uint64_t)ld->opt.batch_size, ld->deal.per_rank - first);
@@ -566,6 +606,7 @@ static stk_batch *claim(stk_loader *ld) {
         if (s->state != S_FREE) continue;
         s->state = S_FILLING;
         s->b = ld->next_fill++;
+        s->first = s->b * ld->opt.batch_size;
         s->gen = ld->gen;
         s->n = batch_len(ld, s->b);
         s->err = 0;
@@ -595,7 +636,8 @@ void *stk__ld_worker_main(void *arg) {
         stk_error err = {0};
         int depth = ld->nvtx ? stk__nvtx_depth() : 0;
         uint64_t t_batch = stk__ld_span_open(ld, STK__EV_BATCH);
-        int rc = ld->hook ? ld->hook(ld->hook_ctx, s, &err) : fill(ld, w, s, gen, &err);
+        int rc = ld->hook ? ld->hook(ld->hook_ctx, s, (int)(w - ld->w), &err)
+                          : fill(ld, w, s, gen, &err);
         stk__ld_span_add(ld, w, STK__EV_BATCH, t_batch, stk__now_ns(), s->b, s->n);
         if (ld->nvtx) stk__nvtx_pop_to(depth); /* the batch, and any a failure left */
         pthread_mutex_lock(&ld->mu);

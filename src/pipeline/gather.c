@@ -190,7 +190,7 @@ int stk__ld_gather_records(stk_loader *ld, worker *w, stk_batch *s, const uint64
     int rc = !check || !stk__tracing(&ld->trace) ? gather_one_pass(ld, w, s, &g, check, err)
                                                   : gather_in_runs(ld, w, s, &g, err);
     if (rc) return rc;
-    for (size_t fi = 0; fi < ld->nf; fi++)
+    for (size_t fi = 0; fi < ld->nf && !s->lanes; fi++)
         if (ld->f[fi].kind == F_RAGGED)
             ((int64_t *)(s->mem + ld->f[fi].offs_off))[n] = (int64_t)s->ragged_rows[fi];
     ld->st_io_n += (uint64_t)n * ld->nf;

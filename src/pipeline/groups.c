@@ -123,11 +123,7 @@ static int largest_block(const stk_loader *ld, const stk_loader_options *o, uint
 /* Block order: the block size in samples, the group buffers' count and
  * size, and the bytes they take from the budget (*groups_bytes; none
  * through the mapping).  Sets the first epoch, whose order the sizes need. */
-int stk__ld_size_groups(stk_loader *ld, const stk_loader_options *o, uint64_t budget,
-                        uint64_t *groups_bytes, stk_error *err) {
-    /* A planned loader takes the samples of each batch one by one:
-     * groups are a way of reading, and it reads nothing. */
-    ld->use_groups = !ld->plan_only;
+void stk__ld_block_shape(stk_loader *ld, const stk_loader_options *o) {
     ld->block_samples = block_samples_for(ld, o);
     /* A block larger than the epoch is the epoch, and a group of more
      * blocks than there are is all of them: clamped, so that the
@@ -137,6 +133,14 @@ int stk__ld_size_groups(stk_loader *ld, const stk_loader_options *o, uint64_t bu
     ld->block_samples = STK__MIN(ld->block_samples, n_all);
     uint64_t nb_all = (n_all + ld->block_samples - 1) / ld->block_samples;
     if ((uint64_t)ld->opt.block_group > nb_all) ld->opt.block_group = (uint32_t)nb_all;
+}
+
+int stk__ld_size_groups(stk_loader *ld, const stk_loader_options *o, uint64_t budget,
+                        uint64_t *groups_bytes, stk_error *err) {
+    /* A planned loader takes the samples of each batch one by one:
+     * groups are a way of reading, and it reads nothing. */
+    ld->use_groups = !ld->plan_only;
+    stk__ld_block_shape(ld, o);
     ld->ngroups = STK__MIN(MAX_GROUP_SLOTS, ld->nw + 2);
     /* The largest group: K blocks, each as large as the largest block. */
     stk__ld_set_epoch_locked(ld, o->seed, o->epoch, 0);

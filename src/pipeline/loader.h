@@ -95,6 +95,7 @@ struct stk_batch {
                   * (stk__batch_view_new), whose mem is device memory */
     int state;
     uint64_t b;
+    uint64_t first; /* the rank's index of its first sample (b * batch_size) */
     uint64_t gen;
     uint32_t n;
     uint8_t *mem;
@@ -104,6 +105,10 @@ struct stk_batch {
     uint8_t *own_mem;      /* buffers added after open own their memory */
     stk__plan *plan;       /* planned loader: the batch's pieces */
     size_t nplan;
+    /* A draw (stk__loader_draw): sample j goes to lane lanes[j] of a batch
+     * laid out as this loader's fields are (a mixture's), whose ragged
+     * fields' offsets are already set; NULL: sample j to lane j. */
+    const uint32_t *lanes;
     int err;
     stk_error e;
 };
@@ -168,6 +173,7 @@ typedef struct worker {
     uint64_t chunk_off;
     bool chunk_valid;
     uint64_t *ids; /* 3 * batch_size: records, rows and groups of a batch */
+    uint64_t *draw_rows; /* per field: a draw's ragged rows (see stk_batch.lanes) */
     const uint64_t **ents; /* batch_size: the records' index entries (gather) */
     uint32_t *shs;         /* batch_size: their shards */
     uint32_t *slots;       /* batch_size: block order, each sample's block
@@ -233,6 +239,7 @@ struct stk_loader {
      * prefetching (gather.c), not planned as reads. */
     bool gather;
     bool plan_only; /* batches carry plans, not data (pipeline.h) */
+    bool drawn;     /* no ring or threads: drawn from (stk__loader_draw) */
     group *groups[MAX_GROUP_SLOTS];
     int ngroups;
     uint8_t *group_mem;
@@ -347,15 +354,23 @@ static inline void stk__ld_prefetch(const uint8_t *p, uint64_t n) {
     }
 }
 
+/* The lane of a batch that sample j of a fill goes to. */
+static inline uint32_t stk__ld_lane(const stk_batch *s, uint32_t j) {
+    return STK__UNLIKELY(s->lanes != NULL) ? s->lanes[j] : j;
+}
+
 /* Where field lf of sample j (index entry e, first row t) comes from and
  * where it goes: its stored bytes are *len bytes at file offset *off, they
  * decode to *raw bytes at the returned place in the slot.  A ragged field
- * appends after *rows_done rows and records the sample's offset. */
+ * appends after *rows_done rows and records the sample's offset (in a
+ * draw, goes where its lane's offset, set beforehand, says). */
+
 static STK__ALWAYS_INLINE uint8_t *stk__ld_place(const stk_loader *ld, const lfield *lf,
                                                  stk_batch *s, uint32_t j, const stk__shard *sh,
                                                  const uint64_t *e, uint64_t t,
                                                  uint64_t *rows_done, uint64_t *off,
                                                  uint64_t *len, uint64_t *raw) {
+    j = stk__ld_lane(s, j);
     *off = e[1 + 3 * lf->dsf];
     *len = e[2 + 3 * lf->dsf];
     uint64_t rows = e[3 + 3 * lf->dsf];
@@ -376,6 +391,11 @@ static STK__ALWAYS_INLINE uint8_t *stk__ld_place(const stk_loader *ld, const lfi
         return s->mem + lf->data_off + j * lf->sample_bytes;
     }
     int64_t *offs = (int64_t *)(s->mem + lf->offs_off);
+    if (s->lanes) { /* (j is the lane: the offsets are set) */
+        *raw = rows * lf->fi->row_bytes;
+        *rows_done += rows;
+        return s->mem + lf->data_off + (uint64_t)offs[j] * lf->fi->row_bytes;
+    }
     uint8_t *dst = s->mem + lf->data_off + *rows_done * lf->fi->row_bytes;
     *raw = rows * lf->fi->row_bytes;
     offs[j] = (int64_t)*rows_done;
@@ -402,6 +422,11 @@ int stk__ld_ring_size(const stk_loader *ld, const stk_loader_options *o, uint64_
  * order and dealing, a new generation.  Called with mu held, or before the
  * threads start. */
 void stk__ld_set_epoch_locked(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t start);
+/* The order and dealing of (seed, epoch) from `start` over `streams`. */
+void stk__ld_epoch_order(const stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t start,
+                         uint64_t streams, stk__order *order, stk__deal *deal);
+/* Forgets which blocks were checked: each is checked again. */
+void stk__ld_forget_checks(stk_loader *ld);
 uint64_t stk__ld_deal_batches(const stk__deal *d, const stk_loader_options *o);
 
 /* ---- fill.c ---- */
@@ -418,6 +443,9 @@ int stk__ld_gather_records(stk_loader *ld, worker *w, stk_batch *s, const uint64
 /* ---- groups.c ---- */
 
 int stk__ld_block_spans(const stk_loader *ld, uint64_t blk, group *g);
+/* Block order's shape: samples per block, and blocks per group clamped to
+ * the blocks there are (the order depends on both). */
+void stk__ld_block_shape(stk_loader *ld, const stk_loader_options *o);
 /* Samples per block (block_bytes of reads, or as given), at most the epoch's. */
 uint64_t stk__ld_block_samples(const stk_loader *ld, const stk_loader_options *o);
 int stk__ld_size_groups(stk_loader *ld, const stk_loader_options *o, uint64_t budget,

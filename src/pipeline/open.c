@@ -232,6 +232,8 @@ static int open_worker(stk_loader *ld, worker *w, const stk_loader_options *o, u
         !(w->blockbuf = stk__aligned_alloc(DIRECT_ALIGN, ds->block_size)))
         return stk__err(err, -ENOMEM, "out of memory");
     if (!w->ids || !(w->dctx = ZSTD_createDCtx())) return stk__err(err, -ENOMEM, "out of memory");
+    if (ld->drawn && !(w->draw_rows = stk__calloc(ld->nf + 1, sizeof *w->draw_rows)))
+        return stk__err(err, -ENOMEM, "out of memory");
     if (ld->backend == STK_BACKEND_URING)
         return stk__io_uring_open(&ld->files, ld->opt.queue_depth, &w->io, err);
     if (ld->backend == STK_BACKEND_POOL) return stk__io_pool_open(&ld->files, &w->io, err);
@@ -342,15 +344,27 @@ static int set_up(stk_loader *ld, const stk_loader_options *o, stk_error *err) {
     if (o->verify && (rc = stk__ld_checks_init(ld, o, err))) return rc;
     bool reader = plan_threads(ld, o);
     uint64_t budget = stk__ld_budget(ld, o), groups_bytes = 0;
-    if (o->order == STK_ORDER_BLOCK &&
-        (rc = stk__ld_size_groups(ld, o, budget, &groups_bytes, err)))
+    if (o->order == STK_ORDER_BLOCK && ld->drawn) {
+        /* Drawn from, block order copies its samples from the mapping as
+         * it would (no group buffers); read from files, its groups would
+         * follow batches of its own. */
+        if (ld->backend != STK_BACKEND_MMAP)
+            return stk__err(err, -EAGAIN,
+                            "%s: block order over data read from files cannot be drawn from",
+                            stk_dataset_path(ld->ds));
+        stk__ld_block_shape(ld, o);
+    } else if (o->order == STK_ORDER_BLOCK &&
+               (rc = stk__ld_size_groups(ld, o, budget, &groups_bytes, err))) {
         return rc;
+    }
     /* The random order over several streams deals blocks to them. */
     if (o->order == STK_ORDER_RANDOM) ld->block_samples = stk__ld_block_samples(ld, o);
     if ((rc = stk__ld_choose_paths(ld, o, err))) return rc;
-    uint64_t stage_cap = stk__ld_stage_bytes(ld, o), R;
-    if ((rc = stk__ld_ring_size(ld, o, budget, groups_bytes, stage_cap, &R, err)) ||
-        (size_ahead(ld, o), rc = check_cache_window(ld, o, err)) || (rc = alloc_ring(ld, R, err)) ||
+    uint64_t stage_cap = stk__ld_stage_bytes(ld, o), R = 0;
+    /* (A loader drawn from has no ring: its batches are someone else's.) */
+    if ((!ld->drawn && (rc = stk__ld_ring_size(ld, o, budget, groups_bytes, stage_cap, &R, err))) ||
+        (size_ahead(ld, o), rc = check_cache_window(ld, o, err)) ||
+        (!ld->drawn && (rc = alloc_ring(ld, R, err))) ||
         (rc = stk__ld_alloc_groups(ld, groups_bytes, err)))
         return rc;
     stk__ld_set_epoch_locked(ld, o->seed, o->epoch, 0);
@@ -358,11 +372,11 @@ static int set_up(stk_loader *ld, const stk_loader_options *o, stk_error *err) {
     if (ld->warm_up && (rc = warm_up_start(ld, err))) return rc;
     for (int i = 0; i < ld->nw; i++)
         if ((rc = open_worker(ld, &ld->w[i], o, stage_cap, err))) return rc;
-    return start_threads(ld, reader, err);
+    return ld->drawn ? 0 : start_threads(ld, reader, err);
 }
 
 static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool plan_only,
-                       stk_loader **out, stk_error *err) {
+                       bool drawn, stk_loader **out, stk_error *err) {
     stk_loader_options defaults;
     if (!opts) {
         stk_loader_options_init(&defaults);
@@ -382,6 +396,7 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
     }
     stk_loader *ld = loader_new(ds, opts, plan_only);
     if (!ld) return stk__err(err, -ENOMEM, "out of memory");
+    ld->drawn = drawn;
     if ((rc = set_up(ld, opts, err))) {
         stk__loader_close(ld);
         return rc;
@@ -393,7 +408,8 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
 /* ---- a loader filled by someone else (pipeline.h) ---- */
 
 static int hooked_set_up(stk_loader *ld, const stk_loader *like, const char *const *names,
-                         const uint64_t *max_bytes, stk__fill_fn fill, stk_error *err) {
+                         const uint64_t *max_bytes, stk__fill_fn fill, int workers,
+                         uint64_t budget, stk_error *err) {
     size_t nf = like->nf;
     uint64_t B = ld->opt.batch_size;
     ld->f = stk__calloc(nf, sizeof *ld->f);
@@ -416,22 +432,30 @@ static int hooked_set_up(stk_loader *ld, const stk_loader *like, const char *con
     ld->space.windows = like->space.windows;
     ld->backend = like->backend;
     ld->valid_dsf = -1;
-    ld->nw = fill ? 1 : 0;
+    ld->nw = fill ? workers : 0;
     ld->want_sources = true;
-    stk__trace_init(&ld->trace, 2, -1);
-    uint64_t R = ld->opt.prefetch ? ld->opt.prefetch : 4;
+    stk__trace_init(&ld->trace, ld->nw + 1, -1);
+    /* Buffers: as a loader's (twice the workers, at least 8, within the
+     * budget), or 4 for one worker. */
+    uint64_t R = ld->opt.prefetch;
+    if (!R && ld->nw <= 1) R = 4;
+    if (!R) R = STK__MIN((uint64_t)STK__MAX(8, 2 * ld->nw), budget / ld->slot_bytes);
     int rc = alloc_ring(ld, STK__MAX(R, (uint64_t)2), err);
-    if (rc || !fill) return rc;
-    ld->w[0].ld = ld;
-    if ((rc = -pthread_create(&ld->w[0].tid, NULL, stk__ld_worker_main, &ld->w[0])))
-        return stk__err(err, rc, "cannot start a worker thread: %s", stk_strerror(rc));
-    ld->w[0].started = 1;
-    return 0;
+    for (int i = 0; rc == 0 && i < ld->nw; i++) {
+        ld->w[i].ld = ld;
+        if ((rc = -pthread_create(&ld->w[i].tid, NULL, stk__ld_worker_main, &ld->w[i])))
+            return stk__err(err, rc, "cannot start a worker thread: %s", stk_strerror(rc));
+        ld->w[i].started = 1;
+    }
+    return rc;
 }
 
 int stk__loader_open_hooked(const stk_loader *like, const char *const *names,
                             const uint64_t *max_bytes, const stk_loader_options *o,
-                            stk__fill_fn fill, void *ctx, stk_loader **out, stk_error *err) {
+                            stk__fill_fn fill, void *ctx, int workers, stk_loader **out,
+                            stk_error *err) {
+    if (fill && (workers < 1 || workers > MAX_WORKERS))
+        return stk__err(err, -EINVAL, "a hooked loader takes 1 to %d workers", MAX_WORKERS);
     stk_loader_options ho;
     stk_loader_options_init(&ho);
     ho.batch_size = o->batch_size;
@@ -448,7 +472,8 @@ int stk__loader_open_hooked(const stk_loader *like, const char *const *names,
     if (!ld) return stk__err(err, -ENOMEM, "out of memory");
     ld->hook = fill;
     ld->hook_ctx = ctx;
-    int rc = hooked_set_up(ld, like, names, max_bytes, fill, err);
+    int rc = hooked_set_up(ld, like, names, max_bytes, fill, workers, stk__ld_budget(like, o),
+                           err);
     if (rc) {
         stk__loader_close(ld);
         return rc;
@@ -459,12 +484,41 @@ int stk__loader_open_hooked(const stk_loader *like, const char *const *names,
 
 int stk__loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader **out,
                     stk_error *err) {
-    return loader_open(ds, opts, false, out, err);
+    return loader_open(ds, opts, false, false, out, err);
 }
 
 int stk__loader_open_planned(stk_dataset *ds, const stk_loader_options *opts, stk_loader **out,
                              stk_error *err) {
-    return loader_open(ds, opts, true, out, err);
+    return loader_open(ds, opts, true, false, out, err);
+}
+
+/* ---- a loader drawn from (pipeline.h) ---- */
+
+bool stk__loader_drawable(const stk_dataset *ds, const stk_loader_options *o) {
+    return !ds->ensure && o->on_error != STK_ON_ERROR_SKIP && o->device < 0 &&
+           o->split_count <= 1;
+}
+
+int stk__loader_open_drawn(stk_dataset *ds, const stk_loader_options *opts, int workers,
+                           stk_loader **out, stk_error *err) {
+    *out = NULL;
+    if (!ds || !opts) return stk__err(err, -EINVAL, "stk__loader_open_drawn: NULL argument");
+    if (!stk__loader_drawable(ds, opts) || workers < 1 || workers > MAX_WORKERS)
+        return stk__err(err, -EINVAL, "%s: this loader cannot be drawn from",
+                        stk_dataset_path(ds));
+    stk_loader_options o = *opts;
+    o.threads = workers;
+    return loader_open(ds, &o, false, true, out, err);
+}
+
+void stk__loader_adopt_layout(stk_loader *ld, const stk_loader *like, const size_t *fmap) {
+    for (size_t i = 0; i < like->nf; i++) {
+        lfield *lf = &ld->f[fmap[i]];
+        lf->data_off = like->f[i].data_off;
+        lf->offs_off = like->f[i].offs_off;
+        lf->cap = like->f[i].cap;
+    }
+    ld->slot_bytes = like->slot_bytes;
 }
 
 /* ---- counting without opening ---- */
@@ -559,6 +613,7 @@ void stk__loader_close(stk_loader *ld) {
         stk__free(w->shs);
         stk__free(w->slots);
         stk__free(w->blockbuf);
+        stk__free(w->draw_rows);
         ZSTD_freeDCtx(w->dctx);
     }
     for (int i = 0; i < ld->ngroups; i++) {

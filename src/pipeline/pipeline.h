@@ -81,19 +81,21 @@ size_t stk__loader_field_dsf(const stk_loader *ld, size_t i);
 /* Fills batch b (its size and number set, stk_batch_size/stk_batch_index)
  * through the stk__batch_* calls below; returns 0 or an error (err set),
  * which the consumer then gets from next(). */
-typedef int (*stk__fill_fn)(void *ctx, stk_batch *b, stk_error *err);
-/* Opens a loader whose one worker calls fill(ctx, b) for each of its
- * batches in order, instead of reading.  Its fields are `like`'s (which
- * must stay open as long as it), named names[i] (NULL: as they are), a
- * ragged one given room for max_bytes[i] bytes a sample; batch_size,
- * world_size, rank, drop_last and prefetch (buffers, 0: 4) are `o`'s.  It
- * has no epoch until stk__loader_hooked_position gives it one. */
+typedef int (*stk__fill_fn)(void *ctx, stk_batch *b, int worker, stk_error *err);
+/* Opens a loader whose `workers` workers call fill(ctx, b, worker) for its
+ * batches, instead of reading (with one worker, in order).  Its fields are
+ * `like`'s (which must stay open as long as it), named names[i] (NULL: as
+ * they are), a ragged one given room for max_bytes[i] bytes a sample;
+ * batch_size, world_size, rank, drop_last, prefetch (buffers; 0: 4 for one
+ * worker, else as a loader's) and memory_budget are `o`'s.  It has no epoch
+ * until stk__loader_hooked_position gives it one. */
 /* fill NULL: a loader with no worker, whose ring is never filled (a mixture
  * of homogeneous batches hands out its sources' batches instead; its
  * counts and state are still this loader's). */
 int stk__loader_open_hooked(const stk_loader *like, const char *const *names,
                             const uint64_t *max_bytes, const stk_loader_options *o,
-                            stk__fill_fn fill, void *ctx, stk_loader **out, stk_error *err);
+                            stk__fill_fn fill, void *ctx, int workers, stk_loader **out,
+                            stk_error *err);
 /* Discards what was filled ahead and starts epoch `epoch` of a hooked
  * loader at global position `start` of its n samples (streams S; the
  * state's seed and fingerprint as given).  The caller makes sure fill is
@@ -118,6 +120,40 @@ uint64_t stk__loader_field_max_bytes(const stk_loader *ld, size_t i);
 bool stk__loader_field_ragged(const stk_loader *ld, size_t i);
 /* The window length of the time fields (0: whole records). */
 uint64_t stk__loader_window(const stk_loader *ld);
+/* ---- loaders drawn from (a mixture's sources, src/mix) ---- */
+
+/* A loader drawn from has no threads and no batches of its own: the
+ * workers of another loader (a mixture's hooked one) read its samples, by
+ * their places in its order, straight into their own batches, each
+ * through its own set of this loader's worker memory and I/O engine.
+ * Whether a loader with options o over ds can be: its dataset is local (a
+ * remote one's read-ahead follows the loader's own batches) and no
+ * damaged sample is substituted (a substitute's rows could differ from
+ * those set beforehand). */
+bool stk__loader_drawable(const stk_dataset *ds, const stk_loader_options *o);
+/* Opens a loader to draw from, as stk__loader_open, with the memory and
+ * engines of `workers` workers (worker indexes 0 .. workers - 1).
+ * -EAGAIN: block order over data it would read from files rather than
+ * the mapping (its group buffers follow its own batches): open it as a
+ * loader of its own. */
+int stk__loader_open_drawn(stk_dataset *ds, const stk_loader_options *o, int workers,
+                           stk_loader **out, stk_error *err);
+/* Lays field fmap[i] of a drawn loader out as field i of `like`, the loader
+ * whose batches it is drawn into (the fields agree in kind and size). */
+void stk__loader_adopt_layout(stk_loader *ld, const stk_loader *like, const size_t *fmap);
+/* Worker wi reads the samples at the rank's places first .. first + n - 1
+ * of the loader's epoch `epoch` (its seed and streams) into lanes lanes[j]
+ * of batch b (laid out by stk__loader_adopt_layout), their sample ids into
+ * ids[j].  The offsets of b's ragged fields must be set for every lane
+ * (stk__loader_draw_rows gives the rows). */
+int stk__loader_draw(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,
+                     stk_batch *b, const uint32_t *lanes, uint64_t *ids, stk_error *err);
+/* The rows of loader field i of the same samples, in rows[lanes[j]]. */
+void stk__loader_draw_rows(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,
+                           size_t i, const uint32_t *lanes, uint64_t *rows);
+/* A new epoch of the loader drawn into: every block is checked again. */
+void stk__loader_draw_epoch(stk_loader *ld);
+
 /* The mixture a loader belongs to (src/mix), or NULL. */
 void *stk__loader_mix(const stk_loader *ld);
 void stk__loader_set_mix(stk_loader *ld, void *mix);

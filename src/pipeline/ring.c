@@ -22,16 +22,20 @@ uint64_t stk__ld_deal_batches(const stk__deal *d, const stk_loader_options *o) {
     return o->drop_last ? d->per_rank / B : (d->per_rank + B - 1) / B;
 }
 
+void stk__ld_epoch_order(const stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t start,
+                         uint64_t streams, stk__order *order, stk__deal *deal) {
+    stk__order_init_streams(order, ld->opt.order, ld->space.n, seed, epoch, ld->block_samples,
+                            ld->opt.block_group, streams);
+    stk__deal_init(deal, ld->space.n, start, ld->opt.world_size, ld->opt.rank, ld->opt.pad != 0);
+    stk__deal_streams(deal, streams);
+    stk__deal_split(deal, ld->opt.batch_size, ld->opt.split_count, ld->opt.split_index);
+}
+
 void stk__ld_set_epoch_locked(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t start) {
     ld->seed = seed;
     ld->epoch = epoch;
     if (!ld->streams) ld->streams = ld->opt.streams;
-    stk__order_init_streams(&ld->order, ld->opt.order, ld->space.n, seed, epoch,
-                            ld->block_samples, ld->opt.block_group, ld->streams);
-    stk__deal_init(&ld->deal, ld->space.n, start, ld->opt.world_size, ld->opt.rank,
-                   ld->opt.pad != 0);
-    stk__deal_streams(&ld->deal, ld->streams);
-    stk__deal_split(&ld->deal, ld->opt.batch_size, ld->opt.split_count, ld->opt.split_index);
+    stk__ld_epoch_order(ld, seed, epoch, start, ld->streams, &ld->order, &ld->deal);
     ld->nbatches = stk__ld_deal_batches(&ld->deal, &ld->opt);
     ld->gen++;
     atomic_store_explicit(&ld->warm_gen, ld->gen, memory_order_release);
@@ -237,16 +241,19 @@ uint64_t stk_loader_sample_bytes(const stk_loader *ld) {
 
 /* ---- save, restore ---- */
 
-/* Moves to a new (seed, epoch, start); waits for no worker. */
+/* Every block is checked again in a new epoch. */
+void stk__ld_forget_checks(stk_loader *ld) {
+    atomic_store(&ld->any_verified, false);
+    for (uint64_t i = 0; i < ld->verified_words; i++) atomic_store(&ld->verified[i], 0);
+}
+
 /* Under mu: drops what was filled ahead and starts (seed, epoch) at
  * `start`. */
 static void reposition_locked(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t start,
                               uint64_t streams) {
     for (uint32_t i = 0; i < ld->R; i++)
         if (ld->slots[i].state == S_READY) ld->slots[i].state = S_FREE;
-    /* Every block is checked again in the new epoch. */
-    atomic_store(&ld->any_verified, false);
-    for (uint64_t i = 0; i < ld->verified_words; i++) atomic_store(&ld->verified[i], 0);
+    stk__ld_forget_checks(ld);
     ld->streams = streams;
     stk__ld_set_epoch_locked(ld, seed, epoch, start);
     pthread_cond_broadcast(&ld->cv);

@@ -71,14 +71,16 @@ static int epoch(stk_dataset *ds, stk_backend be) {
     return rc == STK_END ? 0 : rc;
 }
 
-/* An epoch of a mixture of two sources (both over ds), batches mixed or
- * homogeneous. */
-static int mixture_epoch(stk_dataset *ds, int homogeneous) {
+/* An epoch of a mixture of two sources (both over ds; random and block
+ * order), batches mixed or homogeneous, drawn (block order through the
+ * mapping) or fed (block order read from files). */
+static int mixture_epoch(stk_dataset *ds, int homogeneous, int drawn) {
     stk_error err = {0};
     stk_loader_options so[2], c;
     for (int i = 0; i < 2; i++) {
         stk_loader_options_init(&so[i]);
         so[i].order = i ? STK_ORDER_BLOCK : STK_ORDER_RANDOM;
+        so[i].backend = drawn ? STK_BACKEND_MMAP : STK_BACKEND_POOL;
         so[i].seed = (uint64_t)i;
     }
     stk_loader_options_init(&c);
@@ -129,12 +131,12 @@ int main(void) {
         points++;
     }
     /* ... and a mixture's (its sources' loaders, its own, its fills). */
-    for (int h = 0; h < 2; h++)
+    for (int h = 0; h < 4; h++)
         for (long n = 1;; n++) {
             stk_dataset *ds = NULL;
             CHECK_OK(stk_dataset_open(good, &ds, &err));
             stk__fault_arm(STK__FAULT_ALLOC, n, ENOMEM);
-            int rc = mixture_epoch(ds, h);
+            int rc = mixture_epoch(ds, h % 2, h / 2);
             long seen = stk__fault_seen(STK__FAULT_ALLOC);
             stk__fault_reset();
             stk_dataset_close(ds);

@@ -11,7 +11,16 @@
  *    same sequence (also with another batch size), into the next epochs;
  *  - two ranks take equal batches and together the positions of one run;
  *  - fields that differ, a source smaller than a round, and a state of
- *    other streams are refused, naming why.
+ *    other streams are refused, naming why;
+ *  - drawn batches (the mixture's workers read the sources' samples
+ *    straight into its batches) equal fed ones (copied from the sources'
+ *    own batches), sample for sample, over epochs, ranks and streams.
+ *
+ * The tests above run twice: with source 1 in block order read from
+ * files, which is fed (its group buffers follow its own batches), and with
+ * it read through the mapping, which is drawn (stk__loader_open_drawn).
+ * Mode 2 feeds the sources of mode 1 by asking for on_error = skip, which
+ * is never drawn (stk__loader_drawable).
  */
 #include "test_loader_common.h"
 
@@ -27,6 +36,11 @@ typedef struct pick {
     uint64_t id;
 } pick;
 
+/* 0: source 1 in block order read from files (fed); 1: random, block
+ * order through the mapping, sequential (drawn); 2: the same under
+ * on_error = skip (fed). */
+static int g_mode;
+
 static stk_loader *open_mix(stk_mix_exhaust ex, int homogeneous, uint32_t B, uint32_t rank,
                             uint32_t world, uint32_t streams, uint64_t epoch) {
     static stk_loader_options so[K];
@@ -34,7 +48,11 @@ static stk_loader *open_mix(stk_mix_exhaust ex, int homogeneous, uint32_t B, uin
     const double w[K] = {1, 1, 0.5};
     for (size_t i = 0; i < K; i++) {
         stk_loader_options_init(&so[i]);
-        so[i].order = i == 1 ? STK_ORDER_BLOCK : STK_ORDER_RANDOM;
+        so[i].order = i == 1 ? STK_ORDER_BLOCK
+                      : i == 0 || g_mode == 0 ? STK_ORDER_RANDOM
+                                              : STK_ORDER_SEQUENTIAL;
+        if (i == 1) so[i].backend = g_mode == 0 ? STK_BACKEND_POOL : STK_BACKEND_MMAP;
+        if (g_mode == 2) so[i].on_error = STK_ON_ERROR_SKIP;
         so[i].block_bytes = 2048;
         so[i].seed = 100 + i;
         so[i].threads = 2;
@@ -236,6 +254,37 @@ static void test_refusals(void) {
     tds_free(&other);
 }
 
+static void test_drawn_equals_fed(void) {
+    static const struct {
+        stk_mix_exhaust ex;
+        int homogeneous;
+        uint32_t B, world, streams;
+    } cases[] = {{STK_MIX_STOP, 0, 16, 1, 0}, {STK_MIX_ALL, 0, 7, 1, 3},
+                 {STK_MIX_CYCLE, 0, 10, 2, 4}, {STK_MIX_ALL, 0, 32, 2, 2},
+                 {STK_MIX_ALL, 1, 8, 1, 0},   {STK_MIX_CYCLE, 1, 4, 2, 4}};
+    pick *a = buf(), *b = buf();
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (uint32_t rank = 0; rank < cases[c].world; rank++) {
+            size_t na = 0, nb = 0;
+            for (int mode = 1; mode <= 2; mode++) {
+                g_mode = mode;
+                int h = cases[c].homogeneous;
+                stk_loader *ld = open_mix(cases[c].ex, h, cases[c].B, rank, cases[c].world,
+                                          cases[c].streams, 0);
+                for (uint64_t e = 0; e < 3; e++) {
+                    if (e) CHECK_OK(stk_loader_set_epoch(ld, e, &err));
+                    drain(ld, mode == 1 ? a : b, mode == 1 ? &na : &nb, h, UINT64_MAX);
+                }
+                stk_loader_close(ld);
+            }
+            CHECK(na == nb && na > 0);
+            for (size_t j = 0; j < na; j++) CHECK(a[j].src == b[j].src && a[j].id == b[j].id);
+        }
+    g_mode = 0;
+    free(a);
+    free(b);
+}
+
 int main(void) {
     for (size_t i = 0; i < K; i++) {
         char name[32];
@@ -244,9 +293,13 @@ int main(void) {
         tds_write(&D[i], name);
         CHECK_OK(stk_dataset_open(D[i].dir, &DS[i], &err));
     }
-    test_epochs();
-    test_resume();
-    test_ranks();
+    for (g_mode = 0; g_mode <= 1; g_mode++) {
+        test_epochs();
+        test_resume();
+        test_ranks();
+    }
+    g_mode = 0;
+    test_drawn_equals_fed();
     test_refusals();
     for (size_t i = 0; i < K; i++) {
         stk_dataset_close(DS[i]);
