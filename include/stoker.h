@@ -1611,16 +1611,22 @@ typedef struct stk_mix_source {
  * and block options; give each source its own seed) but the mixture's
  * batch_size, rank, world_size, streams, epoch, threads and memory budget
  * (`common`; streams 0: world_size, which must divide them; threads 0: a
- * loader's default, shared out by the sources' shares of the rounds, at
- * least one each; memory_budget: divided among the sources).  A round is
+ * loader's default; memory_budget: divided among the sources).  A round is
  * `streams` samples (homogeneous: `streams` batches) of one source, the
  * same rank taking the same lanes of every round, so that each source is
  * read in its own order exactly as its own loader deals it to this rank.
+ * The mixture's `threads` workers read every source's samples straight
+ * into its batches; a source that cannot be read so (a remote one, block
+ * order over data read from files rather than the mapping, on_error skip)
+ * makes every source's loader read ahead in threads of its own (`threads`
+ * shared out by the sources' shares of the rounds, at least one each) and
+ * one worker copy from their batches; the batches are the same either way.
  * Batches hold the first source's fields, named names[i] where given; every
  * other source must give fields of the same names (after its own names),
- * types and shapes.  Homogeneous batches are the sources' own batches,
- * handed out as they are (no copy): their fields may then differ between
- * sources (stk_batch_num_fields, stk_batch_field_get say what each holds).  stk_batch_sources gives each sample's source;
+ * types and shapes.  Homogeneous batches of sources whose fields differ
+ * are the sources' own batches, handed out as they are (no copy), each
+ * with its source's fields (stk_batch_num_fields, stk_batch_field_get say
+ * what each holds).  stk_batch_sources gives each sample's source;
  * stk_batch_samples each sample's id within its source.  The state is a
  * loader's (seed, epoch, position, streams): restore takes one of this
  * mixture's seed and streams, from a run of any world size dividing them.
@@ -1641,7 +1647,7 @@ typedef struct stk_mixture_source {
 
 typedef struct stk_mixture_options {
     stk_mix_exhaust exhaust;
-    int homogeneous; /* 1: every batch from one source (its own batch) */
+    int homogeneous; /* 1: every batch from one source */
     uint64_t seed;   /* the schedule's */
 } stk_mixture_options;
 

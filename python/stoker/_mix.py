@@ -2,8 +2,10 @@
 read as one stream, each at its weight (or an exact count per epoch).
 
 A Mixture is a Loader over stk_loader_open_mixture (src/mix/mixer.c): its
-batches are filled in C, in the background, from the sources' own loaders
-(homogeneous batches are the sources' own, handed out as they are).
+batches are filled in C, in the background, by the mixture's workers, which
+read each source's samples straight into the batch through that source's
+own loader (homogeneous batches of sources whose fields differ are the
+sources' own, handed out as they are).
 
 How it is built (docs/ARCHITECTURE.md, "Mixtures"): each source is read by
 a Loader of its own (its own fields, window, order and epochs, opened with
@@ -13,9 +15,8 @@ or one whole batch (``homogeneous=True``) from the same source; which
 source round q of epoch e belongs to is stk_mix's closed form of (seed, e,
 q).  A round of a source is S of its samples (S batches), consecutive in
 its own order, so that rank r, reading lanes r, r + W, ... of every round,
-reads a source exactly as that source's own Loader deals it to rank r: the
-source loaders run ahead in their threads and the mixture takes their
-samples in sequence.  A source's rounds continue from one mixture epoch to
+reads a source exactly as that source's own Loader deals it to rank r, and
+which of a source's places each position holds is arithmetic.  A source's rounds continue from one mixture epoch to
 the next, through its own epochs (each used whole but for fewer than one
 round's samples at its end), so every sample of a source's epoch comes once.
 
@@ -181,9 +182,9 @@ class Mixture(Loader):
             next epoch), ``"cycle"`` (the last; the others cycle into their
             next epochs) or ``"all"`` (every source gives its whole epoch:
             drawn at their weights until one runs out, then the rest).
-        homogeneous: Every batch from one source: each source's own batch,
-            handed over as it is (no copy), so the sources' fields may
-            differ; default: batches mix sources.
+        homogeneous: Every batch from one source, so the sources' fields
+            may differ (each batch then is the source's own batch, handed
+            over as it is); default: batches mix sources.
         seed: The mixture's seed (the sources' orders derive theirs from it
             unless a Source gives its own).
         epoch: The first epoch.
@@ -194,10 +195,14 @@ class Mixture(Loader):
         source_field: The batch key that says which source (its index in
             ``sources``) each sample came from; None leaves it out.
         output: ``"numpy"``, ``"torch"`` or ``"dlpack"``.
-        threads: Worker threads of each source's loader; 0 (default): the
-            threads one loader would have (one per CPU, at most 8) shared
-            out by the sources' shares of the rounds, at least one each.
-        prefetch: Batch buffers of the mixture's ring (0: 4).
+        threads: The mixture's worker threads; 0 (default): those one
+            loader would have (one per CPU, at most 8).  Where a source
+            cannot be read straight into the mixture's batches (a remote
+            one, block order over data read from files, ``on_error="skip"``),
+            every source's loader reads ahead in threads of its own: these,
+            shared out by the sources' shares of the rounds, at least one
+            each.
+        prefetch: Batch buffers of the mixture's ring (0: as a loader's).
         memory_budget: In all; each source's loader gets its part.
         backend, direct, queue_depth, verify, on_error, max_skips,
             warm_up: Handed to every source's loader.
