@@ -39,11 +39,11 @@ typedef struct feed {
 } feed;
 
 /* A worker's scratch for drawn batches: the schedule of the batch's
- * rounds, where each source stands, each sample's source, source epoch and
- * place, the lanes grouped by source, and rows of ragged fields. */
+ * rounds, where each source stands, the lanes grouped by source, a
+ * piece's sample ids, and the rows of a ragged field. */
 typedef struct drawer {
-    uint32_t *sched, *src_of, *lanes, *cnt;
-    uint64_t *counts, *sep, *within, *ep_of, *k_of, *ids, *rows;
+    uint32_t *sched, *lanes, *cnt;
+    uint64_t *counts, *sep, *k0, *ids, *rows;
 } drawer;
 
 typedef struct stk__mixer {
@@ -179,81 +179,81 @@ static int fill_mixed(stk__mixer *m, stk_batch *s, stk_error *err) {
 
 /* ---- drawn batches ---- */
 
-/* Where each of the batch's samples comes from: its source, that source's
- * epoch and the rank's place in it.  A source's rounds follow one another
- * in its own order; within a round the rank's places are consecutive. */
-static void draw_walk(const stk__mixer *m, drawer *d, uint64_t E, uint64_t first, uint32_t n) {
+/* Where the batch's samples come from.  Each sample's source goes to
+ * srcs[t], and the lanes are grouped by source (d->lanes, source i's from
+ * d->cnt[i]).  A source's samples in the batch are consecutive places of
+ * its order, running on into its next epoch where one ends: its rounds
+ * follow one another in its own order, and within a round the rank's
+ * places are consecutive.  So where each source's first sample lies (its
+ * epoch d->sep[i] and place d->k0[i]) says where all of them lie. */
+static void draw_walk(const stk__mixer *m, drawer *d, uint64_t E, uint64_t first, uint32_t n,
+                      uint32_t *srcs) {
     uint64_t q0 = first / m->unit, q1 = (first + (uint64_t)(n - 1) * m->W) / m->unit;
     stk_mix_fill(m->mix, E, q0, q1 - q0 + 1, d->sched);
     stk_mix_counts(m->mix, E, q0, d->counts);
+    uint64_t per = m->unit / m->W, idx = (first - m->r) % m->unit / m->W;
     for (size_t i = 0; i < m->k; i++) {
         uint64_t R = E * m->src_rounds[i] + d->counts[i];
         d->sep[i] = R / m->f[i].units;
-        d->within[i] = R % m->f[i].units;
+        d->k0[i] = R % m->f[i].units * per + (i == d->sched[0] ? idx : 0);
     }
-    uint64_t per = m->unit / m->W, idx = (first - m->r) % m->unit / m->W;
+    memset(d->cnt, 0, (m->k + 1) * sizeof *d->cnt);
     const uint32_t *q = d->sched;
     for (uint32_t t = 0; t < n; t++) {
-        uint32_t src = *q;
-        d->src_of[t] = src;
-        d->ep_of[t] = d->sep[src];
-        d->k_of[t] = d->within[src] * per + idx;
-        if (++idx == per) { /* the round is done */
+        srcs[t] = *q;
+        d->cnt[*q + 1]++;
+        if (++idx == per) {
             idx = 0;
             q++;
-            if (++d->within[src] == m->f[src].units) {
-                d->within[src] = 0;
-                d->sep[src]++;
-            }
         }
     }
+    for (size_t i = 0; i < m->k; i++) d->cnt[i + 1] += d->cnt[i];
+    for (uint32_t t = 0; t < n; t++) d->lanes[d->cnt[srcs[t]]++] = t;
+    /* (cnt[i] now ends source i's lanes: shifted back) */
+    for (size_t i = m->k; i > 0; i--) d->cnt[i] = d->cnt[i - 1];
+    d->cnt[0] = 0;
 }
 
-/* Calls fn for each run of one source's samples that are consecutive in
- * one of its epochs: lanes d->lanes[a .. a + len), grouped by source. */
-typedef int (*run_fn)(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t src, uint32_t a,
-                      uint32_t len, void *arg, stk_error *err);
+/* Source src's lanes a .. z of the batch, cut at the ends of its epochs:
+ * fn(lanes at, count, epoch, first place) for each piece. */
+typedef int (*piece_fn)(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t src,
+                        uint32_t at, uint32_t len, uint64_t epoch, uint64_t k, void *arg,
+                        stk_error *err);
 
-static int draw_runs(stk__mixer *m, drawer *d, uint32_t n, stk_batch *s, int wi, run_fn fn,
-                     void *arg, stk_error *err) {
-    for (uint32_t a = 0, z; a < n; a = z) {
-        uint32_t t = d->lanes[a], src = d->src_of[t];
-        for (z = a + 1; z < n; z++) {
-            uint32_t u = d->lanes[z], v = d->lanes[z - 1];
-            if (d->src_of[u] != src || d->ep_of[u] != d->ep_of[v] || d->k_of[u] != d->k_of[v] + 1)
-                break;
+static int draw_pieces(stk__mixer *m, drawer *d, stk_batch *s, int wi, piece_fn fn, void *arg,
+                       stk_error *err) {
+    for (uint32_t src = 0; src < m->k; src++) {
+        uint32_t a = d->cnt[src], z = d->cnt[src + 1];
+        uint64_t ep = d->sep[src], k = d->k0[src];
+        uint64_t len_ep = m->f[src].units * (m->unit / m->W); /* the rank's places */
+        while (a < z) {
+            uint32_t len = (uint32_t)STK__MIN((uint64_t)(z - a), len_ep - k);
+            int rc = fn(m, d, s, wi, src, a, len, ep, k, arg, err);
+            if (rc) return rc;
+            a += len;
+            ep++;
+            k = 0;
         }
-        int rc = fn(m, d, s, wi, src, a, z - a, arg, err);
-        if (rc) return rc;
     }
     return 0;
 }
 
-static int run_rows(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t src, uint32_t a,
-                    uint32_t len, void *arg, stk_error *err) {
+static int piece_rows(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t src, uint32_t at,
+                      uint32_t len, uint64_t ep, uint64_t k, void *arg, stk_error *err) {
     (void)s;
     (void)err;
     size_t i = *(const size_t *)arg;
-    uint32_t t = d->lanes[a];
-    stk__loader_draw_rows(m->f[src].ld, wi, d->ep_of[t], d->k_of[t], len, m->f[src].fmap[i],
-                          d->lanes + a, d->rows);
+    stk__loader_draw_rows(m->f[src].ld, wi, ep, k, len, m->f[src].fmap[i], d->lanes + at,
+                          d->rows);
     return 0;
 }
 
-static int run_read(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t src, uint32_t a,
-                    uint32_t len, void *arg, stk_error *err) {
-    (void)arg;
-    uint32_t t = d->lanes[a];
-    int rc = stk__loader_draw(m->f[src].ld, wi, d->ep_of[t], d->k_of[t], len, s, d->lanes + a,
-                              d->ids + a, err);
-    if (rc) return rc;
-    uint64_t *ids = stk__batch_ids(s);
-    uint32_t *srcs = stk__batch_srcs(s);
-    for (uint32_t j = 0; j < len; j++) {
-        ids[d->lanes[a + j]] = d->ids[a + j];
-        srcs[d->lanes[a + j]] = src;
-    }
-    return 0;
+static int piece_read(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t src, uint32_t at,
+                      uint32_t len, uint64_t ep, uint64_t k, void *arg, stk_error *err) {
+    uint64_t *ids = arg;
+    int rc = stk__loader_draw(m->f[src].ld, wi, ep, k, len, s, d->lanes + at, d->ids, err);
+    for (uint32_t j = 0; rc == 0 && j < len; j++) ids[d->lanes[at + j]] = d->ids[j];
+    return rc;
 }
 
 static int fill_drawn(stk__mixer *m, stk_batch *s, int wi, stk_error *err) {
@@ -264,16 +264,11 @@ static int fill_drawn(stk__mixer *m, stk_batch *s, int wi, stk_error *err) {
     pthread_mutex_unlock(&m->mu);
     if (!current) return -ECANCELED;
     uint32_t n = stk_batch_size(s);
-    draw_walk(m, d, E, start + stk_batch_index(s) * m->B * m->W + m->r, n);
-    /* The lanes grouped by source, in order within each. */
-    memset(d->cnt, 0, (m->k + 1) * sizeof *d->cnt);
-    for (uint32_t t = 0; t < n; t++) d->cnt[d->src_of[t] + 1]++;
-    for (size_t i = 0; i < m->k; i++) d->cnt[i + 1] += d->cnt[i];
-    for (uint32_t t = 0; t < n; t++) d->lanes[d->cnt[d->src_of[t]]++] = t;
+    draw_walk(m, d, E, start + stk_batch_index(s) * m->B * m->W + m->r, n, stk__batch_srcs(s));
     /* Ragged fields: every sample's rows first, for the offsets. */
     for (size_t i = 0; i < m->nf; i++) {
         if (!m->ragged[i]) continue;
-        int rc = draw_runs(m, d, n, s, wi, run_rows, &i, err);
+        int rc = draw_pieces(m, d, s, wi, piece_rows, &i, err);
         if (rc) return rc;
         int64_t *offs;
         uint64_t cap, rows = 0;
@@ -283,7 +278,7 @@ static int fill_drawn(stk__mixer *m, stk_batch *s, int wi, stk_error *err) {
         if (rows * m->row_bytes[i] > cap) return room_error(m, i, err);
         stk__batch_set_rows(s, i, rows);
     }
-    return draw_runs(m, d, n, s, wi, run_read, NULL, err);
+    return draw_pieces(m, d, s, wi, piece_read, stk__batch_ids(s), err);
 }
 
 static int fill(void *ctx, stk_batch *s, int wi, stk_error *err) {
@@ -463,14 +458,11 @@ static void drawers_free(stk__mixer *m) {
     for (int w = 0; m->dw && w < m->workers; w++) {
         drawer *d = &m->dw[w];
         stk__free(d->sched);
-        stk__free(d->src_of);
         stk__free(d->lanes);
         stk__free(d->cnt);
         stk__free(d->counts);
         stk__free(d->sep);
-        stk__free(d->within);
-        stk__free(d->ep_of);
-        stk__free(d->k_of);
+        stk__free(d->k0);
         stk__free(d->ids);
         stk__free(d->rows);
     }
@@ -484,18 +476,15 @@ static int drawers_alloc(stk__mixer *m, stk_error *err) {
     for (int w = 0; w < m->workers; w++) {
         drawer *d = &m->dw[w];
         d->sched = stk__calloc(B + 2, sizeof *d->sched);
-        d->src_of = stk__calloc(B, sizeof *d->src_of);
         d->lanes = stk__calloc(B, sizeof *d->lanes);
         d->cnt = stk__calloc(k + 1, sizeof *d->cnt);
         d->counts = stk__calloc(k, sizeof *d->counts);
         d->sep = stk__calloc(k, sizeof *d->sep);
-        d->within = stk__calloc(k, sizeof *d->within);
-        d->ep_of = stk__calloc(B, sizeof *d->ep_of);
-        d->k_of = stk__calloc(B, sizeof *d->k_of);
+        d->k0 = stk__calloc(k, sizeof *d->k0);
         d->ids = stk__calloc(B, sizeof *d->ids);
         d->rows = stk__calloc(B, sizeof *d->rows);
-        if (!d->sched || !d->src_of || !d->lanes || !d->cnt || !d->counts || !d->sep ||
-            !d->within || !d->ep_of || !d->k_of || !d->ids || !d->rows)
+        if (!d->sched || !d->lanes || !d->cnt || !d->counts || !d->sep || !d->k0 || !d->ids ||
+            !d->rows)
             return stk__err(err, -ENOMEM, "out of memory");
     }
     return 0;

@@ -311,8 +311,9 @@ void stk__order_fill(const stk__order *o, const stk__deal *d, uint64_t first, ui
     /* Blocks: a rank's places are consecutive within a stream, so a batch
      * falls in a run of one piece and perhaps the next.  Per run: the
      * piece's inner permutation is made once, applied to the run in lanes,
-     * and the ids of the piece's first blocks are kept, so that a sample
-     * costs no block permutation of its own. */
+     * and the ids of the piece's first blocks are kept as they are first
+     * needed (a run touches few of them), so that a sample costs no block
+     * permutation of its own. */
     enum { CACHED = 64 };
     uint64_t blocks[CACHED];
     for (uint32_t j0 = 0, j1; j0 < n; j0 = j1) {
@@ -324,15 +325,22 @@ void stk__order_fill(const stk__order *o, const stk__deal *d, uint64_t first, ui
         stk__perm inner;
         piece_perm(o, id, &pc, &inner);
         uint64_t first_blk = pc.g * o->K + pc.m_first;
-        uint64_t nblk = STK__MIN((uint64_t)CACHED, pc.nblk);
-        for (uint64_t m = 0; m < nblk; m++) blocks[m] = stk__perm_apply(&o->perm, first_blk + m);
+        uint64_t have = 0; /* which of blocks[] are known */
         for (uint32_t j = j0; j < j1; j++) ids[j] -= pc.start;
         if (inner.n > 1) perm_apply_all(&inner, ids + j0, j1 - j0);
         for (uint32_t j = j0; j < j1; j++) {
             uint64_t m, off;
             block_split(o, pc.g, ids[j] + (pc.start - pc.gstart), &m, &off);
-            uint64_t mm = m - pc.m_first;
-            uint64_t blk = mm < CACHED ? blocks[mm] : stk__perm_apply(&o->perm, first_blk + mm);
+            uint64_t mm = m - pc.m_first, blk;
+            if (mm >= CACHED) {
+                blk = stk__perm_apply(&o->perm, first_blk + mm);
+            } else {
+                if (!(have >> mm & 1)) {
+                    blocks[mm] = stk__perm_apply(&o->perm, first_blk + mm);
+                    have |= UINT64_C(1) << mm;
+                }
+                blk = blocks[mm];
+            }
             ids[j] = blk * o->B + off;
             if (slots) slots[j] = (uint32_t)mm;
             if (groups) groups[j] = id;
