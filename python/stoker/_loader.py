@@ -541,6 +541,11 @@ class Loader:
                 self._last_sources = np.array(item[2], dtype=np.int32)
                 field = getattr(self, "_source_field", None)
                 if field is not None:
+                    if field in out:  # (homogeneous: a source's own fields)
+                        src = int(self._last_sources[0]) if len(self._last_sources) else 0
+                        raise InvalidArgument(
+                            f"source {src} has a field named {field!r}, the mixture's "
+                            f"source_field: choose another source_field (or None)")
                     out[field] = self._convert({field: item[2]})[field]
         except BaseException:
             # Interrupted (Ctrl-C) after the batch was taken but before the

@@ -60,6 +60,7 @@ typedef struct stk__mixer {
                    * sources' own batches, handed out (fed, never copied) */
     int workers;
     drawer *dw;
+    stk_loader **parts; /* the sources' loaders, for the shell's statistics */
     uint64_t B, W, r, S, unit, rounds;
     uint64_t *src_rounds, *counts;
     uint64_t seed, fp;
@@ -508,6 +509,7 @@ static void mixer_free(stk__mixer *m) {
     stk__loader_close(m->shell); /* joins its workers: no fill runs after */
     drawers_free(m);
     close_sources(m);
+    stk__free(m->parts);
     stk__free(m->f);
     stk_mix_close(m->mix);
     stk__free(m->src_rounds);
@@ -747,6 +749,12 @@ static int set_up(stk__mixer *m, const stk_mixture_source *src, const stk_loader
     if (rc == 0 && m->drawn) {
         for (size_t i = 0; i < m->k; i++) stk__loader_adopt_layout(m->f[i].ld, m->shell, m->f[i].fmap);
         rc = drawers_alloc(m, err);
+    }
+    if (rc == 0 && !(m->parts = stk__calloc(m->k, sizeof *m->parts)))
+        rc = stk__err(err, -ENOMEM, "out of memory");
+    if (rc == 0) {
+        for (size_t i = 0; i < m->k; i++) m->parts[i] = m->f[i].ld;
+        stk__loader_set_parts(m->shell, m->parts, m->k, m->handout);
     }
 out:
     stk__free(max_bytes);

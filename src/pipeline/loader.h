@@ -197,6 +197,12 @@ struct stk_loader {
     bool want_sources; /* its batches carry sources (a mixture's) */
     stk_field *own_fields;
     void *mix;
+    /* The loaders that read for a hooked one (its mixture's sources): their
+     * statistics count as its own (stats.c); consumed: the consumer takes
+     * their batches (a mixture's handed out homogeneous ones). */
+    stk_loader *const *parts;
+    size_t nparts;
+    bool parts_consumed;
     struct stk__gpu *gpu; /* device >= 0: the GPU stage batches go through;
                            * set by src/gpu, used by src/api, never here */
     stk_loader_options opt;

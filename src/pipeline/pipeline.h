@@ -154,6 +154,11 @@ void stk__loader_draw_rows(stk_loader *ld, int wi, uint64_t epoch, uint64_t firs
 /* A new epoch of the loader drawn into: every block is checked again. */
 void stk__loader_draw_epoch(stk_loader *ld);
 
+/* The loaders that read for a hooked one (parts[0 .. n), which stay valid
+ * while it is open): their statistics count as its own
+ * (stk_loader_stats_get); consumed: the consumer takes their batches, and
+ * their waits and batches count too. */
+void stk__loader_set_parts(stk_loader *ld, stk_loader *const *parts, size_t n, bool consumed);
 /* The mixture a loader belongs to (src/mix), or NULL. */
 void *stk__loader_mix(const stk_loader *ld);
 void stk__loader_set_mix(stk_loader *ld, void *mix);

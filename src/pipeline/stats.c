@@ -43,6 +43,39 @@ int stk_loader_trace_write(stk_loader *ld, const char *path, stk_error *err) {
 
 /* ---- statistics ---- */
 
+static void stage_add(stk_stage_stats *a, const stk_stage_stats *b) {
+    a->count += b->count;
+    a->bytes += b->bytes;
+    a->busy_ns += b->busy_ns;
+}
+
+/* A hooked loader's parts (a mixture's sources) did its reading: their
+ * stages count as its own, and their batches and waits too where the
+ * consumer takes their batches (homogeneous ones handed out). */
+static void add_parts(const stk_loader *ld, stk_loader_stats *o) {
+    for (size_t i = 0; i < ld->nparts; i++) {
+        stk_loader_stats p;
+        stk_loader_stats_get(ld->parts[i], &p);
+        stage_add(&o->plan, &p.plan);
+        stage_add(&o->io, &p.io);
+        stage_add(&o->assemble, &p.assemble);
+        stage_add(&o->verify, &p.verify);
+        stage_add(&o->warm_up, &p.warm_up);
+        o->warm_up_bytes += p.warm_up_bytes;
+        o->warm_up_done = o->warm_up_done && p.warm_up_done;
+        o->groups_loaded += p.groups_loaded;
+        o->skipped += p.skipped;
+        o->max_inflight = STK__MAX(o->max_inflight, p.max_inflight);
+        if (!ld->parts[i]->drawn) o->threads += p.threads;
+        if (ld->parts_consumed) {
+            stage_add(&o->wait, &p.wait);
+            o->batches += p.batches;
+            o->samples += p.samples;
+            o->ready_sum += p.ready_sum;
+        }
+    }
+}
+
 void stk_loader_stats_get(const stk_loader *ld, stk_loader_stats *o) {
     memset(o, 0, sizeof *o);
     if (!ld) return;
@@ -67,6 +100,7 @@ void stk_loader_stats_get(const stk_loader *ld, stk_loader_stats *o) {
     stk__warm_stats(ld->warm, &o->warm_up.count, &o->warm_up.bytes, &o->warm_up.busy_ns, &done);
     o->warm_up_bytes = ld->warm_total;
     o->warm_up_done = done;
+    add_parts(ld, o);
 }
 
 uint64_t stk_loader_last_skip(stk_loader *ld, stk_error *out) {
@@ -86,4 +120,11 @@ void stk_loader_stats_reset(stk_loader *ld) {
     ld->st_ver_n = ld->st_ver_bytes = ld->st_ver_ns = 0;
     ld->st_skipped = 0;
     ld->st_t0 = stk__now_ns();
+    for (size_t i = 0; i < ld->nparts; i++) stk_loader_stats_reset(ld->parts[i]);
+}
+
+void stk__loader_set_parts(stk_loader *ld, stk_loader *const *parts, size_t n, bool consumed) {
+    ld->parts = parts;
+    ld->nparts = n;
+    ld->parts_consumed = consumed;
 }

@@ -12,6 +12,7 @@
  *  - two ranks take equal batches and together the positions of one run;
  *  - fields that differ, a source smaller than a round, and a state of
  *    other streams are refused, naming why;
+ *  - the statistics count the sources' reading and the batches taken;
  *  - drawn batches (the mixture's workers read the sources' samples
  *    straight into its batches) equal fed ones (copied from the sources'
  *    own batches), sample for sample, over epochs, ranks and streams.
@@ -254,6 +255,31 @@ static void test_refusals(void) {
     tds_free(&other);
 }
 
+/* A mixture's statistics count its sources' reading, and the batches and
+ * samples its consumer took (drawn, fed, and handed out). */
+static void test_stats(void) {
+    pick *p = buf();
+    for (int mode = 0; mode <= 1; mode++)
+        for (int h = 0; h < 2; h++) {
+            g_mode = mode;
+            stk_loader *ld = open_mix(STK_MIX_ALL, h, 8, 0, 1, 0, 0);
+            size_t n = 0;
+            uint64_t nb = drain(ld, p, &n, h, UINT64_MAX);
+            stk_loader_stats st;
+            stk_loader_stats_get(ld, &st);
+            CHECK(st.batches == nb && st.samples == n);
+            CHECK(st.io.count > 0 && st.io.bytes > 0 && st.plan.count >= n);
+            CHECK(st.assemble.bytes > 0 && st.wait.count >= nb);
+            CHECK(st.threads >= 1);
+            stk_loader_stats_reset(ld);
+            stk_loader_stats_get(ld, &st);
+            CHECK(st.batches == 0 && st.io.count == 0 && st.plan.count == 0);
+            stk_loader_close(ld);
+        }
+    g_mode = 0;
+    free(p);
+}
+
 static void test_drawn_equals_fed(void) {
     static const struct {
         stk_mix_exhaust ex;
@@ -299,6 +325,7 @@ int main(void) {
         test_ranks();
     }
     g_mode = 0;
+    test_stats();
     test_drawn_equals_fed();
     test_refusals();
     for (size_t i = 0; i < K; i++) {

@@ -246,6 +246,17 @@ def test_homogeneous_batches_and_fields_that_differ(srcs, tmp_path):
         with stoker.Loader(spec, 16) as mx:
             for _ in mx:
                 pass
+    # A field of another source named as the source key is refused, not
+    # overwritten (source 0's own fields are checked at open).
+    named = tmp_path / "named"
+    stoker.write(named, {"source": np.arange(640, dtype=np.int64)})
+    spec = [stoker.Source(srcs[0], 2.0, fields=["x"]), stoker.Source(named, 1.0)]
+    with pytest.raises(stoker.InvalidArgument, match="source 1 has a field named 'source'"):
+        with stoker.Loader(spec, 16, homogeneous=True, shuffle="random") as mx:
+            for _ in mx:
+                pass
+    with stoker.Loader(spec, 16, homogeneous=True, shuffle="random", source_field="src") as mx:
+        assert sum(1 for b in mx if "source" in b) == 37
 
 
 def test_ragged_and_names(srcs, tmp_path):
