@@ -554,10 +554,21 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
 
 /* ---- drawing (pipeline.h) ---- */
 
+/* Worker wi, with the order and dealing of `epoch` (kept from its last
+ * draw of the same epoch: a batch draws from each source in turn). */
+static worker *draw_worker(stk_loader *ld, int wi, uint64_t epoch) {
+    worker *w = &ld->w[wi];
+    if (!w->drew || w->drew_epoch != epoch) {
+        stk__ld_epoch_order(ld, ld->seed, epoch, 0, ld->streams, &w->order, &w->deal);
+        w->drew = true;
+        w->drew_epoch = epoch;
+    }
+    return w;
+}
+
 int stk__loader_draw(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,
                      stk_batch *b, const uint32_t *lanes, uint64_t *ids, stk_error *err) {
-    worker *w = &ld->w[wi];
-    stk__ld_epoch_order(ld, ld->seed, epoch, 0, ld->streams, &w->order, &w->deal);
+    worker *w = draw_worker(ld, wi, epoch);
     if (first + n > w->deal.per_rank)
         return stk__err(err, -EINVAL, "%s: samples %llu to %llu of epoch %llu are past the "
                         "rank's %llu", stk_dataset_path(ld->ds), (unsigned long long)first,
@@ -577,11 +588,10 @@ int stk__loader_draw(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uin
 
 void stk__loader_draw_rows(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,
                            size_t i, const uint32_t *lanes, uint64_t *rows) {
-    worker *w = &ld->w[wi];
+    worker *w = draw_worker(ld, wi, epoch);
     const stk_dataset *ds = ld->ds;
     size_t dsf = ld->f[i].dsf;
     uint64_t *ids = w->ids;
-    stk__ld_epoch_order(ld, ld->seed, epoch, 0, ld->streams, &w->order, &w->deal);
     stk__order_fill(&w->order, &w->deal, first, n, ids, NULL, NULL);
     for (uint32_t j = 0; j < n; j++) {
         uint64_t rec, t;

@@ -174,6 +174,8 @@ typedef struct worker {
     bool chunk_valid;
     uint64_t *ids; /* 3 * batch_size: records, rows and groups of a batch */
     uint64_t *draw_rows; /* per field: a draw's ragged rows (see stk_batch.lanes) */
+    bool drew;           /* order and deal hold epoch drew_epoch's (a draw's) */
+    uint64_t drew_epoch;
     const uint64_t **ents; /* batch_size: the records' index entries (gather) */
     uint32_t *shs;         /* batch_size: their shards */
     uint32_t *slots;       /* batch_size: block order, each sample's block
