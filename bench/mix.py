@@ -73,6 +73,8 @@ def main():
                 "one dataset": lambda order=order: stoker.Loader(one, B, shuffle=order),
                 "one dataset, 1 thread": lambda order=order: stoker.Loader(
                     one, B, shuffle=order, threads=1),
+                "1 source (the whole dataset) as a mixture": lambda order=order: stoker.Loader(
+                    [stoker.Source(one, 1)], B, shuffle=order),
                 "3 sources, mixed batches": lambda: mixture(False),
                 "3 sources, homogeneous": lambda: mixture(True),
             }
@@ -96,6 +98,8 @@ The same samples (x float32 and a label y; {a.small:,} records of 256 B, and {a.
 | records | order | way | M samples/s | against one dataset (its better setting) |
 |---|---|---|---:|---:|
 """ + "\n".join(lines) + """
+
+The mixture of one source, the whole dataset, isolates what mixing itself costs (the schedule, the walk over each batch's places, a draw per source); three datasets also cost what three datasets do: their random orders are permutations of their own sizes, whose cost per sample depends on the size (the permutation's domain is the next power of 4, stepped through until a value falls inside: 1.5 evaluations a sample for 700,000 records, 2.6 for 400,000 or 100,000, 1.3 for 200,000), and each batch starts three reads (a draw each) instead of one.
 
 Mixed and homogeneous batches are drawn: the mixture's workers (the threads one loader would have) read each source's samples straight into the batch, through that source's own reads, so a mixed batch costs what a loader's does (docs/ARCHITECTURE.md, "Mixtures"). With 256 B records the single loader's time goes to per-batch work, and its two workers beside the consumer on two cores swing between repetitions (the spread below); with 16 KiB records the copy bounds every way.
 

@@ -546,7 +546,10 @@ class Loader:
                         raise InvalidArgument(
                             f"source {src} has a field named {field!r}, the mixture's "
                             f"source_field: choose another source_field (or None)")
-                    out[field] = self._convert({field: item[2]})[field]
+                    # NumPy output: the copy kept above (a view would hold
+                    # the batch buffer, as for the ids).
+                    out[field] = (self._last_sources if self._output == "numpy"
+                                  else self._convert({field: item[2]})[field])
         except BaseException:
             # Interrupted (Ctrl-C) after the batch was taken but before the
             # caller had it: put it back, so that the next call gives it and
