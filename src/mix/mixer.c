@@ -259,11 +259,10 @@ static int piece_read(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t s
 
 static int fill_drawn(stk__mixer *m, stk_batch *s, int wi, stk_error *err) {
     drawer *d = &m->dw[wi];
-    pthread_mutex_lock(&m->mu); /* (the epoch and the batch's being current agree) */
-    bool current = stk__batch_current(s);
-    uint64_t E = m->epoch, start = m->start;
-    pthread_mutex_unlock(&m->mu);
-    if (!current) return -ECANCELED;
+    /* The epoch the batch was claimed in; no lock: a batch of an epoch
+     * that moved on is discarded when filled. */
+    uint64_t E, start;
+    stk__loader_worker_epoch(m->shell, wi, &E, &start);
     uint32_t n = stk_batch_size(s);
     draw_walk(m, d, E, start + stk_batch_index(s) * m->B * m->W + m->r, n, stk__batch_srcs(s));
     /* Ragged fields: every sample's rows first, for the offsets. */

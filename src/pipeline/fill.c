@@ -603,6 +603,11 @@ void stk__loader_draw_rows(stk_loader *ld, int wi, uint64_t epoch, uint64_t firs
 
 void stk__loader_draw_epoch(stk_loader *ld) { stk__ld_forget_checks(ld); }
 
+void stk__loader_worker_epoch(const stk_loader *ld, int wi, uint64_t *epoch, uint64_t *start) {
+    *epoch = ld->w[wi].epoch;
+    *start = ld->w[wi].deal.start;
+}
+
 static uint32_t batch_len(const stk_loader *ld, uint64_t b) {
     uint64_t first = b * ld->opt.batch_size;
     return (uint32_t)STK__MIN((uint64_t)ld->opt.batch_size, ld->deal.per_rank - first);
@@ -642,6 +647,7 @@ void *stk__ld_worker_main(void *arg) {
         uint64_t gen = s->gen;
         w->order = ld->order;
         w->deal = ld->deal;
+        w->epoch = ld->epoch;
         pthread_mutex_unlock(&ld->mu);
         stk_error err = {0};
         int depth = ld->nvtx ? stk__nvtx_depth() : 0;

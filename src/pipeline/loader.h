@@ -186,6 +186,7 @@ typedef struct worker {
      * restore) while this worker computes or reads without the lock. */
     stk__order order;
     stk__deal deal;
+    uint64_t epoch;
 } worker;
 
 struct stk_loader {

@@ -105,6 +105,10 @@ void stk__loader_hooked_position(stk_loader *ld, uint64_t n, uint64_t seed, uint
 /* Gives every batch of ld (the ring's, and any added later) an array of
  * sources, for a mixture to fill (stk__batch_srcs) before handing it out. */
 int stk__loader_with_sources(stk_loader *ld, stk_error *err);
+/* The epoch and first position (stk__loader_hooked_position's) of the
+ * batch worker wi of a hooked loader is filling, as of its claim: a batch
+ * of an epoch that moved on since is discarded when filled. */
+void stk__loader_worker_epoch(const stk_loader *ld, int wi, uint64_t *epoch, uint64_t *start);
 /* Whether batch b being filled still belongs to its loader's epoch. */
 bool stk__batch_current(const stk_batch *b);
 /* For fill: where field i of b goes (data; a ragged field's offsets, n + 1
