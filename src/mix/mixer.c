@@ -62,6 +62,7 @@ typedef struct stk__mixer {
     drawer *dw;
     stk_loader **parts; /* the sources' loaders, for the shell's statistics */
     uint64_t B, W, r, S, unit, rounds;
+    uint64_t part, nparts; /* a split: this process takes batches part, part + nparts, ... */
     uint64_t *src_rounds, *counts;
     uint64_t seed, fp;
     uint64_t epoch, start;
@@ -264,7 +265,9 @@ static int fill_drawn(stk__mixer *m, stk_batch *s, int wi, stk_error *err) {
     uint64_t E, start;
     stk__loader_worker_epoch(m->shell, wi, &E, &start);
     uint32_t n = stk_batch_size(s);
-    draw_walk(m, d, E, start + stk_batch_index(s) * m->B * m->W + m->r, n, stk__batch_srcs(s));
+    /* (With a split, this process's batch b is the rank's part + b * nparts.) */
+    uint64_t b = m->part + stk_batch_index(s) * m->nparts;
+    draw_walk(m, d, E, start + b * m->B * m->W + m->r, n, stk__batch_srcs(s));
     /* Ragged fields: every sample's rows first, for the offsets. */
     for (size_t i = 0; i < m->nf; i++) {
         if (!m->ragged[i]) continue;
@@ -766,10 +769,6 @@ int stk__mixture_open(const stk_mixture_source *src, size_t n, const stk_loader_
     if (!src || n == 0) return stk__err(err, -EINVAL, "mixture: no sources");
     if (common->device >= 0)
         return stk__err(err, -EINVAL, "mixture: batches of a mixture are in host memory (device)");
-    if (common->split_count > 1)
-        return stk__err(err, -EINVAL,
-                        "mixture: a split among worker processes is not supported; the sources' "
-                        "loaders read ahead in threads");
     if (common->batch_size == 0 || common->world_size == 0 || common->rank >= common->world_size)
         return stk__err(err, -EINVAL, "mixture: batch_size, rank or world_size out of range");
     uint64_t S = common->streams ? common->streams : common->world_size;
@@ -786,10 +785,18 @@ int stk__mixture_open(const stk_mixture_source *src, size_t n, const stk_loader_
     m->W = common->world_size;
     m->r = common->rank;
     m->S = S;
+    m->part = common->split_count > 1 ? common->split_index : 0;
+    m->nparts = common->split_count > 1 ? common->split_count : 1;
     m->unit = S * (m->homogeneous ? m->B : 1);
     m->seed = mo->seed;
     m->f = stk__calloc(n, sizeof *m->f);
     int rc = m->f ? set_up(m, src, common, mo, err) : stk__err(err, -ENOMEM, "out of memory");
+    if (rc == 0 && common->split_count > 1 && !m->drawn)
+        rc = stk__err(err, -EINVAL,
+                      "mixture: a split among worker processes needs every source read straight "
+                      "into the mixture's batches, and one is not (a remote source, block order "
+                      "over data read from files, on_error=skip, or homogeneous batches of "
+                      "fields that differ): read it in one process");
     if (rc == 0) {
         stk__loader_set_mix(m->shell, m);
         pthread_mutex_lock(&m->mu);

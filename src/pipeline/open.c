@@ -462,6 +462,8 @@ int stk__loader_open_hooked(const stk_loader *like, const char *const *names,
     ho.world_size = o->world_size;
     ho.rank = o->rank;
     ho.drop_last = o->drop_last;
+    ho.split_index = o->split_index;
+    ho.split_count = o->split_count;
     ho.prefetch = o->prefetch;
     ho.order = STK_ORDER_SEQUENTIAL;
     ho.verify = 0;

@@ -86,7 +86,7 @@ typedef int (*stk__fill_fn)(void *ctx, stk_batch *b, int worker, stk_error *err)
  * batches, instead of reading (with one worker, in order).  Its fields are
  * `like`'s (which must stay open as long as it), named names[i] (NULL: as
  * they are), a ragged one given room for max_bytes[i] bytes a sample;
- * batch_size, world_size, rank, drop_last, prefetch (buffers; 0: 4 for one
+ * batch_size, world_size, rank, drop_last, the split, prefetch (buffers; 0: 4 for one
  * worker, else as a loader's) and memory_budget are `o`'s.  It has no epoch
  * until stk__loader_hooked_position gives it one. */
 /* fill NULL: a loader with no worker, whose ring is never filled (a mixture

@@ -13,6 +13,7 @@
  *  - fields that differ, a source smaller than a round, and a state of
  *    other streams are refused, naming why;
  *  - the statistics count the sources' reading and the batches taken;
+ *  - drawn batches split among processes take the batches of one in turn;
  *  - drawn batches (the mixture's workers read the sources' samples
  *    straight into its batches) equal fed ones (copied from the sources'
  *    own batches), sample for sample, over epochs, ranks and streams.
@@ -42,6 +43,10 @@ typedef struct pick {
  * on_error = skip (fed). */
 static int g_mode;
 
+/* A split among processes for the next open_mix: this one takes batches
+ * g_part, g_part + g_parts, ... */
+static uint32_t g_part, g_parts = 1;
+
 static stk_loader *open_mix(stk_mix_exhaust ex, int homogeneous, uint32_t B, uint32_t rank,
                             uint32_t world, uint32_t streams, uint64_t epoch) {
     static stk_loader_options so[K];
@@ -66,6 +71,8 @@ static stk_loader *open_mix(stk_mix_exhaust ex, int homogeneous, uint32_t B, uin
     c.world_size = world;
     c.streams = streams;
     c.epoch = epoch;
+    c.split_index = g_part;
+    c.split_count = g_parts;
     c.threads = 2;
     stk_mixture_options mo = {ex, homogeneous, 9};
     stk_loader *ld = NULL;
@@ -280,6 +287,58 @@ static void test_stats(void) {
     free(p);
 }
 
+/* A split of drawn batches among 3 processes: together, in turn, they
+ * take the batches of one process; a fed mixture refuses a split. */
+static void test_split(void) {
+    g_mode = 1;
+    for (int h = 0; h < 2; h++) {
+        uint32_t B = h ? 4 : 10;
+        pick *all = buf(), *part[3];
+        size_t n = 0, np[3] = {0};
+        g_part = 0;
+        g_parts = 1;
+        stk_loader *ld = open_mix(STK_MIX_CYCLE, h, B, 1, 2, 4, 0);
+        uint64_t nb = drain(ld, all, &n, h, UINT64_MAX);
+        stk_loader_close(ld);
+        uint64_t got = 0;
+        for (uint32_t p = 0; p < 3; p++) {
+            part[p] = buf();
+            g_part = p;
+            g_parts = 3;
+            ld = open_mix(STK_MIX_CYCLE, h, B, 1, 2, 4, 0);
+            got += drain(ld, part[p], &np[p], h, UINT64_MAX);
+            stk_loader_close(ld);
+        }
+        CHECK(got == nb && np[0] + np[1] + np[2] == n);
+        /* Batch x of the whole is batch x / 3 of part x % 3. */
+        size_t at[3] = {0};
+        for (uint64_t x = 0, j = 0; x < nb; x++) {
+            uint32_t p = (uint32_t)(x % 3);
+            for (uint32_t t = 0; t < B && j < n; t++, j++, at[p]++)
+                CHECK(all[j].src == part[p][at[p]].src && all[j].id == part[p][at[p]].id);
+        }
+        free(all);
+        for (int p = 0; p < 3; p++) free(part[p]);
+    }
+    g_mode = 0;
+    g_part = 0;
+    g_parts = 1;
+    /* Fed (on_error = skip): refused. */
+    stk_mixture_source s[2] = {{DS[0], NULL, 1, 0, NULL}, {DS[1], NULL, 1, 0, NULL}};
+    stk_loader_options so;
+    stk_loader_options_init(&so);
+    so.on_error = STK_ON_ERROR_SKIP;
+    s[1].opts = &so;
+    stk_loader_options c;
+    stk_loader_options_init(&c);
+    c.split_index = 1;
+    c.split_count = 2;
+    stk_mixture_options mo = {STK_MIX_STOP, 0, 0};
+    stk_loader *ld = NULL;
+    CHECK_ERR(stk_loader_open_mixture(s, 2, &c, &mo, &ld, &err), -EINVAL, "split among worker");
+    CHECK(ld == NULL);
+}
+
 static void test_drawn_equals_fed(void) {
     static const struct {
         stk_mix_exhaust ex;
@@ -326,6 +385,7 @@ int main(void) {
     }
     g_mode = 0;
     test_stats();
+    test_split();
     test_drawn_equals_fed();
     test_refusals();
     for (size_t i = 0; i < K; i++) {
