@@ -1609,9 +1609,11 @@ typedef struct stk_mix_source {
  * each source is a dataset read by a loader of its own, opened with
  * sources[i].opts (its fields, window, stride, validity rule, order, seed
  * and block options; give each source its own seed) but the mixture's
- * batch_size, rank, world_size, streams, epoch, threads and memory budget
- * (`common`; streams 0: world_size, which must divide them; threads 0: a
- * loader's default; memory_budget: divided among the sources).  A round is
+ * batch_size, rank, world_size, streams, epoch, split, threads and memory
+ * budget (`common`; streams 0: world_size, which must divide them; threads
+ * 0: a loader's default; memory_budget: divided among the sources).  A
+ * split among worker processes needs every source read straight into the
+ * mixture's batches (below).  A round is
  * `streams` samples (homogeneous: `streams` batches) of one source, the
  * same rank taking the same lanes of every round, so that each source is
  * read in its own order exactly as its own loader deals it to this rank.

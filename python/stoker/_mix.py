@@ -191,6 +191,11 @@ class Mixture(Loader):
         shuffle: The sources' order unless a source sets its own.
         rank, world_size, streams: As for a Loader; a round is ``streams``
             samples (batches), and world_size must divide streams.
+        split: (index, count): this process takes the rank's batches index,
+            index + count, ... (a DataLoader worker's share, which
+            stoker.torch.Dataset sets).  Refused where a source cannot be
+            read straight into the mixture's batches (a remote one, block
+            order over data read from files, ``on_error="skip"``).
         drop_last: Drop a last, partial batch.
         source_field: The batch key that says which source (its index in
             ``sources``) each sample came from; None leaves it out.
@@ -217,6 +222,7 @@ class Mixture(Loader):
                  homogeneous: bool = False, seed: int = 0, epoch: int = 0,
                  shuffle: str = "block", rank: Optional[int] = None,
                  world_size: Optional[int] = None, streams: Optional[int] = None,
+                 split: Optional[tuple] = None,
                  drop_last: bool = False, source_field: Optional[str] = "source",
                  output: Optional[str] = None, threads: int = 0, prefetch: int = 0,
                  memory_budget: int = 1 << 30, **shared: Any):
@@ -239,7 +245,7 @@ class Mixture(Loader):
         self.exhaust = exhaust
         self.homogeneous = bool(homogeneous)
         self.seed = _check_int("seed", seed)
-        self.rank, self.world_size, self.split = _share_args(rank, world_size, None)
+        self.rank, self.world_size, self.split = _share_args(rank, world_size, split)
         self.streams = self.world_size if streams is None else _check_int("streams", streams, 1)
         if self.streams % self.world_size:
             raise InvalidArgument(f"a mixture's streams ({self.streams}) must be a multiple of "
@@ -283,7 +289,7 @@ class Mixture(Loader):
         seed = opts.pop("seed", None)
         seed = _source_seed(self.seed, i) if seed is None else _check_int("seed", seed)
         return _args(s.path, self.batch_size, seed=seed, rank=self.rank,
-                     world_size=self.world_size, streams=streams, epoch=epoch,
+                     world_size=self.world_size, streams=streams, epoch=epoch, split=self.split,
                      output="numpy", **opts, **self._opts)
 
     def _open(self, streams: int):

@@ -63,8 +63,10 @@ class Dataset(torch.utils.data.IterableDataset):
 
     Args:
         path: The dataset directory or in-place index; or a list of sources
-            (see ``stoker.Source``), which makes a mixture (read with
-            ``num_workers=0``).
+            (see ``stoker.Source``), which makes a mixture (with DataLoader
+            workers, only of sources read straight into its batches: not
+            remote ones, block order over data read from files, or
+            ``on_error="skip"``).
         batch_size: Samples per batch.
         **kwargs: The keyword-only options of stoker.Loader, with its
             defaults (rank and world_size: torchrun's RANK and WORLD_SIZE),
@@ -127,16 +129,6 @@ class Dataset(torch.utils.data.IterableDataset):
                 != (rank, world, split)):
             self._loader.close()
             self._loader = None
-        if self._loader is None and self._mixture:
-            if split != (0, 1):
-                from ._errors import InvalidArgument
-                raise InvalidArgument(
-                    "a mixture of sources is read in the training process (its sources' "
-                    "loaders read ahead in their own threads): give the DataLoader "
-                    "num_workers=0")
-            self._loader = Loader(self.path, self.batch_size, rank=rank, world_size=world,
-                                  epoch=self._epoch, output="torch", **self.kwargs)
-            self._pid = os.getpid()
         if self._loader is None:
             self._loader = Loader(self.path, self.batch_size, rank=rank, world_size=world,
                                   split=split, epoch=self._epoch, output="torch", **self.kwargs)

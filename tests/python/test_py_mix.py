@@ -327,6 +327,7 @@ def test_torch_output_and_len(srcs):
         assert n == len(mx) == math.ceil(450 / 32)
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_torch_dataset_over_a_mixture(srcs):
     torch = pytest.importorskip("torch")
     import stoker.torch
@@ -340,12 +341,19 @@ def test_torch_dataset_over_a_mixture(srcs):
     assert seen == {0: 180, 1: 180, 2: 90}
     st = ds.state_dict()
     assert st["epoch"] == 1 and st["position"] == 0
-    # Worker processes would each take a share of the rank's batches; a
-    # mixture cannot be dealt that way, and says so (the DataLoader raises
-    # the worker's error again here, as the same class).
-    with pytest.raises(stoker.InvalidArgument, match="num_workers=0"):
-        for _ in DataLoader(ds, batch_size=None, num_workers=2):
-            pass
+    # Worker processes each take a share of the rank's batches, dealt in
+    # turn: the DataLoader yields the same batches as one process does.
+    def run(workers, **kw):
+        d = stoker.torch.Dataset(sources(srcs), 32, shuffle="random", seed=4, **kw)
+        d.set_epoch(2)
+        return [decode(b) for b in DataLoader(d, batch_size=None, num_workers=workers)]
+    one = run(0)
+    assert len(one) == len(ds) and run(2) == one and run(3) == one
+    # Sources that cannot be drawn (here on_error="skip") cannot be split,
+    # and say so (the DataLoader raises the worker's error again here).
+    with pytest.raises(stoker.InvalidArgument, match="split among worker processes"):
+        run(2, on_error="skip")
+    assert len(run(0, on_error="skip")) == len(one)
 
 
 def test_cli_reads_a_mixture_description(srcs, tmp_path):
