@@ -650,11 +650,12 @@ static int plan_sources(stk__mixer *m, const stk_mixture_source *src,
     return 0;
 }
 
-/* Opens the sources' loaders.  Unless told, the threads a loader would
- * have (one per CPU, at most 8) are shared out by the sources' shares of
- * the rounds, at least one each: a loader each with all of them puts
- * several times as many threads as CPUs to work (BENCHMARKS.md, "Figures
- * behind design choices"). */
+/* Opens the sources' loaders, drawn from where `draw` and every source
+ * allow.  Fed, unless told, the threads a loader would have (one per CPU,
+ * at most 8) are shared out by the sources' shares of the rounds, at least
+ * one each: a loader each with all of them puts several times as many
+ * threads as CPUs to work (BENCHMARKS.md, "Figures behind design
+ * choices"). */
 static int open_sources(stk__mixer *m, const stk_mixture_source *src,
                         const stk_loader_options *common, bool draw, stk_error *err) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -672,7 +673,7 @@ static int open_sources(stk__mixer *m, const stk_mixture_source *src,
         feed *f = &m->f[i];
         stk_loader_options o;
         source_options(m, src, i, common, &o);
-        if (!common->threads)
+        if (!common->threads && !m->drawn) /* (drawn: the mixture's workers) */
             o.threads = (int)STK__MAX((T * m->src_rounds[i] + m->rounds / 2) / m->rounds,
                                       (uint64_t)1);
         int rc = m->drawn ? stk__loader_open_drawn(src[i].ds, &o, m->workers, &f->ld, err)
@@ -746,7 +747,7 @@ static int set_up(stk__mixer *m, const stk_mixture_source *src, const stk_loader
             max_bytes[a] = STK__MAX(max_bytes[a],
                                     stk__loader_field_max_bytes(m->f[i].ld, m->f[i].fmap[a]));
     m->fp = fingerprint(m, src, mo);
-    rc = stk__loader_open_hooked(m->f[0].ld, NULL, m->handout ? NULL : max_bytes, common,
+    rc = stk__loader_open_hooked(m->f[0].ld, m->handout ? NULL : max_bytes, common,
                                  m->handout ? NULL : fill, m, m->workers, &m->shell, err);
     if (rc == 0 && m->drawn) {
         for (size_t i = 0; i < m->k; i++) stk__loader_adopt_layout(m->f[i].ld, m->shell, m->f[i].fmap);

@@ -191,8 +191,8 @@ typedef struct worker {
 
 struct stk_loader {
     stk_dataset *ds;
-    /* A mixture's loader (pipeline.h, stk__loader_open_hooked): its one
-     * worker calls hook for each batch instead of reading; its fields are
+    /* A mixture's loader (pipeline.h, stk__loader_open_hooked): its
+     * workers call hook for each batch instead of reading; its fields are
      * those of another loader; mix is the mixture that src/api sends epochs
      * and state to.  own_fields: the fields renamed (opts.names). */
     stk__fill_fn hook;

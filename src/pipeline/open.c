@@ -407,23 +407,16 @@ static int loader_open(stk_dataset *ds, const stk_loader_options *opts, bool pla
 
 /* ---- a loader filled by someone else (pipeline.h) ---- */
 
-static int hooked_set_up(stk_loader *ld, const stk_loader *like, const char *const *names,
-                         const uint64_t *max_bytes, stk__fill_fn fill, int workers,
-                         uint64_t budget, stk_error *err) {
+static int hooked_set_up(stk_loader *ld, const stk_loader *like, const uint64_t *max_bytes,
+                         stk__fill_fn fill, int workers, uint64_t budget, stk_error *err) {
     size_t nf = like->nf;
     uint64_t B = ld->opt.batch_size;
     ld->f = stk__calloc(nf, sizeof *ld->f);
-    ld->own_fields = stk__calloc(nf, sizeof *ld->own_fields);
-    if (!ld->f || !ld->own_fields) return stk__err(err, -ENOMEM, "out of memory");
+    if (!ld->f) return stk__err(err, -ENOMEM, "out of memory");
     ld->nf = nf;
     for (size_t i = 0; i < nf; i++) {
-        lfield *lf = &ld->f[i];
+        lfield *lf = &ld->f[i]; /* (its field is like's, named as like names it) */
         *lf = like->f[i];
-        ld->own_fields[i] = *like->f[i].f;
-        const char *name = names && names[i] ? names[i] : like->f[i].f->name;
-        if (!(ld->own_fields[i].name = stk__strdup(name)))
-            return stk__err(err, -ENOMEM, "out of memory");
-        lf->f = &ld->own_fields[i];
         uint64_t per = lf->kind == F_RAGGED && max_bytes ? max_bytes[i] : lf->cap / like->opt.batch_size;
         lf->cap = B * per;
     }
@@ -450,8 +443,8 @@ static int hooked_set_up(stk_loader *ld, const stk_loader *like, const char *con
     return rc;
 }
 
-int stk__loader_open_hooked(const stk_loader *like, const char *const *names,
-                            const uint64_t *max_bytes, const stk_loader_options *o,
+int stk__loader_open_hooked(const stk_loader *like, const uint64_t *max_bytes,
+                            const stk_loader_options *o,
                             stk__fill_fn fill, void *ctx, int workers, stk_loader **out,
                             stk_error *err) {
     if (fill && (workers < 1 || workers > MAX_WORKERS))
@@ -474,8 +467,7 @@ int stk__loader_open_hooked(const stk_loader *like, const char *const *names,
     if (!ld) return stk__err(err, -ENOMEM, "out of memory");
     ld->hook = fill;
     ld->hook_ctx = ctx;
-    int rc = hooked_set_up(ld, like, names, max_bytes, fill, workers, stk__ld_budget(like, o),
-                           err);
+    int rc = hooked_set_up(ld, like, max_bytes, fill, workers, stk__ld_budget(like, o), err);
     if (rc) {
         stk__loader_close(ld);
         return rc;
@@ -520,7 +512,6 @@ void stk__loader_adopt_layout(stk_loader *ld, const stk_loader *like, const size
         lf->offs_off = like->f[i].offs_off;
         lf->cap = like->f[i].cap;
     }
-    ld->slot_bytes = like->slot_bytes;
 }
 
 /* ---- counting without opening ---- */

@@ -84,16 +84,16 @@ size_t stk__loader_field_dsf(const stk_loader *ld, size_t i);
 typedef int (*stk__fill_fn)(void *ctx, stk_batch *b, int worker, stk_error *err);
 /* Opens a loader whose `workers` workers call fill(ctx, b, worker) for its
  * batches, instead of reading (with one worker, in order).  Its fields are
- * `like`'s (which must stay open as long as it), named names[i] (NULL: as
- * they are), a ragged one given room for max_bytes[i] bytes a sample;
+ * `like`'s (which must stay open as long as it), a ragged one given room
+ * for max_bytes[i] bytes a sample;
  * batch_size, world_size, rank, drop_last, the split, prefetch (buffers; 0: 4 for one
  * worker, else as a loader's) and memory_budget are `o`'s.  It has no epoch
  * until stk__loader_hooked_position gives it one. */
 /* fill NULL: a loader with no worker, whose ring is never filled (a mixture
  * of homogeneous batches hands out its sources' batches instead; its
  * counts and state are still this loader's). */
-int stk__loader_open_hooked(const stk_loader *like, const char *const *names,
-                            const uint64_t *max_bytes, const stk_loader_options *o,
+int stk__loader_open_hooked(const stk_loader *like, const uint64_t *max_bytes,
+                            const stk_loader_options *o,
                             stk__fill_fn fill, void *ctx, int workers, stk_loader **out,
                             stk_error *err);
 /* Discards what was filled ahead and starts epoch `epoch` of a hooked

@@ -98,6 +98,28 @@ static int mixture_epoch(stk_dataset *ds, int homogeneous, int drawn) {
     return rc == STK_END ? 0 : rc;
 }
 
+/* Fails the n-th allocation, for n = 1, 2, ... until a run goes through:
+ * of opening the dataset `good` (when open_too) and reading an epoch of a
+ * loader (mix < 0) or of mixture_epoch(mix % 2, mix / 2).  Each failure
+ * must be a clean -ENOMEM.  Returns the failure points. */
+static long alloc_points(const char *good, bool open_too, int mix) {
+    long points = 0;
+    for (long n = 1;; n++) {
+        stk_error err = {0};
+        stk_dataset *ds = NULL;
+        if (!open_too) CHECK_OK(stk_dataset_open(good, &ds, &err));
+        stk__fault_arm(STK__FAULT_ALLOC, n, ENOMEM);
+        int rc = open_too ? stk_dataset_open(good, &ds, &err) : 0;
+        if (rc == 0) rc = mix < 0 ? epoch(ds, STK_BACKEND_POOL) : mixture_epoch(ds, mix % 2, mix / 2);
+        long seen = stk__fault_seen(STK__FAULT_ALLOC);
+        stk__fault_reset();
+        stk_dataset_close(ds);
+        if (rc == 0 && seen < n) return points; /* ran to the end without the fault */
+        CHECK(rc == -ENOMEM || rc == 0);
+        points++;
+    }
+}
+
 int main(void) {
     stk_error err = {0};
     test_fill(rows, sizeof rows, 9);
@@ -117,33 +139,10 @@ int main(void) {
         check_survivor(dir);
         points++;
     }
-    /* ... while opening, and during a loader's open and epoch. */
-    for (long n = 1;; n++) {
-        stk_dataset *ds = NULL;
-        stk__fault_arm(STK__FAULT_ALLOC, n, ENOMEM);
-        int rc = stk_dataset_open(good, &ds, &err);
-        if (rc == 0) rc = epoch(ds, STK_BACKEND_POOL);
-        long seen = stk__fault_seen(STK__FAULT_ALLOC);
-        stk__fault_reset();
-        stk_dataset_close(ds);
-        if (rc == 0 && seen < n) break;
-        CHECK(rc == -ENOMEM || rc == 0);
-        points++;
-    }
+    /* ... while opening, and during a loader's open and epoch ... */
+    points += alloc_points(good, true, -1);
     /* ... and a mixture's (its sources' loaders, its own, its fills). */
-    for (int h = 0; h < 4; h++)
-        for (long n = 1;; n++) {
-            stk_dataset *ds = NULL;
-            CHECK_OK(stk_dataset_open(good, &ds, &err));
-            stk__fault_arm(STK__FAULT_ALLOC, n, ENOMEM);
-            int rc = mixture_epoch(ds, h % 2, h / 2);
-            long seen = stk__fault_seen(STK__FAULT_ALLOC);
-            stk__fault_reset();
-            stk_dataset_close(ds);
-            if (rc == 0 && seen < n) break;
-            CHECK(rc == -ENOMEM || rc == 0);
-            points++;
-        }
+    for (int h = 0; h < 4; h++) points += alloc_points(good, false, h);
     printf("allocation: %ld failure points, each a clean -ENOMEM\n", points);
 
     /* I/O failures: open, read (EIO and short), write, fsync, io_uring. */
