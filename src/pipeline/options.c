@@ -272,6 +272,7 @@ uint64_t stk__ld_fingerprint(const stk_loader *ld) {
     h = stk__mix2(h, (uint64_t)ld->opt.valid);
     if (ld->opt.valid != STK_VALID_ALL) h = stk__mix2(h, (uint64_t)ld->valid_dsf);
     h = stk__mix2(h, (uint64_t)ld->opt.order);
+    if (ld->opt.order != STK_ORDER_SEQUENTIAL) h = stk__mix2(h, STK__ORDER_VERSION);
     h = stk__mix2(h, ld->space.n);
     if (ld->opt.order == STK_ORDER_BLOCK) {
         h = stk__mix2(h, ld->block_samples);

@@ -1,10 +1,11 @@
 /*
  * order.c: keyed permutations, the three orders, and dealing to ranks.
  *
- * The random order is a Feistel network over the smallest even bit width
- * covering n; positions that land outside [0, n) walk the cycle again until
- * they land inside, which keeps it a bijection of [0, n).  The domain is at
- * most 4n, so a position takes fewer than four walks on average.
+ * The random order is a Feistel network over the smallest bit width covering
+ * n (unbalanced by one bit where the width is odd); positions that land
+ * outside [0, n) walk the cycle again until they land inside, which keeps it
+ * a bijection of [0, n).  The domain is under 2n, so a position takes fewer
+ * than two walks on average.
  *
  * The block order permutes blocks with the same network, cuts the block
  * sequence into groups of K, and permutes the samples of each group with a
@@ -29,30 +30,35 @@ uint64_t stk__mix2(uint64_t a, uint64_t b) {
 void stk__perm_init(stk__perm *p, uint64_t n, uint64_t key) {
     p->n = n;
     unsigned bits = 2;
-    while (bits < 64 && (UINT64_C(1) << bits) < n) bits += 2;
-    p->half = bits / 2;
-    p->mask = (UINT64_C(1) << p->half) - 1;
+    while (bits < 64 && (UINT64_C(1) << bits) < n) bits++;
+    /* The left half takes the smaller share of an odd width. */
+    p->shift = bits - bits / 2;
+    p->masks[0] = (UINT64_C(1) << (bits / 2)) - 1;
+    p->masks[1] = (UINT64_C(1) << p->shift) - 1;
     for (int i = 0; i < STK__FEISTEL_ROUNDS; i++) p->keys[i] = stk__mix2(key, (uint64_t)i + 1);
 }
 
+/* Round i xors the left half, of width a (i even) or b (i odd), with a hash
+ * of the right half, and swaps them: an even number of rounds leaves the
+ * halves at their widths, a on the left and b on the right. */
 static inline uint64_t feistel(const stk__perm *p, uint64_t x) {
-    uint64_t l = x >> p->half, r = x & p->mask;
+    uint64_t l = x >> p->shift, r = x & p->masks[1];
     for (int i = 0; i < STK__FEISTEL_ROUNDS; i++) {
-        uint64_t t = l ^ (mix64(r ^ p->keys[i]) & p->mask);
+        uint64_t t = l ^ (mix64(r ^ p->keys[i]) & p->masks[i & 1]);
         l = r;
         r = t;
     }
-    return (l << p->half) | r;
+    return (l << p->shift) | r;
 }
 
 static inline uint64_t feistel_inv(const stk__perm *p, uint64_t y) {
-    uint64_t l = y >> p->half, r = y & p->mask;
+    uint64_t l = y >> p->shift, r = y & p->masks[1];
     for (int i = STK__FEISTEL_ROUNDS - 1; i >= 0; i--) {
-        uint64_t t = r ^ (mix64(l ^ p->keys[i]) & p->mask);
+        uint64_t t = r ^ (mix64(l ^ p->keys[i]) & p->masks[i & 1]);
         r = l;
         l = t;
     }
-    return (l << p->half) | r;
+    return (l << p->shift) | r;
 }
 
 uint64_t stk__perm_apply(const stk__perm *p, uint64_t x) {
@@ -266,8 +272,8 @@ static void perm_apply_all(const stk__perm *p, uint64_t *ids, uint32_t n) {
         live |= 1u << k;
     }
     /* While every lane is sure to find a next input, without branches:
-     * whether an evaluation lands inside is a coin toss (the domain is up
-     * to 4n), which the branch predictor cannot learn.  Each lane stores
+     * whether an evaluation lands inside is a coin toss (the domain is
+     * under 2n), which the branch predictor cannot learn.  Each lane stores
      * its value whether or not it landed (the last store to a place is the
      * one that did) and takes ids[next] only if it landed; ids[next] is
      * still an input, every place written so far lying below it. */

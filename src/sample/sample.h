@@ -14,12 +14,19 @@
 
 #define STK__FEISTEL_ROUNDS 6
 
-/* A keyed bijection of [0, n): a balanced Feistel network on the smallest
- * even number of bits that covers n, with cycle walking. */
+/* Which random and block orders a seed gives: part of a loader's
+ * fingerprint, so that a state saved under other orders is refused instead
+ * of resumed into different samples.  Version 2: permutations of odd bit
+ * widths (version 1 rounded every width up to an even one). */
+#define STK__ORDER_VERSION 2
+
+/* A keyed bijection of [0, n): a Feistel network on the smallest number of
+ * bits that covers n (halves of a and b = a or a + 1 bits), with cycle
+ * walking. */
 typedef struct stk__perm {
     uint64_t n;
-    unsigned half;
-    uint64_t mask;
+    unsigned shift;     /* b, the right half's width */
+    uint64_t masks[2];  /* the left half's mask in even rounds (a bits), odd (b) */
     uint64_t keys[STK__FEISTEL_ROUNDS];
 } stk__perm;
 

@@ -91,6 +91,55 @@ static void test_perm(void) {
     }
 }
 
+/* Over many keys, the permutation of a fixed input looks uniformly drawn:
+ * where x goes (16 buckets) and where x and x + 1 go together (4 x 4
+ * buckets) pass a chi-square test, for odd and even bit widths (the halves
+ * of an odd width differ by a bit).  The keys are fixed, so the statistics
+ * are too; the bound is the 1e-5 tail of chi-square with 15 degrees of
+ * freedom. */
+static double chi2(const uint32_t *count, const double *want, unsigned cells) {
+    double c = 0;
+    for (unsigned i = 0; i < cells; i++) c += (count[i] - want[i]) * (count[i] - want[i]) / want[i];
+    return c;
+}
+
+static void check_perm_uniform(uint64_t n) {
+    enum { KEYS = 8192 };
+    /* Bucket sizes: n need not divide evenly. */
+    double in16[16] = {0}, in4[4] = {0}, want1[16], want2[16];
+    for (uint64_t y = 0; y < n; y++) in16[y * 16 / n]++, in4[y * 4 / n]++;
+    for (unsigned c = 0; c < 16; c++) {
+        want1[c] = KEYS * in16[c] / (double)n;
+        double a = in4[c / 4], b = in4[c % 4] - (c / 4 == c % 4); /* x and x + 1 differ */
+        want2[c] = KEYS * a * b / ((double)n * (double)(n - 1));
+    }
+    const uint64_t xs[] = {0, n / 3, n - 2};
+    for (size_t i = 0; i < sizeof xs / sizeof *xs; i++) {
+        uint32_t one[16] = {0}, two[16] = {0};
+        unsigned below = 0;
+        for (uint64_t k = 0; k < KEYS; k++) {
+            stk__perm p;
+            stk__perm_init(&p, n, stk__mix2(k, n));
+            uint64_t a = stk__perm_apply(&p, xs[i]), b = stk__perm_apply(&p, xs[i] + 1);
+            one[a * 16 / n]++;
+            two[a * 4 / n * 4 + b * 4 / n]++;
+            below += a < b;
+        }
+        double c1 = chi2(one, want1, 16), c2 = chi2(two, want2, 16);
+        if (c1 > 47.0 || c2 > 47.0 || below < KEYS / 2 - 300 || below > KEYS / 2 + 300) {
+            fprintf(stderr, "perm n=%llu x=%llu: chi2 %.1f (one), %.1f (pairs), %u of %d below\n",
+                    (unsigned long long)n, (unsigned long long)xs[i], c1, c2, below, KEYS);
+            exit(1);
+        }
+    }
+}
+
+static void test_perm_uniform(void) {
+    /* Widths 9, 10, 13, 17 and 20 (n just over a power of 2, and just under). */
+    const uint64_t sizes[] = {300, 1000, 4097, 100000, 700000, 1000000};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) check_perm_uniform(sizes[i]);
+}
+
 /* The order as an array; checks it is a permutation of [0, n). */
 static uint64_t *order_array(stk_order mode, uint64_t n, uint64_t seed, uint64_t epoch, uint64_t B,
                              uint64_t K) {
@@ -433,6 +482,7 @@ static void test_order_fill(void) {
 
 int main(void) {
     test_perm();
+    test_perm_uniform();
     test_orders();
     test_deal();
     test_order_fill();
