@@ -38,12 +38,13 @@ typedef struct feed {
     stk_batch_field *view;   /* per mixture field: b's */
 } feed;
 
-/* A worker's scratch for drawn batches: the schedule of the batch's
- * rounds, where each source stands, the lanes grouped by source, a
- * piece's sample ids, and the rows of a ragged field. */
+/* A worker's scratch for drawn batches: the lanes grouped by source (each
+ * source's from cnt[i]), the source drawn after each, where each source
+ * stands at the batch's first and after its last round, its epoch and
+ * place, the sample ids of the draws, and the rows of a ragged field. */
 typedef struct drawer {
-    uint32_t *sched, *lanes, *cnt;
-    uint64_t *counts, *sep, *k0, *ids, *rows;
+    uint32_t *lanes, *cnt, *next;
+    uint64_t *counts, *ends, *sep, *k0, *ids, *rows;
 } drawer;
 
 typedef struct stk__mixer {
@@ -191,26 +192,31 @@ static int fill_mixed(stk__mixer *m, stk_batch *s, stk_error *err) {
 static void draw_walk(const stk__mixer *m, drawer *d, uint64_t E, uint64_t first, uint32_t n,
                       uint32_t *srcs) {
     uint64_t q0 = first / m->unit, q1 = (first + (uint64_t)(n - 1) * m->W) / m->unit;
-    stk_mix_fill(m->mix, E, q0, q1 - q0 + 1, d->sched);
+    uint64_t nq = q1 - q0 + 1;
     stk_mix_counts(m->mix, E, q0, d->counts);
+    stk_mix_counts(m->mix, E, q1 + 1, d->ends);
     uint64_t per = m->unit / m->W, idx = (first - m->r) % m->unit / m->W;
+    uint64_t last = idx + n - (nq - 1) * per; /* places of round q1 taken */
+    /* (The sources of the first and last rounds matter only where the
+     * batch takes part of them.) */
+    uint32_t s0 = idx ? stk_mix_source_at(m->mix, E, q0, NULL) : UINT32_MAX;
+    uint32_t s1 = last < per ? stk_mix_source_at(m->mix, E, q1, NULL) : UINT32_MAX;
     for (size_t i = 0; i < m->k; i++) {
         uint64_t R = E * m->src_rounds[i] + d->counts[i];
         d->sep[i] = R / m->f[i].units;
-        d->k0[i] = R % m->f[i].units * per + (i == d->sched[0] ? idx : 0);
+        d->k0[i] = R % m->f[i].units * per + (i == s0 ? idx : 0);
     }
-    memset(d->cnt, 0, (m->k + 1) * sizeof *d->cnt);
-    const uint32_t *q = d->sched;
-    for (uint32_t t = 0; t < n; t++) {
-        srcs[t] = *q;
-        d->cnt[*q + 1]++;
-        if (++idx == per) {
-            idx = 0;
-            q++;
-        }
+    /* Each source's samples: its rounds q0 .. q1 (the counts at both
+     * ends), less the places of the first round before idx and those of
+     * the last after the batch; their lanes start at d->cnt[i]. */
+    d->cnt[0] = 0;
+    for (size_t i = 0; i < m->k; i++) {
+        uint64_t c = (d->ends[i] - d->counts[i]) * per;
+        c -= (i == s0 ? idx : 0) + (i == s1 ? per - last : 0);
+        d->cnt[i + 1] = d->cnt[i] + (uint32_t)c;
     }
-    for (size_t i = 0; i < m->k; i++) d->cnt[i + 1] += d->cnt[i];
-    for (uint32_t t = 0; t < n; t++) d->lanes[d->cnt[srcs[t]]++] = t;
+    /* Every sample's source, and its lane in its source's run. */
+    stk__mix_place(m->mix, E, q0, per, idx, n, srcs, d->lanes, d->cnt);
     /* (cnt[i] now ends source i's lanes: shifted back) */
     for (size_t i = m->k; i > 0; i--) d->cnt[i] = d->cnt[i - 1];
     d->cnt[0] = 0;
@@ -258,6 +264,46 @@ static int piece_read(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t s
     return rc;
 }
 
+/* Whether no source's samples in the batch run into its next epoch: one
+ * draw per source. */
+static bool one_piece_each(const stk__mixer *m, const drawer *d) {
+    for (uint32_t src = 0; src < m->k; src++) {
+        uint64_t len_ep = m->f[src].units * (m->unit / m->W);
+        if (d->cnt[src + 1] - d->cnt[src] > len_ep - d->k0[src]) return false;
+    }
+    return true;
+}
+
+/* One draw per source: every source's draw is started (its records
+ * located, their index entries on their way) before any is read, and each
+ * read prefetches the next source's first records as it ends, so that no
+ * draw but the first starts by waiting on memory.  Source src's sample
+ * ids land in d->ids at its lanes' place. */
+static int read_started(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint64_t *ids,
+                        stk_error *err) {
+    uint32_t last = UINT32_MAX;
+    for (uint32_t src = 0; src < m->k; src++) {
+        uint32_t a = d->cnt[src], z = d->cnt[src + 1];
+        if (a == z) continue;
+        int rc = stk__loader_draw_start(m->f[src].ld, wi, d->sep[src], d->k0[src], z - a, s,
+                                        d->lanes + a, d->ids + a, err);
+        if (rc) return rc;
+        if (last != UINT32_MAX) d->next[last] = src;
+        last = src;
+    }
+    if (last == UINT32_MAX) return 0;
+    d->next[last] = UINT32_MAX;
+    for (uint32_t src = 0; src < m->k; src++) {
+        uint32_t a = d->cnt[src], z = d->cnt[src + 1];
+        if (a == z) continue;
+        const stk_loader *nx = d->next[src] == UINT32_MAX ? NULL : m->f[d->next[src]].ld;
+        int rc = stk__loader_draw_finish(m->f[src].ld, wi, nx, err);
+        if (rc) return rc;
+    }
+    for (uint32_t t = 0; t < stk_batch_size(s); t++) ids[d->lanes[t]] = d->ids[t];
+    return 0;
+}
+
 static int fill_drawn(stk__mixer *m, stk_batch *s, int wi, stk_error *err) {
     drawer *d = &m->dw[wi];
     /* The epoch the batch was claimed in; no lock: a batch of an epoch
@@ -281,6 +327,7 @@ static int fill_drawn(stk__mixer *m, stk_batch *s, int wi, stk_error *err) {
         if (rows * m->row_bytes[i] > cap) return room_error(m, i, err);
         stk__batch_set_rows(s, i, rows);
     }
+    if (one_piece_each(m, d)) return read_started(m, d, s, wi, stk__batch_ids(s), err);
     return draw_pieces(m, d, s, wi, piece_read, stk__batch_ids(s), err);
 }
 
@@ -460,10 +507,11 @@ void stk__mixture_stop(stk__mixer *m) {
 static void drawers_free(stk__mixer *m) {
     for (int w = 0; m->dw && w < m->workers; w++) {
         drawer *d = &m->dw[w];
-        stk__free(d->sched);
         stk__free(d->lanes);
         stk__free(d->cnt);
+        stk__free(d->next);
         stk__free(d->counts);
+        stk__free(d->ends);
         stk__free(d->sep);
         stk__free(d->k0);
         stk__free(d->ids);
@@ -478,15 +526,16 @@ static int drawers_alloc(stk__mixer *m, stk_error *err) {
     size_t B = m->B, k = m->k;
     for (int w = 0; w < m->workers; w++) {
         drawer *d = &m->dw[w];
-        d->sched = stk__calloc(B + 2, sizeof *d->sched);
         d->lanes = stk__calloc(B, sizeof *d->lanes);
         d->cnt = stk__calloc(k + 1, sizeof *d->cnt);
+        d->next = stk__calloc(k, sizeof *d->next);
         d->counts = stk__calloc(k, sizeof *d->counts);
+        d->ends = stk__calloc(k, sizeof *d->ends);
         d->sep = stk__calloc(k, sizeof *d->sep);
         d->k0 = stk__calloc(k, sizeof *d->k0);
         d->ids = stk__calloc(B, sizeof *d->ids);
         d->rows = stk__calloc(B, sizeof *d->rows);
-        if (!d->sched || !d->lanes || !d->cnt || !d->counts || !d->sep || !d->k0 || !d->ids ||
+        if (!d->lanes || !d->cnt || !d->next || !d->counts || !d->ends || !d->sep || !d->k0 || !d->ids ||
             !d->rows)
             return stk__err(err, -ENOMEM, "out of memory");
     }

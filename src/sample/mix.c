@@ -318,24 +318,45 @@ uint32_t stk_mix_source_at(const stk_mix *m, uint64_t epoch, uint64_t q, uint64_
  * exactly when r + a >= t, and steps to r + a (less t when it went left).
  * The remainders are set once per phase of the call, going down the tree
  * from the call's first round of the phase (trees of up to 63 nodes, 32
- * sources, on the stack; larger ones walk each round from the root). */
+ * sources, on the stack; larger ones walk each round from the root).
+ *
+ * The walk has no branches: whether a round goes left is as good as a coin
+ * toss to a branch predictor, and two mispredictions a round cost more
+ * than the walk.  So every round takes the tree's depth in steps, a leaf
+ * stepping to itself (a = 0, t = 1: never left), and the next node is
+ * chosen by index. */
 #define FILL_NODES 63
 
-static void fill_init(const stk_mix *m, uint64_t epoch, size_t j, int32_t id, uint64_t x,
-                      uint64_t *rem) {
+typedef struct fill_node {
+    uint64_t a, t;
+    int32_t next[2]; /* [0] right, [1] left */
+    uint32_t src;    /* a leaf's source */
+} fill_node;
+
+static unsigned fill_init(const stk_mix *m, uint64_t epoch, size_t j, int32_t id, uint64_t x,
+                          uint64_t *rem, fill_node *fn) {
     const phase *p = &m->ph[j];
     const node *nd = &p->nodes[id];
-    if (nd->left < 0) return;
+    fill_node *f = &fn[id];
+    if (nd->left < 0) {
+        *f = (fill_node){0, 1, {id, id}, p->src[nd->lo]};
+        rem[id] = 0;
+        return 0;
+    }
     uint64_t o = offset_of(m, epoch, j, id, nd->t);
     uint64_t l = lefts(x, nd->a, o, nd->t);
     rem[id] = (uint64_t)((u128)x * nd->a + o - (u128)l * nd->t);
-    fill_init(m, epoch, j, nd->left, l, rem);
-    fill_init(m, epoch, j, nd->right, x - l, rem);
+    *f = (fill_node){nd->a, nd->t, {nd->right, nd->left}, 0};
+    unsigned dl = fill_init(m, epoch, j, nd->left, l, rem, fn);
+    unsigned dr = fill_init(m, epoch, j, nd->right, x - l, rem, fn);
+    return 1 + (dl > dr ? dl : dr);
 }
 
 void stk_mix_fill(const stk_mix *m, uint64_t epoch, uint64_t first, uint64_t n,
                   uint32_t *sources) {
     uint64_t rem[FILL_NODES];
+    fill_node fn[FILL_NODES];
+    unsigned depth = 0;
     size_t cur = SIZE_MAX;
     bool small = false;
     for (uint64_t i = 0; i < n; i++) {
@@ -349,25 +370,107 @@ void stk_mix_fill(const stk_mix *m, uint64_t epoch, uint64_t first, uint64_t n,
         if (j != cur) {
             cur = j;
             small = 2 * (size_t)p->k - 1 <= FILL_NODES;
-            if (small) fill_init(m, epoch, j, 0, q - p->start, rem);
+            if (small) depth = fill_init(m, epoch, j, 0, q - p->start, rem, fn);
         }
         if (!small) {
             sources[i] = walk(m, epoch, j, q, NULL, NULL);
             continue;
         }
-        int32_t id = 0;
-        while (p->nodes[id].left >= 0) {
-            const node *nd = &p->nodes[id];
-            uint64_t r = rem[id] + nd->a; /* < 2t: no overflow below 2^63 */
-            if (r >= nd->t) {
-                rem[id] = r - nd->t;
-                id = nd->left;
-            } else {
-                rem[id] = r;
-                id = nd->right;
+        /* (The rest of the phase's rounds of this call, in one loop.) */
+        uint64_t end = STK__MIN(first + n, p->start + p->len);
+        for (; q < end; q++, i++) {
+            int32_t id = 0;
+            for (unsigned d = 0; d < depth; d++) {
+                const fill_node *f = &fn[id];
+                uint64_t r = rem[id] + f->a; /* < 2t: no overflow below 2^63 */
+                uint64_t left = r >= f->t;
+                rem[id] = r - (f->t & (0 - left));
+                id = f->next[left];
             }
+            sources[i] = fn[id].src;
         }
-        sources[i] = p->src[p->nodes[id].lo];
+        i--; /* (the outer loop steps past the last) */
+    }
+}
+
+void stk__mix_place(const stk_mix *m, uint64_t epoch, uint64_t first, uint64_t per, uint64_t skip,
+                    uint32_t n, uint32_t *srcs, uint32_t *lanes, uint32_t *pos) {
+    uint64_t rem[FILL_NODES];
+    fill_node fn[FILL_NODES];
+    unsigned depth = 0;
+    size_t cur = SIZE_MAX;
+    bool small = false;
+    uint64_t q = first, at = skip;
+    for (uint32_t t = 0; t < n;) {
+        size_t j = cur != SIZE_MAX && q < m->ph[cur].start + m->ph[cur].len ? cur : phase_of(m, q);
+        const phase *p = &m->ph[j];
+        if (j != cur) {
+            cur = j;
+            small = 2 * (size_t)p->k - 1 <= FILL_NODES;
+            if (small) depth = fill_init(m, epoch, j, 0, q - p->start, rem, fn);
+        }
+        uint64_t end = p->start + p->len; /* the phase's rounds */
+        if (small && per == 1 && at == 0 && depth == 0) {
+            /* A phase of one source. */
+            uint32_t stop = (uint32_t)STK__MIN((uint64_t)n, t + (end - q));
+            uint32_t src = fn[0].src, *ln = lanes + pos[src];
+            for (uint32_t x = t; x < stop; x++) {
+                srcs[x] = src;
+                *ln++ = x;
+            }
+            pos[src] += stop - t;
+            q += stop - t;
+            t = stop;
+            continue;
+        }
+        if (small && per == 1 && at == 0) {
+            /* A sample a round: the walk and the placing in one loop, the
+             * root's remainder (stepped every round) kept in a register. */
+            uint32_t stop = (uint32_t)STK__MIN((uint64_t)n, t + (end - q));
+            uint64_t r0 = rem[0];
+            const uint64_t a0 = fn[0].a, t0 = fn[0].t;
+            const int32_t go[2] = {fn[0].next[0], fn[0].next[1]};
+            for (; t < stop; t++, q++) {
+                uint64_t r = r0 + a0;
+                uint64_t left = r >= t0;
+                r0 = r - (t0 & (0 - left));
+                int32_t id = go[left];
+                for (unsigned d = 1; d < depth; d++) {
+                    const fill_node *f = &fn[id];
+                    uint64_t x = rem[id] + f->a;
+                    uint64_t l = x >= f->t;
+                    rem[id] = x - (f->t & (0 - l));
+                    id = f->next[l];
+                }
+                uint32_t src = fn[id].src;
+                srcs[t] = src;
+                lanes[pos[src]++] = t;
+            }
+            rem[0] = r0;
+            continue;
+        }
+        uint32_t src;
+        if (!small) {
+            src = walk(m, epoch, j, q, NULL, NULL);
+        } else {
+            int32_t id = 0;
+            for (unsigned d = 0; d < depth; d++) {
+                const fill_node *f = &fn[id];
+                uint64_t r = rem[id] + f->a;
+                uint64_t left = r >= f->t;
+                rem[id] = r - (f->t & (0 - left));
+                id = f->next[left];
+            }
+            src = fn[id].src;
+        }
+        uint32_t len = (uint32_t)STK__MIN(per - at, (uint64_t)(n - t));
+        for (uint32_t x = 0; x < len; x++) {
+            srcs[t + x] = src;
+            lanes[pos[src]++] = t + x;
+        }
+        t += len;
+        q++;
+        at = 0;
     }
 }
 

@@ -10,6 +10,16 @@
 #include "../core/internal.h"
 #include "../format/format.h"
 
+/* ---- mixtures (sample/mix.c) ---- */
+
+/* The samples of a rank's batch in a mixture: rounds first, first + 1, ...
+ * of `epoch`, `per` samples of each (the first from its place `skip`), n
+ * samples in all, every round inside the epoch.  Sample t's source goes to
+ * srcs[t], and t to lanes[pos[s]++] for its source s (pos: where each
+ * source's lanes go next). */
+void stk__mix_place(const stk_mix *m, uint64_t epoch, uint64_t first, uint64_t per, uint64_t skip,
+                    uint32_t n, uint32_t *srcs, uint32_t *lanes, uint32_t *pos);
+
 /* ---- permutations (sample/order.c) ---- */
 
 #define STK__FEISTEL_ROUNDS 6

@@ -12,12 +12,17 @@
  *    (< ceil(log2 k), and exact for one source) of n * its share;
  *  - stk_mix_counts at every round equals counting the rounds before it,
  *    and stk_mix_fill from any round agrees with stk_mix_source_at;
+ *  - stk__mix_place (a drawn batch's sources and lanes) from any round,
+ *    with 1 to 4 samples a round and any first place, gives every sample
+ *    its round's source and each source's samples in order;
  *  - the same (seed, epoch) gives the same schedule, another epoch another
  *    one (for more than one source);
  *  - bad input: no sources, a zero unit count, a weight <= 0 or NaN, counts
  *    for some sources only, all refused naming the source.
  */
 #include "util.h"
+
+#include "sample/sample.h"
 
 #include <math.h>
 
@@ -158,6 +163,41 @@ static uint64_t rnd(void) {
     return rng;
 }
 
+/* stk__mix_place against the epoch's sources src (R rounds): batches of
+ * random length from random rounds and places. */
+static void check_place(const stk_mix *m, uint64_t e, const uint32_t *src, size_t k) {
+    uint64_t R = stk_mix_epoch_rounds(m);
+    enum { MAXN = 300 };
+    uint32_t srcs[MAXN], lanes[MAXN], want[MAXN];
+    uint32_t *pos = calloc(k, sizeof *pos), *start = calloc(k + 1, sizeof *start);
+    CHECK(pos && start);
+    for (int it = 0; it < 40; it++) {
+        uint64_t per = 1 + rnd() % 4, skip = rnd() % per, a = rnd() % R;
+        uint64_t room = (R - a) * per - skip; /* places left in the epoch */
+        uint32_t n = (uint32_t)(1 + rnd() % (room < MAXN ? room : MAXN));
+        memset(start, 0, (k + 1) * sizeof *start);
+        for (uint32_t t = 0; t < n; t++) {
+            want[t] = src[a + (skip + t) / per];
+            start[want[t] + 1]++;
+        }
+        for (size_t i = 0; i < k; i++) start[i + 1] += start[i];
+        memcpy(pos, start, k * sizeof *pos);
+        stk__mix_place(m, e, a, per, skip, n, srcs, lanes, pos);
+        for (uint32_t t = 0; t < n; t++) CHECK(srcs[t] == want[t]);
+        for (size_t i = 0; i < k; i++) {
+            CHECK(pos[i] == start[i + 1]);
+            uint32_t prev = 0;
+            for (uint32_t x = start[i]; x < start[i + 1]; x++) {
+                CHECK(lanes[x] < n && want[lanes[x]] == i);
+                CHECK(x == start[i] || lanes[x] > prev);
+                prev = lanes[x];
+            }
+        }
+    }
+    free(pos);
+    free(start);
+}
+
 static void test_random(void) {
     for (int it = 0; it < 60; it++) {
         size_t k = 1 + rnd() % 9;
@@ -194,6 +234,7 @@ static void test_random(void) {
             for (uint64_t q = 0; q < len; q++) CHECK(part[q] == src[a + q]);
             free(part);
         }
+        check_place(m, e, src, k);
         uint32_t *src2 = check_epoch(m, e + 1, s, k);
         uint64_t R = stk_mix_epoch_rounds(m);
         uint32_t *again = malloc(R * sizeof *again);
@@ -223,6 +264,7 @@ static void test_many(void) {
         CHECK(part);
         stk_mix_fill(m, 4, a, R - a, part);
         CHECK(memcmp(part, src + a, (R - a) * sizeof *part) == 0);
+        check_place(m, 4, src, 40);
         free(part);
         free(src);
         stk_mix_close(m);
