@@ -39,11 +39,11 @@ typedef struct feed {
 } feed;
 
 /* A worker's scratch for drawn batches: the lanes grouped by source (each
- * source's from cnt[i]), the source drawn after each, where each source
- * stands at the batch's first and after its last round, its epoch and
- * place, the sample ids of the draws, and the rows of a ragged field. */
+ * source's from cnt[i]), where each source stands at the batch's first
+ * round and after its last, its epoch and place, a draw's sample ids, and
+ * the rows of a ragged field. */
 typedef struct drawer {
-    uint32_t *lanes, *cnt, *next;
+    uint32_t *lanes, *cnt;
     uint64_t *counts, *ends, *sep, *k0, *ids, *rows;
 } drawer;
 
@@ -264,46 +264,6 @@ static int piece_read(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t s
     return rc;
 }
 
-/* Whether no source's samples in the batch run into its next epoch: one
- * draw per source. */
-static bool one_piece_each(const stk__mixer *m, const drawer *d) {
-    for (uint32_t src = 0; src < m->k; src++) {
-        uint64_t len_ep = m->f[src].units * (m->unit / m->W);
-        if (d->cnt[src + 1] - d->cnt[src] > len_ep - d->k0[src]) return false;
-    }
-    return true;
-}
-
-/* One draw per source: every source's draw is started (its records
- * located, their index entries on their way) before any is read, and each
- * read prefetches the next source's first records as it ends, so that no
- * draw but the first starts by waiting on memory.  Source src's sample
- * ids land in d->ids at its lanes' place. */
-static int read_started(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint64_t *ids,
-                        stk_error *err) {
-    uint32_t last = UINT32_MAX;
-    for (uint32_t src = 0; src < m->k; src++) {
-        uint32_t a = d->cnt[src], z = d->cnt[src + 1];
-        if (a == z) continue;
-        int rc = stk__loader_draw_start(m->f[src].ld, wi, d->sep[src], d->k0[src], z - a, s,
-                                        d->lanes + a, d->ids + a, err);
-        if (rc) return rc;
-        if (last != UINT32_MAX) d->next[last] = src;
-        last = src;
-    }
-    if (last == UINT32_MAX) return 0;
-    d->next[last] = UINT32_MAX;
-    for (uint32_t src = 0; src < m->k; src++) {
-        uint32_t a = d->cnt[src], z = d->cnt[src + 1];
-        if (a == z) continue;
-        const stk_loader *nx = d->next[src] == UINT32_MAX ? NULL : m->f[d->next[src]].ld;
-        int rc = stk__loader_draw_finish(m->f[src].ld, wi, nx, err);
-        if (rc) return rc;
-    }
-    for (uint32_t t = 0; t < stk_batch_size(s); t++) ids[d->lanes[t]] = d->ids[t];
-    return 0;
-}
-
 static int fill_drawn(stk__mixer *m, stk_batch *s, int wi, stk_error *err) {
     drawer *d = &m->dw[wi];
     /* The epoch the batch was claimed in; no lock: a batch of an epoch
@@ -327,7 +287,6 @@ static int fill_drawn(stk__mixer *m, stk_batch *s, int wi, stk_error *err) {
         if (rows * m->row_bytes[i] > cap) return room_error(m, i, err);
         stk__batch_set_rows(s, i, rows);
     }
-    if (one_piece_each(m, d)) return read_started(m, d, s, wi, stk__batch_ids(s), err);
     return draw_pieces(m, d, s, wi, piece_read, stk__batch_ids(s), err);
 }
 
@@ -509,7 +468,6 @@ static void drawers_free(stk__mixer *m) {
         drawer *d = &m->dw[w];
         stk__free(d->lanes);
         stk__free(d->cnt);
-        stk__free(d->next);
         stk__free(d->counts);
         stk__free(d->ends);
         stk__free(d->sep);
@@ -528,14 +486,13 @@ static int drawers_alloc(stk__mixer *m, stk_error *err) {
         drawer *d = &m->dw[w];
         d->lanes = stk__calloc(B, sizeof *d->lanes);
         d->cnt = stk__calloc(k + 1, sizeof *d->cnt);
-        d->next = stk__calloc(k, sizeof *d->next);
         d->counts = stk__calloc(k, sizeof *d->counts);
         d->ends = stk__calloc(k, sizeof *d->ends);
         d->sep = stk__calloc(k, sizeof *d->sep);
         d->k0 = stk__calloc(k, sizeof *d->k0);
         d->ids = stk__calloc(B, sizeof *d->ids);
         d->rows = stk__calloc(B, sizeof *d->rows);
-        if (!d->lanes || !d->cnt || !d->next || !d->counts || !d->ends || !d->sep || !d->k0 || !d->ids ||
+        if (!d->lanes || !d->cnt || !d->counts || !d->ends || !d->sep || !d->k0 || !d->ids ||
             !d->rows)
             return stk__err(err, -ENOMEM, "out of memory");
     }

@@ -491,11 +491,7 @@ static int ensure_records(stk_loader *ld, uint32_t n, const uint64_t *recs, stk_
     return rc;
 }
 
-/* A batch in two steps.  The plan: its samples, their records (located in
- * the index on the gather path), and reads fetched for a lazy dataset
- * (*held, released by fill_read). */
-static int fill_plan(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk__range **held,
-                     stk_error *err) {
+static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error *err) {
     uint64_t t0 = stk__ld_span_open(ld, STK__EV_PLAN);
     uint32_t n = s->n;
     uint64_t *recs = w->ids, *ts = recs + n, *gs = ts + n;
@@ -505,40 +501,29 @@ static int fill_plan(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_
     if (ld->warm && !stk__warm_done(ld->warm)) warm_wait(ld, n, recs, ts);
     /* Block order fetches each group's spans as the group loads (it only
      * counts the batch's reads as done here). */
-    *held = NULL;
+    stk__range *held = NULL;
     if (ld->ds->ensure && !ld->use_groups) stk__ld_announce_batches(ld, w, s->b, gen);
     if (ld->ds->ensure && (!ld->use_groups || ld->ds->ensure_plan)) {
-        int re = ensure_records(ld, n, recs, held, err);
+        int re = ensure_records(ld, n, recs, &held, err);
         if (re) return re;
     }
-    if (ld->gather) stk__ld_gather_locate(ld, w, n, recs);
     ld->st_plan_n += n;
     uint64_t t1 = stk__now_ns();
     ld->st_plan_ns += t1 - t0;
     stk__ld_span_add(ld, w, STK__EV_PLAN, t0, t1, STK__EV_NONE, n);
-    return 0;
-}
-
-/* The reads of a planned batch; `next` and next_w, when not NULL: a
- * gather planned to follow it (a mixture's next draw). */
-static int fill_read(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk__range *held,
-                     const stk_loader *next, const worker *next_w, stk_error *err) {
-    uint32_t n = s->n;
-    uint64_t *recs = w->ids, *ts = recs + n, *gs = ts + n;
     int rc = 0;
     /* Check before reading: the check brings the blocks into the page
      * cache, and under on_error = skip a damaged sample is replaced before
      * anything is read for it. */
     if (ld->opt.verify && !ld->use_groups && !ld->rec_check) {
-        uint64_t t1 = stk__ld_span_open(ld, STK__EV_VERIFY);
+        t1 = stk__ld_span_open(ld, STK__EV_VERIFY);
         rc = stk__ld_check_before(ld, w, s, recs, ts, err);
         stk__ld_span_add(ld, w, STK__EV_VERIFY, t1, stk__now_ns(), STK__EV_NONE, STK__EV_NONE);
     }
     if (rc == 0)
         rc = ld->use_groups ? stk__ld_fill_groups(ld, w, s, recs, ts, gs, w->slots, gen, err)
-             : ld->gather
-                 ? stk__ld_gather_records(ld, w, s, recs, ld->rec_check, next, next_w, err)
-                 : fill_direct(ld, w, s, recs, ts, err);
+             : ld->gather   ? stk__ld_gather_records(ld, w, s, recs, ld->rec_check, err)
+                            : fill_direct(ld, w, s, recs, ts, err);
     if (rc == 0 && ld->rec_check && !ld->gather) {
         uint64_t tv = stk__ld_span_open(ld, STK__EV_VERIFY);
         rc = stk__ld_check_records(ld, s, recs, err);
@@ -567,12 +552,6 @@ static int fill_read(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_
     return rc;
 }
 
-static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error *err) {
-    stk__range *held;
-    int rc = fill_plan(ld, w, s, gen, &held, err);
-    return rc ? rc : fill_read(ld, w, s, gen, held, NULL, NULL, err);
-}
-
 /* ---- drawing (pipeline.h) ---- */
 
 /* Worker wi, with the order and dealing of `epoch` (kept from its last
@@ -587,48 +566,24 @@ static worker *draw_worker(stk_loader *ld, int wi, uint64_t epoch) {
     return w;
 }
 
-int stk__loader_draw_start(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,
-                           stk_batch *b, const uint32_t *lanes, uint64_t *ids, stk_error *err) {
+int stk__loader_draw(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,
+                     stk_batch *b, const uint32_t *lanes, uint64_t *ids, stk_error *err) {
     worker *w = draw_worker(ld, wi, epoch);
-    if (w->draw_held) { /* (a draw started and never finished) */
-        stk__dataset_release(ld->ds, w->draw_held, w->view.n);
-        stk__free(w->draw_held);
-        w->draw_held = NULL;
-    }
     if (first + n > w->deal.per_rank)
         return stk__err(err, -EINVAL, "%s: samples %llu to %llu of epoch %llu are past the "
                         "rank's %llu", stk_dataset_path(ld->ds), (unsigned long long)first,
                         (unsigned long long)(first + n), (unsigned long long)epoch,
                         (unsigned long long)w->deal.per_rank);
-    /* The view is the worker's, kept from draw to draw: a batch struct is
-     * larger than what a draw sets in it. */
-    stk_batch *v = &w->view;
-    if (!v->ld) {
-        v->ld = ld;
-        v->device = -1;
-        v->ragged_rows = w->draw_rows;
-    }
-    v->first = first;
-    v->n = n;
-    v->mem = b->mem;
-    v->samples = ids;
-    v->lanes = lanes;
-    return fill_plan(ld, w, v, 0, &w->draw_held, err);
-}
-
-int stk__loader_draw_finish(stk_loader *ld, int wi, const stk_loader *next, stk_error *err) {
-    worker *w = &ld->w[wi];
-    stk__range *held = w->draw_held;
-    w->draw_held = NULL;
-    /* (The next draw's records are prefetched only from a gather's.) */
-    const worker *nw = next && next->gather ? &next->w[wi] : NULL;
-    return fill_read(ld, w, &w->view, 0, held, nw ? next : NULL, nw, err);
-}
-
-int stk__loader_draw(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,
-                     stk_batch *b, const uint32_t *lanes, uint64_t *ids, stk_error *err) {
-    int rc = stk__loader_draw_start(ld, wi, epoch, first, n, b, lanes, ids, err);
-    return rc ? rc : stk__loader_draw_finish(ld, wi, NULL, err);
+    stk_batch v = {0};
+    v.ld = ld;
+    v.device = -1;
+    v.first = first;
+    v.n = n;
+    v.mem = b->mem;
+    v.samples = ids;
+    v.ragged_rows = w->draw_rows;
+    v.lanes = lanes;
+    return fill(ld, w, &v, 0, err);
 }
 
 void stk__loader_draw_rows(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,

@@ -31,17 +31,13 @@ static inline void prefetch_record(const stk_dataset *ds, const stk__shard *sh, 
     stk__ld_prefetch(sh->map + x, z - x);
 }
 
-/* What one gather keeps: the batch's records located, and its counts;
- * `next`: the worker of the gather that follows it (a mixture's next
- * draw, located), whose first records are prefetched as this one's end. */
+/* What one gather keeps: the batch's records located, and its counts. */
 typedef struct gather {
     const uint64_t *const *ent;
     const uint32_t *shs;
     const uint64_t *recs;
     uint32_t n;
     uint64_t io_bytes, hashed, nhashed;
-    const stk_dataset *next_ds;
-    const worker *next;
 } gather;
 
 static int gather_mismatch(const stk__shard *sh, uint64_t rec, stk_error *err) {
@@ -53,12 +49,7 @@ static int gather_mismatch(const stk__shard *sh, uint64_t rec, stk_error *err) {
 
 static STK__ALWAYS_INLINE void gather_ahead(const stk_dataset *ds, const gather *g, uint32_t j) {
     if (j + AHEAD_E < g->n) __builtin_prefetch(g->ent[j + AHEAD_E]);
-    if (j + AHEAD < g->n) {
-        prefetch_record(ds, &ds->shards[g->shs[j + AHEAD]], g->ent[j + AHEAD]);
-    } else if (g->next && j + AHEAD - g->n < g->next->view.n) {
-        uint32_t k = j + AHEAD - g->n;
-        prefetch_record(g->next_ds, &g->next_ds->shards[g->next->shs[k]], g->next->ents[k]);
-    }
+    if (j + AHEAD < g->n) prefetch_record(ds, &ds->shards[g->shs[j + AHEAD]], g->ent[j + AHEAD]);
 }
 
 /* Hashes record j (the copy at `bytes`, or else its bytes in the mapping)
@@ -104,15 +95,19 @@ static STK__ALWAYS_INLINE const uint8_t *gather_copy(stk_loader *ld, stk_batch *
     return ld->nf == 1 && ld->ds->nfields == 1 ? whole : NULL;
 }
 
-void stk__ld_gather_locate(stk_loader *ld, worker *w, uint32_t n, const uint64_t *recs) {
+/* Locates the batch's records: their shards and index entries. */
+static void gather_locate(stk_loader *ld, worker *w, uint32_t n, const uint64_t *recs) {
     const stk_dataset *ds = ld->ds;
+    uint64_t t_plan = stk__ld_span_open(ld, STK__EV_PLAN);
     for (uint32_t j = 0; j < n; j++) {
         size_t si = stk__dataset_shard_of(ds, recs[j]);
         const stk__shard *sh = &ds->shards[si];
         w->shs[j] = (uint32_t)si;
         w->ents[j] = stk__entry(ds, sh, recs[j] - sh->first);
     }
-    for (uint32_t j = 0; j < STK__MIN(n, AHEAD_E); j++) __builtin_prefetch(w->ents[j]);
+    uint64_t t = stk__now_ns();
+    ld->st_plan_ns += t - t_plan;
+    stk__ld_span_add(ld, w, STK__EV_PLAN, t_plan, t, STK__EV_NONE, n);
 }
 
 /* One pass.  A record the batch holds whole is copied, then its
@@ -183,12 +178,13 @@ static int gather_in_runs(stk_loader *ld, worker *w, stk_batch *s, gather *g, st
 }
 
 int stk__ld_gather_records(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *recs,
-                           bool check, const stk_loader *next, const worker *next_w,
-                           stk_error *err) {
+                           bool check, stk_error *err) {
     const stk_dataset *ds = ld->ds;
     const uint32_t n = s->n;
     for (size_t fi = 0; fi < ld->nf; fi++) s->ragged_rows[fi] = 0;
-    gather g = {w->ents, w->shs, recs, n, 0, 0, 0, next ? next->ds : NULL, next_w};
+    gather_locate(ld, w, n, recs);
+    gather g = {w->ents, w->shs, recs, n, 0, 0, 0};
+    for (uint32_t j = 0; j < STK__MIN(n, AHEAD_E); j++) __builtin_prefetch(g.ent[j]);
     for (uint32_t j = 0; j < STK__MIN(n, (uint32_t)AHEAD); j++)
         prefetch_record(ds, &ds->shards[g.shs[j]], g.ent[j]);
     int rc = !check || !stk__tracing(&ld->trace) ? gather_one_pass(ld, w, s, &g, check, err)

@@ -174,8 +174,6 @@ typedef struct worker {
     bool chunk_valid;
     uint64_t *ids; /* 3 * batch_size: records, rows and groups of a batch */
     uint64_t *draw_rows; /* per field: a draw's ragged rows (see stk_batch.lanes) */
-    stk_batch view;      /* a draw's view of the mixture's batch (zeroed at open) */
-    stk__range *draw_held; /* a started draw's fetched reads (stk__loader_draw_start) */
     bool drew;           /* order and deal hold epoch drew_epoch's (a draw's) */
     uint64_t drew_epoch;
     const uint64_t **ents; /* batch_size: the records' index entries (gather) */
@@ -448,15 +446,8 @@ void *stk__ld_worker_main(void *arg);
 
 /* ---- gather.c ---- */
 
-/* Locates records recs[0 .. n) (their shards and index entries, in
- * w->shs and w->ents) and prefetches the first entries. */
-void stk__ld_gather_locate(stk_loader *ld, worker *w, uint32_t n, const uint64_t *recs);
-/* Copies the located records into s (checking each with `check`); `next`
- * and its worker next_w, when not NULL: a gather located to follow this
- * one, whose first records are prefetched as this one's end. */
 int stk__ld_gather_records(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *recs,
-                           bool check, const stk_loader *next, const worker *next_w,
-                           stk_error *err);
+                           bool check, stk_error *err);
 
 /* ---- groups.c ---- */
 

@@ -607,8 +607,6 @@ void stk__loader_close(stk_loader *ld) {
         stk__free(w->slots);
         stk__free(w->blockbuf);
         stk__free(w->draw_rows);
-        if (w->draw_held) stk__dataset_release(ld->ds, w->draw_held, w->view.n);
-        stk__free(w->draw_held);
         ZSTD_freeDCtx(w->dctx);
     }
     for (int i = 0; i < ld->ngroups; i++) {

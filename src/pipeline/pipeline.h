@@ -152,16 +152,6 @@ void stk__loader_adopt_layout(stk_loader *ld, const stk_loader *like, const size
  * (stk__loader_draw_rows gives the rows). */
 int stk__loader_draw(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,
                      stk_batch *b, const uint32_t *lanes, uint64_t *ids, stk_error *err);
-/* stk__loader_draw in two steps, so that a worker can start every draw of
- * a batch before reading any: the start plans it (the samples, their
- * records and, through the mapping, their index entries, prefetched); the
- * finish reads it, prefetching the first records of `next` (NULL, or the
- * loader whose draw the worker finishes next, started) as its own end.  A
- * worker has one draw of a loader started at a time, and finishes it
- * before the mixture's batch is handed on. */
-int stk__loader_draw_start(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,
-                           stk_batch *b, const uint32_t *lanes, uint64_t *ids, stk_error *err);
-int stk__loader_draw_finish(stk_loader *ld, int wi, const stk_loader *next, stk_error *err);
 /* The rows of loader field i of the same samples, in rows[lanes[j]]. */
 void stk__loader_draw_rows(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,
                            size_t i, const uint32_t *lanes, uint64_t *rows);
