@@ -822,7 +822,11 @@ typedef struct stk_loader_options {
                                 * Block order over data that does not fit in
                                 * memory reads with O_DIRECT anyway, where the
                                 * file system allows it */
-    int threads;               /* worker threads; 0 (default): one per CPU, at most 8 */
+    int threads;               /* worker threads; 0 (default): one per CPU, at most 8.
+                                * Fewer than the CPUs leave one to the consumer,
+                                * which then spins briefly for a batch being
+                                * filled, where batches fill in under 200 us
+                                * (STOKER_SPIN=0 in the environment: never) */
     uint32_t prefetch;         /* batch buffers in the ring; 0 (default): from
                                 * the memory budget, 2..8 */
     uint32_t queue_depth;      /* io_uring entries per worker; default 64 */

@@ -314,7 +314,10 @@ class Loader:
         drop_last: Drop a last, partial batch.
         backend: ``"auto"``, ``"uring"``, ``"pool"`` or ``"mmap"``.
         direct: Read with O_DIRECT.
-        threads: Worker threads (0: one per CPU, at most 8).
+        threads: Worker threads (0: one per CPU, at most 8). With fewer
+            than the CPUs, the consumer spins briefly for a batch being
+            filled rather than sleep (where batches fill in under 200 us;
+            ``STOKER_SPIN=0`` in the environment turns it off).
         prefetch: Batch buffers in the ring (0: from the memory budget, 2 to
             8).
         queue_depth: io_uring entries per worker.

@@ -106,6 +106,16 @@ void stk__deadline(int64_t ms, struct timespec *at);
 static inline uint64_t stk__align_up(uint64_t x, uint64_t a) {
     return (x + a - 1) & ~(a - 1);
 }
+/* A pause in a spin-wait loop (it frees the core's shared resources for
+ * its sibling thread, and costs little). */
+static inline void stk__cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 static inline bool stk__is_pow2(uint64_t x) { return x && !(x & (x - 1)); }
 /* a * b, false on overflow. */
 static inline bool stk__mul_ok(uint64_t a, uint64_t b, uint64_t *out) {

@@ -654,15 +654,19 @@ void *stk__ld_worker_main(void *arg) {
         uint64_t t_batch = stk__ld_span_open(ld, STK__EV_BATCH);
         int rc = ld->hook ? ld->hook(ld->hook_ctx, s, (int)(w - ld->w), &err)
                           : fill(ld, w, s, gen, &err);
-        stk__ld_span_add(ld, w, STK__EV_BATCH, t_batch, stk__now_ns(), s->b, s->n);
+        uint64_t t_done = stk__now_ns();
+        stk__ld_span_add(ld, w, STK__EV_BATCH, t_batch, t_done, s->b, s->n);
         if (ld->nvtx) stk__nvtx_pop_to(depth); /* the batch, and any a failure left */
         pthread_mutex_lock(&ld->mu);
+        /* (A moving mean of the last 8 or so, for the consumer's spin.) */
+        ld->fill_ns = ld->fill_ns - ld->fill_ns / 8 + (t_done - t_batch) / 8;
         /* (A group wait gives up with -ECANCELED only for these two; an
          * -ECANCELED from a read is an error like any other.) */
         if (s->gen != ld->gen || ld->stop) {
             s->state = S_FREE; /* an old epoch's batch, or closing: discard */
         } else {
             s->state = S_READY;
+            atomic_fetch_add_explicit(&ld->readied, 1, memory_order_release);
             s->err = rc;
             if (rc) s->e = err;
         }

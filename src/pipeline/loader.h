@@ -69,6 +69,9 @@
 /* Random copies prefetch their sources this many samples (or copies)
  * ahead, the first PREFETCH_LINES cache lines of each; see gather.c. */
 #define AHEAD 8
+/* A consumer spins for a batch being filled (stk__loader_next) where
+ * batches take at most SPIN_MAX_NS to fill, for up to 1.5 times that. */
+#define SPIN_MAX_NS (200 * 1000)
 #define AHEAD_E 16 /* index entries: twice as far, the record's address needs them */
 #define PREFETCH_LINES 16 /* 1 KiB; the hardware follows the rest of a longer record */
 
@@ -283,6 +286,12 @@ struct stk_loader {
     uint64_t chk_block;
     pthread_mutex_t chk_mu;
     _Atomic uint64_t warm_gen;
+    /* Batches made ready so far: a consumer may spin on it for a while
+     * (`spin`: when the workers leave a CPU free) rather than sleep and be
+     * woken; fill_ns: how long a batch takes to fill (under mu). */
+    _Atomic uint64_t readied;
+    bool spin;
+    uint64_t fill_ns;
 
     /* Statistics. */
     /* Read-time verification: one bit per checksum block of every shard,

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -130,12 +131,22 @@ static int open_files(stk_loader *ld, stk_error *err) {
     return rc;
 }
 
+/* Whether the consumer of a loader of nw workers may spin for a batch
+ * being filled: when the workers leave a CPU for it, unless STOKER_SPIN=0
+ * (a node whose CPUs other processes keep busy). */
+static bool may_spin(int nw) {
+    const char *v = getenv("STOKER_SPIN");
+    if (v && strcmp(v, "0") == 0) return false;
+    return nw < sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 /* The workers (one per CPU by default, at most MAX_WORKERS) and whether a
  * reader thread joins them; the descriptors and trace buffers are shared
  * out among them. */
 static bool plan_threads(stk_loader *ld, const stk_loader_options *o) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     ld->nw = o->threads ? o->threads : (int)STK__MIN(STK__MAX(ncpu, 1L), (long)MAX_WORKERS);
+    ld->spin = may_spin(ld->nw);
     /* Block order with real reads gets a thread that reads groups ahead. */
     bool reader = o->order == STK_ORDER_BLOCK && !ld->plan_only && ld->backend != STK_BACKEND_MMAP;
     stk__files_share(&ld->files, (unsigned)ld->nw + reader);
@@ -426,6 +437,7 @@ static int hooked_set_up(stk_loader *ld, const stk_loader *like, const uint64_t 
     ld->backend = like->backend;
     ld->valid_dsf = -1;
     ld->nw = fill ? workers : 0;
+    ld->spin = may_spin(ld->nw);
     ld->want_sources = true;
     stk__trace_init(&ld->trace, ld->nw + 1, -1);
     /* Buffers: as a loader's (twice the workers, at least 8, within the
