@@ -97,6 +97,9 @@ uint64_t stk__cgroup_room(const char *self_cgroup, const char *v2_root, const ch
 
 /* ---- time ---- */
 uint64_t stk__now_ns(void);
+/* Names the calling thread (as top, perf and /proc/self/task show it):
+ * stoker's threads are "stk-" and their part. */
+void stk__thread_name(const char *name);
 struct timespec;
 /* *at = CLOCK_MONOTONIC now + ms, for pthread_cond_timedwait on a condition
  * variable set to that clock. */

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,6 +188,14 @@ void stk__deadline(int64_t ms, struct timespec *at) {
         at->tv_sec++;
         at->tv_nsec -= 1000000000L;
     }
+}
+
+void stk__thread_name(const char *name) {
+#ifdef __linux__
+    pthread_setname_np(pthread_self(), name); /* (at most 15 characters) */
+#else
+    (void)name;
+#endif
 }
 
 uint64_t stk__now_ns(void) {

@@ -937,6 +937,7 @@ static void verify_shard(verify_job *j, size_t s) {
 
 static void *verify_thread(void *arg) {
     verify_job *j = arg;
+    stk__thread_name("stk-verify");
     for (;;) {
         size_t s = atomic_fetch_add(&j->next_shard, 1);
         if (s >= j->ds->nshards || j->stop) break;

@@ -216,6 +216,7 @@ static int free_slot(const stk__gpu *g) {
 
 static void *feeder_main(void *arg) {
     stk__gpu *g = arg;
+    stk__thread_name("stk-gpu");
     int rc0 = cu->set_device(g->device);
     pthread_mutex_lock(&g->mu);
     if (rc0) {

@@ -89,6 +89,7 @@ static int populate(const uint8_t *map, uint64_t a, uint64_t b) {
 
 static void *warm_main(void *arg) {
     stk__warm *w = arg;
+    stk__thread_name("stk-warm");
     for (size_t i = 0; i < w->n && !atomic_load(&w->stop); i++) {
         const stk__range *r = &w->r[i];
         const stk__shard *sh = &w->ds->shards[r->shard];

@@ -633,6 +633,7 @@ static stk_batch *claim(stk_loader *ld) {
 void *stk__ld_worker_main(void *arg) {
     worker *w = arg;
     stk_loader *ld = w->ld;
+    stk__thread_name("stk-worker");
     pthread_mutex_lock(&ld->mu);
     while (!ld->stop) {
         stk_batch *s = claim(ld);

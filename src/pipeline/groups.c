@@ -552,6 +552,7 @@ bool stk__ld_group_prefetch(stk_loader *ld, worker *w, uint64_t ahead, bool firs
 void *stk__ld_reader_main(void *arg) {
     worker *w = arg;
     stk_loader *ld = w->ld;
+    stk__thread_name("stk-reader");
     pthread_mutex_lock(&ld->mu);
     while (!ld->stop)
         if (!stk__ld_group_prefetch(ld, w, (uint64_t)ld->ngroups, true))

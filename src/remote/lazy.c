@@ -589,6 +589,7 @@ static size_t fill_gaps(stk__fetcher *f, want **wp, size_t *cap, size_t nw) {
 
 static void *ahead_main(void *arg) {
     stk__fetcher *f = arg;
+    stk__thread_name("stk-ahead");
     const stk_dataset *ds = f->ds;
     want *w = NULL;
     size_t cap = 0;
