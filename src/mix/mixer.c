@@ -45,6 +45,7 @@ typedef struct feed {
 typedef struct drawer {
     uint32_t *lanes, *cnt;
     uint64_t *counts, *ends, *sep, *k0, *ids, *rows;
+    uint8_t *mem; /* the batch's */
 } drawer;
 
 typedef struct stk__mixer {
@@ -258,8 +259,9 @@ static int piece_rows(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t s
 
 static int piece_read(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t src, uint32_t at,
                       uint32_t len, uint64_t ep, uint64_t k, void *arg, stk_error *err) {
+    (void)s;
     uint64_t *ids = arg;
-    int rc = stk__loader_draw(m->f[src].ld, wi, ep, k, len, s, d->lanes + at, d->ids, err);
+    int rc = stk__loader_draw(m->f[src].ld, wi, ep, k, len, d->mem, d->lanes + at, d->ids, err);
     for (uint32_t j = 0; rc == 0 && j < len; j++) ids[d->lanes[at + j]] = d->ids[j];
     return rc;
 }
@@ -287,6 +289,7 @@ static int fill_drawn(stk__mixer *m, stk_batch *s, int wi, stk_error *err) {
         if (rows * m->row_bytes[i] > cap) return room_error(m, i, err);
         stk__batch_set_rows(s, i, rows);
     }
+    d->mem = stk__batch_mem(s);
     return draw_pieces(m, d, s, wi, piece_read, stk__batch_ids(s), err);
 }
 

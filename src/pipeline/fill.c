@@ -567,23 +567,27 @@ static worker *draw_worker(stk_loader *ld, int wi, uint64_t epoch) {
 }
 
 int stk__loader_draw(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,
-                     stk_batch *b, const uint32_t *lanes, uint64_t *ids, stk_error *err) {
+                     uint8_t *mem, const uint32_t *lanes, uint64_t *ids, stk_error *err) {
     worker *w = draw_worker(ld, wi, epoch);
     if (first + n > w->deal.per_rank)
         return stk__err(err, -EINVAL, "%s: samples %llu to %llu of epoch %llu are past the "
                         "rank's %llu", stk_dataset_path(ld->ds), (unsigned long long)first,
                         (unsigned long long)(first + n), (unsigned long long)epoch,
                         (unsigned long long)w->deal.per_rank);
-    stk_batch v = {0};
-    v.ld = ld;
-    v.device = -1;
-    v.first = first;
-    v.n = n;
-    v.mem = b->mem;
-    v.samples = ids;
-    v.ragged_rows = w->draw_rows;
-    v.lanes = lanes;
-    return fill(ld, w, &v, 0, err);
+    /* The view is the worker's, set up once: a batch struct is much larger
+     * than what a draw changes in it, and a draw is a few per batch. */
+    stk_batch *v = &w->view;
+    if (!v->ld) {
+        v->ld = ld;
+        v->device = -1;
+        v->ragged_rows = w->draw_rows;
+    }
+    v->first = first;
+    v->n = n;
+    v->mem = mem;
+    v->samples = ids;
+    v->lanes = lanes;
+    return fill(ld, w, v, 0, err);
 }
 
 void stk__loader_draw_rows(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,

@@ -177,6 +177,7 @@ typedef struct worker {
     bool chunk_valid;
     uint64_t *ids; /* 3 * batch_size: records, rows and groups of a batch */
     uint64_t *draw_rows; /* per field: a draw's ragged rows (see stk_batch.lanes) */
+    stk_batch view;      /* a draw's view of the batch drawn into (zeroed at open) */
     bool drew;           /* order and deal hold epoch drew_epoch's (a draw's) */
     uint64_t drew_epoch;
     const uint64_t **ents; /* batch_size: the records' index entries (gather) */

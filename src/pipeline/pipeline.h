@@ -147,11 +147,12 @@ int stk__loader_open_drawn(stk_dataset *ds, const stk_loader_options *o, int wor
 void stk__loader_adopt_layout(stk_loader *ld, const stk_loader *like, const size_t *fmap);
 /* Worker wi reads the samples at the rank's places first .. first + n - 1
  * of the loader's epoch `epoch` (its seed and streams) into lanes lanes[j]
- * of batch b (laid out by stk__loader_adopt_layout), their sample ids into
- * ids[j].  The offsets of b's ragged fields must be set for every lane
+ * of the batch whose memory is `mem` (stk__batch_mem; laid out by
+ * stk__loader_adopt_layout), their sample ids into ids[j].  The offsets of
+ * the batch's ragged fields must be set for every lane
  * (stk__loader_draw_rows gives the rows). */
 int stk__loader_draw(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,
-                     stk_batch *b, const uint32_t *lanes, uint64_t *ids, stk_error *err);
+                     uint8_t *mem, const uint32_t *lanes, uint64_t *ids, stk_error *err);
 /* The rows of loader field i of the same samples, in rows[lanes[j]]. */
 void stk__loader_draw_rows(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,
                            size_t i, const uint32_t *lanes, uint64_t *rows);
