@@ -409,15 +409,25 @@ def test_fetch_epoch_brings_what_the_rank_reads(served, aws, tmp_path, order):
     total = dataset_bytes(root)
     kw = dict(shuffle=order, seed=4, world_size=2, rank=1, block_bytes=1 << 20)
     url = f"s3://bucket/{root.name}"
-    with stoker.Loader(url, 8, cache_dir=tmp_path / "a", **kw) as ld:
-        asked = ld.fetch_epoch()
-        before = ld.remote_stats()
-        got = list(ld)
-        after = ld.remote_stats()
-    assert 0.45 * total < before["bytes_fetched"] < 0.62 * total, (before, total)
-    assert asked >= 0.45 * total
-    assert after["requests"] == before["requests"]
-    assert after["bytes_fetched"] == before["bytes_fetched"]
+    fetched = {}
+    for rank in (0, 1):
+        with stoker.Loader(url, 8, cache_dir=tmp_path / f"a{rank}", **dict(kw, rank=rank)) as ld:
+            asked = ld.fetch_epoch()
+            before = ld.remote_stats()
+            got = list(ld)
+            after = ld.remote_stats()
+        assert after["requests"] == before["requests"]
+        assert after["bytes_fetched"] == before["bytes_fetched"]
+        assert asked > 0.2 * total
+        fetched[rank] = before["bytes_fetched"]
+    # Each rank fetched its part, not the dataset: its records, in whole
+    # cache blocks, which the two ranks share where a cache block holds
+    # records of both (so one rank may fetch well over half: 0.52 and 0.76
+    # of the dataset in block order with seed 4), and the two together all
+    # of it.
+    for rank in (0, 1):
+        assert 0.2 * total < fetched[rank] < 0.9 * total, (fetched, total)
+    assert fetched[0] + fetched[1] > 0.95 * total, (fetched, total)
     with stoker.Loader(str(root), 8, **kw) as ld:
         same([{k: np.array(v) for k, v in b.items()} for b in got],
              [{k: np.array(v) for k, v in b.items()} for b in ld])
