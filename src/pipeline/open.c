@@ -355,14 +355,20 @@ static int set_up(stk_loader *ld, const stk_loader_options *o, stk_error *err) {
     if (o->verify && (rc = stk__ld_checks_init(ld, o, err))) return rc;
     bool reader = plan_threads(ld, o);
     uint64_t budget = stk__ld_budget(ld, o), groups_bytes = 0;
-    if (o->order == STK_ORDER_BLOCK && ld->drawn) {
-        /* Drawn from, block order copies its samples from the mapping as
-         * it would (no group buffers); read from files, its groups would
-         * follow batches of its own. */
-        if (ld->backend != STK_BACKEND_MMAP)
-            return stk__err(err, -EAGAIN,
-                            "%s: block order over data read from files cannot be drawn from",
-                            stk_dataset_path(ld->ds));
+    if (o->order == STK_ORDER_BLOCK && ld->drawn && ld->backend != STK_BACKEND_MMAP) {
+        /* Read from files, a drawn loader's groups would follow batches of
+         * its own. */
+        return stk__err(err, -EAGAIN,
+                        "%s: block order over data read from files cannot be drawn from",
+                        stk_dataset_path(ld->ds));
+    } else if (o->order == STK_ORDER_BLOCK && ld->backend == STK_BACKEND_MMAP &&
+               !ld->ds->ensure) {
+        /* Through the mapping of local data, block order copies each
+         * batch's samples from the mapping in its order, as the random
+         * order does (for whole records, gathered and checked record by
+         * record): group buffers would read nothing, and checking their
+         * blocks whole was a second pass over the batch's memory.  (A
+         * remote dataset's groups say which of its blocks to fetch.) */
         stk__ld_block_shape(ld, o);
     } else if (o->order == STK_ORDER_BLOCK &&
                (rc = stk__ld_size_groups(ld, o, budget, &groups_bytes, err))) {
