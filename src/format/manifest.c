@@ -319,7 +319,7 @@ int stk__manifest_parse(const char *text, size_t len, const char *what,
     m->is_part = strcmp(kind, "part") == 0;
     if (m->is_part) {
         json_t *p = json_object_get(root, "part");
-        uint64_t pi, pc;
+        uint64_t pi = 0, pc = 0; /* (set on success; 0 keeps -O3 from warning) */
         if (!json_is_object(p) || (rc = get_u64(p, "index", what, "part", &pi, err)) ||
             (rc = get_u64(p, "count", what, "part", &pc, err)) || pc == 0 ||
             pi >= pc || pc > UINT32_MAX) {
@@ -329,7 +329,7 @@ int stk__manifest_parse(const char *text, size_t len, const char *what,
         m->part_index = (uint32_t)pi;
         m->part_count = (uint32_t)pc;
     }
-    uint64_t align, bsize;
+    uint64_t align = 0, bsize = 0;
     if ((rc = get_u64(root, "records", what, "manifest", &m->records, err)) ||
         (rc = get_u64(root, "align", what, "manifest", &align, err)) ||
         (rc = get_u64(root, "block_size", what, "manifest", &bsize, err)))

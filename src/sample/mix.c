@@ -352,68 +352,78 @@ static unsigned fill_init(const stk_mix *m, uint64_t epoch, size_t j, int32_t id
     return 1 + (dl > dr ? dl : dr);
 }
 
-void stk_mix_fill(const stk_mix *m, uint64_t epoch, uint64_t first, uint64_t n,
-                  uint32_t *sources) {
+/* One round down the tree from node id, level d0 on: the leaf it reaches. */
+static inline int32_t descend(const fill_node *fn, uint64_t *rem, int32_t id, unsigned d0,
+                              unsigned depth) {
+    for (unsigned d = d0; d < depth; d++) {
+        const fill_node *f = &fn[id];
+        uint64_t r = rem[id] + f->a; /* < 2t: no overflow below 2^63 */
+        uint64_t left = r >= f->t;
+        rem[id] = r - (f->t & (0 - left));
+        id = f->next[left];
+    }
+    return id;
+}
+
+/* A walk over consecutive rounds: the phase it is in (cur) and, for a
+ * small tree, every node's remainder. */
+typedef struct fill_walk {
     uint64_t rem[FILL_NODES];
     fill_node fn[FILL_NODES];
-    unsigned depth = 0;
-    size_t cur = SIZE_MAX;
-    bool small = false;
+    unsigned depth;
+    size_t cur;
+    bool small;
+} fill_walk;
+
+/* The phase of round q; entering one, the walk is set at q. */
+static const phase *fill_phase(const stk_mix *m, uint64_t epoch, uint64_t q, fill_walk *w) {
+    size_t j = w->cur != SIZE_MAX && q < m->ph[w->cur].start + m->ph[w->cur].len ? w->cur
+                                                                                  : phase_of(m, q);
+    const phase *p = &m->ph[j];
+    if (j != w->cur) {
+        w->cur = j;
+        w->small = 2 * (size_t)p->k - 1 <= FILL_NODES;
+        if (w->small) w->depth = fill_init(m, epoch, j, 0, q - p->start, w->rem, w->fn);
+    }
+    return p;
+}
+
+/* The source of round q, the walk's next (in its phase). */
+static inline uint32_t fill_next(const stk_mix *m, uint64_t epoch, uint64_t q, fill_walk *w) {
+    if (!w->small) return walk(m, epoch, w->cur, q, NULL, NULL);
+    return w->fn[descend(w->fn, w->rem, 0, 0, w->depth)].src;
+}
+
+void stk_mix_fill(const stk_mix *m, uint64_t epoch, uint64_t first, uint64_t n,
+                  uint32_t *sources) {
+    fill_walk w;
+    w.cur = SIZE_MAX;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t q = first + i;
         if (q >= m->rounds) {
             sources[i] = UINT32_MAX;
             continue;
         }
-        size_t j = cur != SIZE_MAX && q < m->ph[cur].start + m->ph[cur].len ? cur : phase_of(m, q);
-        const phase *p = &m->ph[j];
-        if (j != cur) {
-            cur = j;
-            small = 2 * (size_t)p->k - 1 <= FILL_NODES;
-            if (small) depth = fill_init(m, epoch, j, 0, q - p->start, rem, fn);
-        }
-        if (!small) {
-            sources[i] = walk(m, epoch, j, q, NULL, NULL);
-            continue;
-        }
+        const phase *p = fill_phase(m, epoch, q, &w);
         /* (The rest of the phase's rounds of this call, in one loop.) */
         uint64_t end = STK__MIN(first + n, p->start + p->len);
-        for (; q < end; q++, i++) {
-            int32_t id = 0;
-            for (unsigned d = 0; d < depth; d++) {
-                const fill_node *f = &fn[id];
-                uint64_t r = rem[id] + f->a; /* < 2t: no overflow below 2^63 */
-                uint64_t left = r >= f->t;
-                rem[id] = r - (f->t & (0 - left));
-                id = f->next[left];
-            }
-            sources[i] = fn[id].src;
-        }
+        for (; q < end; q++, i++) sources[i] = fill_next(m, epoch, q, &w);
         i--; /* (the outer loop steps past the last) */
     }
 }
 
 void stk__mix_place(const stk_mix *m, uint64_t epoch, uint64_t first, uint64_t per, uint64_t skip,
                     uint32_t n, uint32_t *srcs, uint32_t *lanes, uint32_t *pos) {
-    uint64_t rem[FILL_NODES];
-    fill_node fn[FILL_NODES];
-    unsigned depth = 0;
-    size_t cur = SIZE_MAX;
-    bool small = false;
+    fill_walk w;
+    w.cur = SIZE_MAX;
     uint64_t q = first, at = skip;
     for (uint32_t t = 0; t < n;) {
-        size_t j = cur != SIZE_MAX && q < m->ph[cur].start + m->ph[cur].len ? cur : phase_of(m, q);
-        const phase *p = &m->ph[j];
-        if (j != cur) {
-            cur = j;
-            small = 2 * (size_t)p->k - 1 <= FILL_NODES;
-            if (small) depth = fill_init(m, epoch, j, 0, q - p->start, rem, fn);
-        }
-        uint64_t end = p->start + p->len; /* the phase's rounds */
-        if (small && per == 1 && at == 0 && depth == 0) {
-            /* A phase of one source. */
-            uint32_t stop = (uint32_t)STK__MIN((uint64_t)n, t + (end - q));
-            uint32_t src = fn[0].src, *ln = lanes + pos[src];
+        const phase *p = fill_phase(m, epoch, q, &w);
+        /* (This call's rounds of the phase, at a sample a round.) */
+        uint32_t stop = (uint32_t)STK__MIN((uint64_t)n, t + (p->start + p->len - q));
+        if (w.small && per == 1 && at == 0 && w.depth == 0) {
+            /* A phase of one source: a run of lanes. */
+            uint32_t src = w.fn[0].src, *ln = lanes + pos[src];
             for (uint32_t x = t; x < stop; x++) {
                 srcs[x] = src;
                 *ln++ = x;
@@ -423,46 +433,24 @@ void stk__mix_place(const stk_mix *m, uint64_t epoch, uint64_t first, uint64_t p
             t = stop;
             continue;
         }
-        if (small && per == 1 && at == 0) {
-            /* A sample a round: the walk and the placing in one loop, the
-             * root's remainder (stepped every round) kept in a register. */
-            uint32_t stop = (uint32_t)STK__MIN((uint64_t)n, t + (end - q));
-            uint64_t r0 = rem[0];
-            const uint64_t a0 = fn[0].a, t0 = fn[0].t;
-            const int32_t go[2] = {fn[0].next[0], fn[0].next[1]};
+        if (w.small && per == 1 && at == 0) {
+            /* The walk and the placing in one loop, the root's remainder
+             * (stepped every round) kept in a register. */
+            uint64_t r0 = w.rem[0];
+            const uint64_t a0 = w.fn[0].a, t0 = w.fn[0].t;
+            const int32_t go[2] = {w.fn[0].next[0], w.fn[0].next[1]};
             for (; t < stop; t++, q++) {
                 uint64_t r = r0 + a0;
                 uint64_t left = r >= t0;
                 r0 = r - (t0 & (0 - left));
-                int32_t id = go[left];
-                for (unsigned d = 1; d < depth; d++) {
-                    const fill_node *f = &fn[id];
-                    uint64_t x = rem[id] + f->a;
-                    uint64_t l = x >= f->t;
-                    rem[id] = x - (f->t & (0 - l));
-                    id = f->next[l];
-                }
-                uint32_t src = fn[id].src;
+                uint32_t src = w.fn[descend(w.fn, w.rem, go[left], 1, w.depth)].src;
                 srcs[t] = src;
                 lanes[pos[src]++] = t;
             }
-            rem[0] = r0;
+            w.rem[0] = r0;
             continue;
         }
-        uint32_t src;
-        if (!small) {
-            src = walk(m, epoch, j, q, NULL, NULL);
-        } else {
-            int32_t id = 0;
-            for (unsigned d = 0; d < depth; d++) {
-                const fill_node *f = &fn[id];
-                uint64_t r = rem[id] + f->a;
-                uint64_t left = r >= f->t;
-                rem[id] = r - (f->t & (0 - left));
-                id = f->next[left];
-            }
-            src = fn[id].src;
-        }
+        uint32_t src = fill_next(m, epoch, q, &w);
         uint32_t len = (uint32_t)STK__MIN(per - at, (uint64_t)(n - t));
         for (uint32_t x = 0; x < len; x++) {
             srcs[t + x] = src;
