@@ -762,6 +762,16 @@ static int set_up(stk__mixer *m, const stk_mixture_source *src, const stk_loader
         for (size_t i = 0; i < m->k; i++) stk__loader_adopt_layout(m->f[i].ld, m->shell, m->f[i].fmap);
         rc = drawers_alloc(m, err);
     }
+    if (rc == 0 && !m->drawn) {
+        /* Fed, the sources' threads and the mixture's share the CPUs: the
+         * consumer spins only where they all leave one free, and a
+         * source's consumer (the mixture's worker) never does. */
+        int threads = m->workers;
+        for (size_t i = 0; i < m->k; i++) threads += stk__loader_workers(m->f[i].ld);
+        bool spin = threads < sysconf(_SC_NPROCESSORS_ONLN);
+        stk__loader_set_spin(m->shell, spin);
+        for (size_t i = 0; i < m->k; i++) stk__loader_set_spin(m->f[i].ld, m->handout && spin);
+    }
     if (rc == 0 && !(m->parts = stk__calloc(m->k, sizeof *m->parts)))
         rc = stk__err(err, -ENOMEM, "out of memory");
     if (rc == 0) {

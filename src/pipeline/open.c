@@ -507,6 +507,14 @@ int stk__loader_open_planned(stk_dataset *ds, const stk_loader_options *opts, st
     return loader_open(ds, opts, true, false, out, err);
 }
 
+int stk__loader_workers(const stk_loader *ld) { return ld->nw; }
+
+void stk__loader_set_spin(stk_loader *ld, bool spin) {
+    pthread_mutex_lock(&ld->mu);
+    ld->spin = spin && may_spin(0);
+    pthread_mutex_unlock(&ld->mu);
+}
+
 /* ---- a loader drawn from (pipeline.h) ---- */
 
 bool stk__loader_drawable(const stk_dataset *ds, const stk_loader_options *o) {
