@@ -45,7 +45,6 @@ typedef struct feed {
 typedef struct drawer {
     uint32_t *lanes, *cnt;
     uint64_t *counts, *ends, *sep, *k0, *ids, *rows;
-    uint8_t *mem; /* the batch's */
 } drawer;
 
 typedef struct stk__mixer {
@@ -259,9 +258,9 @@ static int piece_rows(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t s
 
 static int piece_read(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t src, uint32_t at,
                       uint32_t len, uint64_t ep, uint64_t k, void *arg, stk_error *err) {
-    (void)s;
     uint64_t *ids = arg;
-    int rc = stk__loader_draw(m->f[src].ld, wi, ep, k, len, d->mem, d->lanes + at, d->ids, err);
+    int rc = stk__loader_draw(m->f[src].ld, wi, ep, k, len, stk__batch_mem(s), d->lanes + at,
+                              d->ids, err);
     for (uint32_t j = 0; rc == 0 && j < len; j++) ids[d->lanes[at + j]] = d->ids[j];
     return rc;
 }
@@ -289,7 +288,6 @@ static int fill_drawn(stk__mixer *m, stk_batch *s, int wi, stk_error *err) {
         if (rows * m->row_bytes[i] > cap) return room_error(m, i, err);
         stk__batch_set_rows(s, i, rows);
     }
-    d->mem = stk__batch_mem(s);
     return draw_pieces(m, d, s, wi, piece_read, stk__batch_ids(s), err);
 }
 
@@ -768,9 +766,8 @@ static int set_up(stk__mixer *m, const stk_mixture_source *src, const stk_loader
          * source's consumer (the mixture's worker) never does. */
         int threads = m->workers;
         for (size_t i = 0; i < m->k; i++) threads += stk__loader_workers(m->f[i].ld);
-        bool spin = threads < sysconf(_SC_NPROCESSORS_ONLN);
-        stk__loader_set_spin(m->shell, spin);
-        for (size_t i = 0; i < m->k; i++) stk__loader_set_spin(m->f[i].ld, m->handout && spin);
+        stk__loader_set_spin(m->shell, threads);
+        for (size_t i = 0; i < m->k; i++) stk__loader_set_spin(m->f[i].ld, m->handout ? threads : 0);
     }
     if (rc == 0 && !(m->parts = stk__calloc(m->k, sizeof *m->parts)))
         rc = stk__err(err, -ENOMEM, "out of memory");

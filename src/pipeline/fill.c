@@ -574,20 +574,16 @@ int stk__loader_draw(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uin
                         "rank's %llu", stk_dataset_path(ld->ds), (unsigned long long)first,
                         (unsigned long long)(first + n), (unsigned long long)epoch,
                         (unsigned long long)w->deal.per_rank);
-    /* The view is the worker's, set up once: a batch struct is much larger
-     * than what a draw changes in it, and a draw is a few per batch. */
-    stk_batch *v = &w->view;
-    if (!v->ld) {
-        v->ld = ld;
-        v->device = -1;
-        v->ragged_rows = w->draw_rows;
-    }
-    v->first = first;
-    v->n = n;
-    v->mem = mem;
-    v->samples = ids;
-    v->lanes = lanes;
-    return fill(ld, w, v, 0, err);
+    stk_batch v = {0};
+    v.ld = ld;
+    v.device = -1;
+    v.first = first;
+    v.n = n;
+    v.mem = mem;
+    v.samples = ids;
+    v.ragged_rows = w->draw_rows;
+    v.lanes = lanes;
+    return fill(ld, w, &v, 0, err);
 }
 
 void stk__loader_draw_rows(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,

@@ -69,11 +69,11 @@
 /* Random copies prefetch their sources this many samples (or copies)
  * ahead, the first PREFETCH_LINES cache lines of each; see gather.c. */
 #define AHEAD 8
+#define AHEAD_E 16 /* index entries: twice as far, the record's address needs them */
+#define PREFETCH_LINES 16 /* 1 KiB; the hardware follows the rest of a longer record */
 /* A consumer spins for a batch being filled (stk__loader_next) where
  * batches take at most SPIN_MAX_NS to fill, for up to 1.5 times that. */
 #define SPIN_MAX_NS (200 * 1000)
-#define AHEAD_E 16 /* index entries: twice as far, the record's address needs them */
-#define PREFETCH_LINES 16 /* 1 KiB; the hardware follows the rest of a longer record */
 
 enum { F_TIME, F_DENSE, F_RAGGED };
 enum { S_FREE, S_FILLING, S_READY, S_HELD };
@@ -177,7 +177,6 @@ typedef struct worker {
     bool chunk_valid;
     uint64_t *ids; /* 3 * batch_size: records, rows and groups of a batch */
     uint64_t *draw_rows; /* per field: a draw's ragged rows (see stk_batch.lanes) */
-    stk_batch view;      /* a draw's view of the batch drawn into (zeroed at open) */
     bool drew;           /* order and deal hold epoch drew_epoch's (a draw's) */
     uint64_t drew_epoch;
     const uint64_t **ents; /* batch_size: the records' index entries (gather) */

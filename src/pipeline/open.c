@@ -131,13 +131,13 @@ static int open_files(stk_loader *ld, stk_error *err) {
     return rc;
 }
 
-/* Whether the consumer of a loader of nw workers may spin for a batch
- * being filled: when the workers leave a CPU for it, unless STOKER_SPIN=0
- * (a node whose CPUs other processes keep busy). */
-static bool may_spin(int nw) {
+/* Whether a loader's consumer may spin for a batch being filled, where
+ * `threads` threads work for it (0: never): when they leave a CPU free,
+ * unless STOKER_SPIN=0 (a node whose CPUs other processes keep busy). */
+static bool may_spin(int threads) {
     const char *v = getenv("STOKER_SPIN");
-    if (v && strcmp(v, "0") == 0) return false;
-    return nw < sysconf(_SC_NPROCESSORS_ONLN);
+    if (threads <= 0 || (v && strcmp(v, "0") == 0)) return false;
+    return threads < sysconf(_SC_NPROCESSORS_ONLN);
 }
 
 /* The workers (one per CPU by default, at most MAX_WORKERS) and whether a
@@ -146,9 +146,9 @@ static bool may_spin(int nw) {
 static bool plan_threads(stk_loader *ld, const stk_loader_options *o) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     ld->nw = o->threads ? o->threads : (int)STK__MIN(STK__MAX(ncpu, 1L), (long)MAX_WORKERS);
-    ld->spin = may_spin(ld->nw);
     /* Block order with real reads gets a thread that reads groups ahead. */
     bool reader = o->order == STK_ORDER_BLOCK && !ld->plan_only && ld->backend != STK_BACKEND_MMAP;
+    ld->spin = may_spin(ld->nw + reader);
     stk__files_share(&ld->files, (unsigned)ld->nw + reader);
     stk__trace_init(&ld->trace, ld->nw + 1 + reader, reader ? ld->nw : -1);
     return reader;
@@ -509,9 +509,9 @@ int stk__loader_open_planned(stk_dataset *ds, const stk_loader_options *opts, st
 
 int stk__loader_workers(const stk_loader *ld) { return ld->nw; }
 
-void stk__loader_set_spin(stk_loader *ld, bool spin) {
+void stk__loader_set_spin(stk_loader *ld, int threads) {
     pthread_mutex_lock(&ld->mu);
-    ld->spin = spin && may_spin(0);
+    ld->spin = may_spin(threads);
     pthread_mutex_unlock(&ld->mu);
 }
 

@@ -105,11 +105,12 @@ void stk__loader_hooked_position(stk_loader *ld, uint64_t n, uint64_t seed, uint
 /* Gives every batch of ld (the ring's, and any added later) an array of
  * sources, for a mixture to fill (stk__batch_srcs) before handing it out. */
 int stk__loader_with_sources(stk_loader *ld, stk_error *err);
-/* The loader's worker threads; and whether its consumer may spin for a
- * batch being filled (stk__loader_next), for a loader whose consumer is
- * another loader's worker, or that shares the CPUs with other loaders. */
+/* The loader's worker threads; and how many threads work for its consumer
+ * in all (0: its consumer is another loader's worker), for a loader that
+ * shares the CPUs with others: its consumer spins for a batch being filled
+ * (stk__loader_next) only where they leave a CPU free. */
 int stk__loader_workers(const stk_loader *ld);
-void stk__loader_set_spin(stk_loader *ld, bool spin);
+void stk__loader_set_spin(stk_loader *ld, int threads);
 /* The epoch and first position (stk__loader_hooked_position's) of the
  * batch worker wi of a hooked loader is filling, as of its claim: a batch
  * of an epoch that moved on since is discarded when filled. */
