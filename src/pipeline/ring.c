@@ -46,6 +46,31 @@ void stk__ld_set_epoch_locked(stk_loader *ld, uint64_t seed, uint64_t epoch, uin
 
 /* ---- the consumer ---- */
 
+/* The mutex, taken by a consumer that has just seen a batch become ready:
+ * the worker that readied it still holds the mutex for a moment (it claims
+ * its next batch).  Blocking there would cost three system calls a batch
+ * (the consumer's wait, the worker's wake, and the wake the consumer's
+ * unlock then makes, the mutex being left marked as contended), and the
+ * worker's wake is on the batches' critical path; so the consumer tries
+ * again for up to LOCK_SPIN_NS before it blocks. */
+#define LOCK_SPIN_NS 20000
+
+static void lock_spinning(stk_loader *ld) {
+    uint64_t until = 0;
+    for (unsigned i = 1; pthread_mutex_trylock(&ld->mu) != 0; i++) {
+        stk__cpu_relax();
+        if (i % 64 == 0) {
+            uint64_t t = stk__now_ns();
+            if (!until) {
+                until = t + LOCK_SPIN_NS;
+            } else if (t > until) {
+                pthread_mutex_lock(&ld->mu);
+                return;
+            }
+        }
+    }
+}
+
 int stk__loader_next(stk_loader *ld, stk_batch **out, int64_t timeout_ms, stk_error *err) {
     if (!ld || !out) return stk__err(err, -EINVAL, "stk_loader_next: NULL argument");
     struct timespec deadline;
@@ -118,7 +143,7 @@ int stk__loader_next(stk_loader *ld, stk_batch **out, int64_t timeout_ms, stk_er
                 stk__cpu_relax();
                 if (i % 64 == 0 && stk__now_ns() > until) break;
             }
-            pthread_mutex_lock(&ld->mu);
+            lock_spinning(ld);
             spun = true;
             continue;
         }
