@@ -30,6 +30,7 @@
 #include "io.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -56,6 +57,7 @@ struct stk__warm {
     /* Arrival, per unit of every shard (unit_first[s] is shard s's first):
      * the bytes of the ranges in the unit, and how many have landed. */
     uint64_t *unit_first;
+    bool *headed; /* per shard: its head dropped (drop_head) */
     uint64_t *want;
     _Atomic uint64_t *got;
     pthread_mutex_t mu;
@@ -87,12 +89,32 @@ static int populate(const uint8_t *map, uint64_t a, uint64_t b) {
     return 0;
 }
 
+/* Drops from the page cache what the open read of a shard's head (its
+ * header, by pread, and the kernel's read-ahead around it): small folios
+ * there keep the page cache from taking the data that follows in 2 MiB
+ * folios.  The warm-up's first fault then lands on an empty 2 MiB range
+ * and reads it as one huge folio, and the read-ahead goes on in huge
+ * folios from there; with the head's pages left in, it grew its folios
+ * from the smallest up, and about the first 30 MiB of every shard stayed
+ * in small pages (a dataset of 36 MB shards: none of it in huge pages).
+ * A page of the range that is mapped stays, and costs nothing but that. */
+static void drop_head(const stk__shard *sh) {
+    int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    posix_fadvise(fd, 0, HUGE, POSIX_FADV_DONTNEED);
+    close(fd);
+}
+
 static void *warm_main(void *arg) {
     stk__warm *w = arg;
     stk__thread_name("stk-warm");
     for (size_t i = 0; i < w->n && !atomic_load(&w->stop); i++) {
         const stk__range *r = &w->r[i];
         const stk__shard *sh = &w->ds->shards[r->shard];
+        if (!w->headed[r->shard]) {
+            w->headed[r->shard] = true;
+            if (r->lo < HUGE) drop_head(sh);
+        }
         uint64_t hi = STK__MIN(r->hi, sh->size);
         for (uint64_t a = r->lo; a < hi && !atomic_load(&w->stop);) {
             /* Pieces end on 2 MiB boundaries of the file, so that the
@@ -130,6 +152,7 @@ out:
 static void warm_free(stk__warm *w) {
     stk__free(w->r);
     stk__free(w->unit_first);
+    stk__free(w->headed);
     stk__free(w->want);
     stk__free((void *)w->got);
     pthread_mutex_destroy(&w->mu);
@@ -146,7 +169,8 @@ int stk__warm_start(const stk_dataset *ds, const stk__range *r, size_t n, stk__w
     pthread_cond_init(&w->cv, NULL);
     w->r = stk__malloc((n ? n : 1) * sizeof *r);
     w->unit_first = stk__malloc((ds->nshards + 1) * sizeof *w->unit_first);
-    if (!w->r || !w->unit_first) {
+    w->headed = stk__calloc(ds->nshards, sizeof *w->headed);
+    if (!w->r || !w->unit_first || !w->headed) {
         warm_free(w);
         return stk__err(err, -ENOMEM, "out of memory");
     }

@@ -14,11 +14,21 @@
  *  4. A flipped byte inside a record, or in the padding between its fields,
  *     fails next() with STK_ECHECKSUM naming that record (checks on), with
  *     and without the warm-up.
+ *  5. After the warm-up, a shard's data is in the page cache as 2 MiB
+ *     folios (a mapping of it has them mapped whole), from its first
+ *     megabytes on; skipped where the kernel and file system make none
+ *     for a plain hugepage mapping either.
  */
 #include "test_loader_common.h"
 
 #include <fcntl.h>
 #include <glob.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
 
 /* Drops the dataset's files from the page cache (nothing may map them;
  * written pages are made clean first, or they would stay). */
@@ -304,6 +314,103 @@ static void test_damage(const tds *d) {
     check_damage(d, "padding", shard, x.offset + x.stored_bytes + 3, rec);
 }
 
+/* ---- 5. 2 MiB folios ---- */
+
+#define HUGE_SZ (2ul << 20)
+
+/* KiB of the mapping at `addr` mapped by 2 MiB entries (FilePmdMapped in
+ * /proc/self/smaps), or -1 where smaps does not say. */
+static long pmd_mapped_kib(const void *addr) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    char line[512], head[32];
+    snprintf(head, sizeof head, "%lx-", (unsigned long)addr);
+    long kib = -1;
+    bool in = false;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, head, strlen(head)) == 0) {
+            in = true;
+        } else if (in && sscanf(line, "FilePmdMapped: %ld", &kib) == 1) {
+            break;
+        }
+    }
+    fclose(f);
+    return kib;
+}
+
+/* Maps `path` at a 2 MiB boundary, marked for huge pages, brings it in
+ * (populating: reading it through the mapping; else only mapping what the
+ * page cache holds) and returns the KiB of it mapped by 2 MiB entries. */
+static long huge_kib(const char *path, bool populate) {
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    struct stat sb;
+    CHECK(fstat(fd, &sb) == 0);
+    size_t n = (size_t)sb.st_size;
+    uint8_t *r = mmap(NULL, n + HUGE_SZ, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(r != MAP_FAILED);
+    uint8_t *p = (uint8_t *)(((uintptr_t)r + HUGE_SZ - 1) & ~(uintptr_t)(HUGE_SZ - 1));
+    CHECK(mmap(p, n, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0) == p);
+    close(fd);
+    madvise(p, n, MADV_HUGEPAGE);
+    if (!populate || madvise(p, n, MADV_POPULATE_READ) != 0) {
+        volatile uint8_t sink = 0;
+        for (size_t o = 0; o < n; o += 4096) sink ^= p[o];
+        (void)sink;
+    }
+    long kib = pmd_mapped_kib(p);
+    munmap(r, n + HUGE_SZ);
+    return kib;
+}
+
+static void test_huge_folios(void) {
+    /* One shard of about 26 MB: before the warm-up dropped the pages the
+     * open had read at a shard's head, the page cache grew its folios from
+     * the smallest over the first 30 MiB or so, and such a shard had none
+     * in 2 MiB folios. */
+    tds d;
+    tds_init(&d, TDS_PLAIN, 1600);
+    tds_write_opts(&d, "folios", 64 << 20);
+    stk_error err = {0};
+    stk_dataset *ds = NULL;
+    CHECK_OK(stk_dataset_open(d.dir, &ds, &err));
+    CHECK(stk_dataset_num_shards(ds) == 1);
+    stk_shard_info si;
+    CHECK(stk_dataset_shard(ds, 0, &si) == 0);
+    char path[4200];
+    snprintf(path, sizeof path, "%s", si.file);
+    uint64_t data = si.data_bytes;
+    stk_dataset_close(ds);
+
+    evict(d.dir);
+    long ref = huge_kib(path, true);
+    if (ref < 0 || (uint64_t)ref * 1024 < data / 2) {
+        printf("2 MiB folios: skipped (a hugepage mapping of a cold file gets %ld KiB of "
+               "%llu in 2 MiB folios here)\n", ref, (unsigned long long)(data >> 10));
+    } else {
+        evict(d.dir);
+        CHECK_OK(stk_dataset_open(d.dir, &ds, &err));
+        stk_loader_options o;
+        base(&o);
+        o.backend = STK_BACKEND_AUTO;
+        o.order = STK_ORDER_RANDOM;
+        stk_loader *ld = NULL;
+        CHECK_OK(stk_loader_open(ds, &o, &ld, &err));
+        stk_loader_stats st;
+        wait_warm(ld, &st);
+        CHECK(st.warm_up_bytes == data);
+        long got = huge_kib(path, false);
+        printf("2 MiB folios: %ld KiB of %llu after the warm-up (a hugepage mapping: %ld)\n", got,
+               (unsigned long long)(data >> 10), ref);
+        /* All but the 2 MiB pieces at the data's two ends. */
+        CHECK(got >= 0 && (uint64_t)got * 1024 + 2 * HUGE_SZ >= data);
+        stk_loader_close(ld);
+        stk_dataset_close(ds);
+    }
+    test_rmrf(d.dir);
+    tds_free(&d);
+}
+
 int main(void) {
     test_watchdog(600);
     tds d;
@@ -315,5 +422,6 @@ int main(void) {
     test_damage(&d);
     test_rmrf(d.dir);
     tds_free(&d);
+    test_huge_folios();
     return 0;
 }
