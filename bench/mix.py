@@ -2,7 +2,8 @@
 same samples, side by side in one run (warm: every shard in the page
 cache), medians of several repetitions with the contenders in turn.
 
-Contenders, one epoch each, batches taken and dropped as a training loop
+Contenders, the second epoch of each (the first takes the start-up), batches
+taken and dropped as a training loop
 would, in random order and in block order:
   - one dataset of all the samples (stoker.Loader), with its default
     threads and with one (the better of the two is the baseline);
@@ -10,7 +11,9 @@ would, in random order and in block order:
     sizes' weights with exhaust="all" (every sample once), batches mixing
     the sources (drawn: the mixture's workers read each source's samples
     straight into the batch);
-  - the same three, homogeneous batches (each of one source).
+  - the same three, homogeneous batches (each of one source);
+  - in block order, one dataset whose window (block_group) is three times
+    the default: the windows a batch of three sources draws from.
 Two record sizes: 256 B (the per-batch work dominates) and 16 KiB (the
 copy does).  Writes its section of BENCHMARKS.md.
 """
@@ -18,10 +21,11 @@ import argparse
 import os
 import resource
 import time
+from pathlib import Path
 
 import numpy as np
 
-from common import OUT, machine, median, write_section
+from common import OUT, drop_cache, machine, median, write_section
 
 import stoker
 
@@ -39,7 +43,23 @@ def make(d, n, rec_bytes, parts):
         stoker.write(d / f"part{i}", {"x": x[lo:hi], "y": y[lo:hi]}, overwrite=True)
         paths.append(d / f"part{i}")
         lo = hi
+    settle([d / "all"] + paths)
     return d / "all", paths
+
+
+def settle(datasets):
+    """Brings every dataset into the page cache the same way, so that the
+    contenders read from alike memory: evicted, then read once through
+    stoker, whose warm-up takes a cold dataset in as 2 MiB folios.  Left as
+    the writes put them, the files' pages are folios of whatever sizes
+    (mostly small here), and a warm comparison between two datasets then
+    measures their folio sizes too: 256-byte records from one dataset of
+    2 MiB folios against three of mostly small ones ran 8% faster here."""
+    drop_cache([f for d in datasets for f in Path(d).glob("*.stk")])
+    for d in datasets:
+        with stoker.Loader(d, 4096, shuffle="sequential") as ld:
+            for _ in ld:
+                pass
 
 
 def cpu_seconds():
@@ -78,8 +98,12 @@ def epoch_rate(make_loader):
     the whole process's, and the loader's own threads' (its workers: no
     consumer, waiting or spinning in it)."""
     with make_loader() as ld:
-        next(iter(ld))  # start-up (threads, first reads) left out of both
-        ld.set_epoch(0)
+        # A first epoch untimed: the start-up (threads, first touches of
+        # the batch buffers and of each source's worker memory) is paid
+        # once in a run, and a training run reads many epochs.
+        for _ in ld:
+            pass
+        ld.set_epoch(1)
         t0 = time.perf_counter()
         c0 = cpu_seconds()
         w0 = thread_cpu_ns()
@@ -121,6 +145,12 @@ def main():
                 "3 sources, mixed batches, 1 thread": lambda: mixture(False, 1),
                 "3 sources, homogeneous": lambda: mixture(True),
             }
+            if order == "block":
+                # A batch mixing three sources takes samples from a window
+                # (a group of block_group blocks) of each: three windows
+                # live at once.  One dataset with three times the window.
+                contenders["one dataset, 3 windows (block_group 48)"] = (
+                    lambda: stoker.Loader(one, B, shuffle="block", block_group=48))
             res = {k: [] for k in contenders}
             cpu = {k: [] for k in contenders}
             work = {k: [] for k in contenders}
@@ -147,7 +177,7 @@ def main():
 
 Machine: {machine()}. Medians of {a.reps} repetitions, the contenders in turn in each. Produced by `make bench` (bench/mix.py).
 
-The same samples (x float32 and a label y; {a.small:,} records of 256 B, and {a.large:,} of 16 KiB) as one dataset and as three datasets of 4:2:1 of them, mixed at those weights with `exhaust="all"` (so each epoch reads every sample once, as the single dataset's does). Warm (all in the page cache), random or block order, batches of 256, one epoch after a first batch of start-up; M samples/s.
+The same samples (x float32 and a label y; {a.small:,} records of 256 B, and {a.large:,} of 16 KiB) as one dataset and as three datasets of 4:2:1 of them, mixed at those weights with `exhaust="all"` (so each epoch reads every sample once, as the single dataset's does). Warm (all in the page cache, every file in 2 MiB folios as stoker's warm-up leaves them), random or block order, batches of 256, the second epoch of each loader (the first, untimed, takes the start-up); M samples/s.
 
 | records | order | way | M samples/s | against one dataset (its better setting) | CPU ns a sample | against one dataset (same threads) | workers' CPU ns a sample | against one dataset (same threads) |
 |---|---|---|---:|---:|---:|---:|---:|---:|
@@ -157,7 +187,12 @@ The mixture of one source, the whole dataset, isolates what mixing itself costs 
 
 CPU time is the whole process's (workers and the consumer, user and system) over the epoch, a sample's share; the workers' is that of the loader's own threads alone (each thread's CPU clock), which is the cost of the loading itself: no consumer, and none of its waiting or spinning. They are the steadier measures at 256 B: with two workers beside the consumer on two cores, throughput swings between repetitions (the spread below) with how the three threads meet on the cores, while the work done varies little. The "1 thread" rows leave the consumer a core of its own, on which it spins for a batch being filled (docs/ARCHITECTURE.md, "The consumer's wait"), so their process CPU time grows with the time spent waiting; they are compared with the single dataset at one thread.
 
-Mixed and homogeneous batches are drawn: the mixture's workers (the threads one loader would have) read each source's samples straight into the batch, through that source's own reads, so a mixed batch costs what a loader's does (docs/ARCHITECTURE.md, "Mixtures"). With 16 KiB records the copy bounds every way.
+Mixed and homogeneous batches are drawn: the mixture's workers (the threads one loader would have) read each source's samples straight into the batch, through that source's own reads (docs/ARCHITECTURE.md, "Mixtures"). With 16 KiB records the copy bounds every way, and mixing costs a few percent at most.
+
+At 256 B a batch's own work is small (about 40 us of a worker's time), and three things show:
+- **The mixing itself** (the schedule's walk over the batch, a draw per source, each source's order over its own size): a few percent of the workers' CPU time in random order, where there is no locality to lose.
+- **Block order's windows.** Through the mapping, block order beats random order at 256 B because a batch's samples lie in one window of block_group blocks (64 MiB here): less memory to reach than the whole dataset, the caches and the TLB covering more of it. A batch mixing three sources draws from three windows at once, and costs about what one dataset with three times the window costs: the "3 windows" row. Homogeneous batches keep three windows live too, one after another. Lowering the sources' block_group trades shuffle for that locality; random order is the better choice for data that is in memory anyway.
+- **Two workers on two CPUs.** With the consumer on the same two CPUs, the threads wait on one another at every batch, and a few percent more CPU time a sample becomes a larger loss of throughput than at one worker (whose consumer spins on the CPU left free). The 1-thread rows and the workers' CPU columns are the steadier comparison.
 
 All repetitions (M samples/s): """ + "; ".join(raw) + "\n"
     write_section("mix", text)
