@@ -150,21 +150,29 @@ static void wait_warm(stk_loader *ld, stk_loader_stats *st) {
     CHECK(!"the warm-up did not finish in 20 s");
 }
 
+/* A loader in random order with the backend and warm-up left to it, over
+ * the dataset at `dir` evicted and opened afresh (*ds, to close). */
+static stk_loader *open_cold(const char *dir, stk_dataset **ds, stk_loader_options *o) {
+    stk_error err = {0};
+    evict(dir);
+    CHECK_OK(stk_dataset_open(dir, ds, &err));
+    CHECK(stk_dataset_resident(*ds) < 0.5);
+    base(o);
+    o->backend = STK_BACKEND_AUTO;
+    o->order = STK_ORDER_RANDOM;
+    stk_loader *ld = NULL;
+    CHECK_OK(stk_loader_open(*ds, o, &ld, &err));
+    return ld;
+}
+
 static void test_warm_up(const tds *d) {
     stk_error err = {0};
     uint64_t want = shard_data_bytes(d->dir);
     CHECK(want > 0);
     /* AUTO takes it for a small cold dataset, with the auto backend. */
-    evict(d->dir);
     stk_dataset *ds = NULL;
-    CHECK_OK(stk_dataset_open(d->dir, &ds, &err));
-    CHECK(stk_dataset_resident(ds) < 0.5);
     stk_loader_options o;
-    base(&o);
-    o.backend = STK_BACKEND_AUTO;
-    o.order = STK_ORDER_RANDOM;
-    stk_loader *ld = NULL;
-    CHECK_OK(stk_loader_open(ds, &o, &ld, &err));
+    stk_loader *ld = open_cold(d->dir, &ds, &o);
     CHECK(stk_loader_backend(ld) == STK_BACKEND_MMAP);
     stk_loader_stats st;
     wait_warm(ld, &st);
@@ -388,14 +396,8 @@ static void test_huge_folios(void) {
         printf("2 MiB folios: skipped (a hugepage mapping of a cold file gets %ld KiB of "
                "%llu in 2 MiB folios here)\n", ref, (unsigned long long)(data >> 10));
     } else {
-        evict(d.dir);
-        CHECK_OK(stk_dataset_open(d.dir, &ds, &err));
         stk_loader_options o;
-        base(&o);
-        o.backend = STK_BACKEND_AUTO;
-        o.order = STK_ORDER_RANDOM;
-        stk_loader *ld = NULL;
-        CHECK_OK(stk_loader_open(ds, &o, &ld, &err));
+        stk_loader *ld = open_cold(d.dir, &ds, &o);
         stk_loader_stats st;
         wait_warm(ld, &st);
         CHECK(st.warm_up_bytes == data);
