@@ -534,56 +534,59 @@ def target_rows(n, case, rates, sb, memcpy, lim):
 
 GAPS = """### Where stoker falls short, why, and what next
 
-These notes are kept by hand; the tables above are the measurement they refer to.
+These notes are kept by hand; the tables above are the measurement they refer to. The run of 2026-11-26 was on a machine whose disk reads 1.5 GB/s, twice the run before it; figures quoted from earlier runs say so.
 
-- **Warm 512-byte records: 0.24 of one-thread memcpy and 1.2x the NumPy loop
-  (targets 0.5 and 2x).** A record drawn at random costs two cache and TLB
-  misses on this virtual machine (its index entry, then its bytes) where
-  memcpy streams; the page cache is mapped with 2 MiB pages already (the
-  process's smaps show it), but nested paging keeps a miss expensive. A
-  standalone C loop over the same mapping (random 512-byte copies with the
-  same prefetching) runs at 6-10 M/s on one thread without the entry
-  lookup and 4-6.6 M/s with it, which is where a stoker worker is (4-4.5 M/s
-  with checks off): the gather is at the machine's limit, not the loop's.
-  The permutation (a Feistel network evaluated in lanes) takes about 12% of
-  a worker; the NumPy loop draws one np.random permutation per epoch. Left
-  to try: records of a fixed size located by arithmetic, with no entry to
-  fetch (which needs the per-record checksum moved beside the record or
-  replaced by block checks).
-- **The checks cost 20% on 512-byte records and ragged ones, 10% on 1 KiB
-  (target 10%).** XXH3 of a 512-byte record that is already in L1 takes 22
-  ns, but inside the gather it adds 60-80 ns a record (the standalone loop
-  above: 10.3 to 7.7 M/s): its instructions fill the out-of-order window
-  that otherwise overlaps the next records' misses. Tried: hashing the
-  mapping before the copy and the copy after it (the same; the copy is what
-  is hashed now, so the check covers exactly what is delivered), hashing 1
-  to 16 records behind the copy (no change beyond noise), runs of 64 KiB
-  hashed then copied (10% slower). Hashing each 64 KiB block once per epoch
-  instead would read the data twice: 1 GB at 13.6 GB/s is 80 ms of a core
-  per epoch, no less than the per-record hashes. The windows' 17% in this
-  run is noise (-8% in the previous full run; they hash each block once
-  per epoch already).
-- **Cold first epoch at the device's own read-ahead (8 MiB): 1.3x the NumPy
-  loop (target 1.5x) at 0.80-0.85 of the device.** With 8 MiB read-ahead
-  every page fault of the NumPy loop reads 8 MiB around it, which pulls a 1
-  GB file in at 0.6 of the device in any order; 1.5x of that is above what
-  the device can deliver. At the kernel's default read-ahead (128 KiB) the
-  NumPy loop falls to 0.4 of the device and stoker, whose warm-up does its
-  own large reads, stays at 1.0-1.1: 2.6-2.8x. The first-epoch figures
-  include start-up (the index read, the first batch) and vary by 1.6x
-  between repetitions on this shared disk.
-- **Block order over data that does not fit: 0.59 of sequential reads
-  (target 0.8).** The rate counts the whole first epoch from the loader's
-  creation: reading the 64 MB index cold and the first 64 MiB group before
-  the first batch take 0.2-0.36 s of a 2 s epoch. After that one thread
-  reads the groups with O_DIRECT in 4 MiB pieces, all in flight, and hashes
-  them (5 ms a group) while the workers cut batches: `stoker read --shuffle
-  block` in the same cgroup measured 0.56-0.73 GB/s against 0.72 for
-  O_DIRECT sequential reads, the device varying as much as that between
-  runs. Left to do: start reading the first group while the index is read,
-  and hand a group to the workers piece by piece as it lands. Random order
-  over the same data reaches 1.4 of random 4 KiB reads (neighbouring
-  samples share pages).
+- **Warm 512-byte records: 1.2x the NumPy loop (target 2x); 0.55 of
+  one-thread memcpy (target 0.5, met in this run, 0.24 in the one
+  before).** A record drawn at random costs two cache and TLB misses (its
+  index entry, then its bytes) where memcpy streams; the page cache is
+  mapped with 2 MiB pages (the warm-up makes sure of it: see "Figures
+  behind design choices"), but nested paging keeps a miss expensive. In an
+  earlier run, a standalone C loop over the same mapping (random 512-byte
+  copies with the same prefetching) ran at about the rate of a stoker
+  worker with checks off: the gather is at the machine's limit, not the
+  loop's. The permutation (a Feistel network evaluated in lanes) takes
+  about 12% of a worker; the NumPy loop draws one np.random permutation per
+  epoch. Left to try: records of a fixed size located by arithmetic, with
+  no entry to fetch (which needs the per-record checksum moved beside the
+  record or replaced by block checks).
+- **The checks cost 15% on 512-byte records and ragged ones, 31% on 1 KiB
+  (target 10%; the run before: 20% and 10%).** XXH3 of a 512-byte record
+  that is already in L1 takes 22 ns, but inside the gather it adds 60-80 ns
+  a record (earlier run, the standalone loop above: 10.3 to 7.7 M/s): its
+  instructions fill the out-of-order window that otherwise overlaps the
+  next records' misses. Tried: hashing the mapping before the copy and the
+  copy after it (the same), hashing 1 to 16 records behind the copy (no
+  change beyond noise), runs of 64 KiB hashed then copied (10% slower).
+  Hashing each 64 KiB block once per epoch instead would read the data
+  twice: 1 GB at 13.6 GB/s is 80 ms of a core per epoch, no less than the
+  per-record hashes.
+- **Cold first epoch at the device's own read-ahead (8 MiB): 0.89x the
+  NumPy loop (target 1.5x; 1.3x in the run before, on a disk half as
+  fast), at 0.60-0.63 of the device.** With 8 MiB read-ahead every page
+  fault of the NumPy loop reads 8 MiB around it, which pulls a 1 GB file
+  in at 0.7 of this device in any order. stoker's first epoch in random
+  order is its warm-up, at the device's rate, then the epoch's gather: a
+  random epoch's first batch needs nearly every byte, so the two do not
+  overlap. From C (rec512, two workers): first batch after 0.50-0.56 s,
+  the rest of the epoch 0.28-0.33 s; from Python the gather shares the two
+  CPUs with the consumer and takes longer. The loop's first batch waits as
+  long (its start-up column), but it then needs no second pass. At the
+  kernel's default read-ahead (128 KiB) the NumPy loop falls to 0.4 of the
+  device and stoker, whose warm-up does its own large reads, stays at
+  0.8-0.9: 2.2-2.4x. The first-epoch figures include start-up (the index
+  read, the first batch) and vary between repetitions on this shared disk.
+- **Block order over data that does not fit: 0.39 of sequential reads
+  (target 0.8; 0.59 in the run before, against a device 2.6x slower).**
+  The rate counts the whole first epoch from the loader's creation: reading
+  the 64 MB index cold and the first 64 MiB group before the first batch
+  took 0.2-0.36 s of a 2 s epoch in the run before. After that one thread
+  reads the groups with O_DIRECT in 4 MiB pieces, all in flight, and
+  hashes them (5 ms a group) while the workers cut batches. Left to do:
+  start reading the first group while the index is read, and hand a group
+  to the workers piece by piece as it lands. Random order over the same
+  data reaches 1.3 of random 4 KiB reads (neighbouring samples share
+  pages).
 - **Windows, cold: "x limit" above 1** because windows overlap: a 365-row
   window delivers 24 KiB from 1.5 KiB of new rows, so delivered bytes far
   exceed the bytes read.
