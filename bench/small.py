@@ -571,7 +571,9 @@ These notes are kept by hand; the tables above are the measurement they refer to
   overlap. From C (rec512, two workers): first batch after 0.50-0.56 s,
   the rest of the epoch 0.28-0.33 s; from Python the gather shares the two
   CPUs with the consumer and takes longer. The loop's first batch waits as
-  long (its start-up column), but it then needs no second pass. At the
+  long (its start-up column), but it then needs no second pass. The
+  repetitions vary by a fifth: four more cold epochs of stoker from Python
+  took 0.84-1.03 s (1.9-2.4 M samples/s), about even with the loop. At the
   kernel's default read-ahead (128 KiB) the NumPy loop falls to 0.4 of the
   device and stoker, whose warm-up does its own large reads, stays at
   0.8-0.9: 2.2-2.4x. The first-epoch figures include start-up (the index
