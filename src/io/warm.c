@@ -57,7 +57,8 @@ struct stk__warm {
     /* Arrival, per unit of every shard (unit_first[s] is shard s's first):
      * the bytes of the ranges in the unit, and how many have landed. */
     uint64_t *unit_first;
-    bool *headed; /* per shard: its head dropped (drop_head) */
+    bool *headed; /* per shard: its head dropped (drop_head), before the
+                   * first range that reads it */
     uint64_t *want;
     _Atomic uint64_t *got;
     pthread_mutex_t mu;
@@ -111,9 +112,9 @@ static void *warm_main(void *arg) {
     for (size_t i = 0; i < w->n && !atomic_load(&w->stop); i++) {
         const stk__range *r = &w->r[i];
         const stk__shard *sh = &w->ds->shards[r->shard];
-        if (!w->headed[r->shard]) {
+        if (r->lo < HUGE && !w->headed[r->shard]) {
             w->headed[r->shard] = true;
-            if (r->lo < HUGE) drop_head(sh);
+            drop_head(sh);
         }
         uint64_t hi = STK__MIN(r->hi, sh->size);
         for (uint64_t a = r->lo; a < hi && !atomic_load(&w->stop);) {
