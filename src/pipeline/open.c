@@ -192,8 +192,8 @@ static int warm_up_start(stk_loader *ld, stk_error *err) {
     size_t n = 0;
     /* Block order (with its groups or, through the mapping, without):
      * its blocks in the order's sequence, so that the first batches' data
-     * comes first. */
-    if (ld->use_groups || ld->opt.order == STK_ORDER_BLOCK) {
+     * comes first.  (Only block order has groups.) */
+    if (ld->opt.order == STK_ORDER_BLOCK) {
         group *tmp = stk__calloc(1, sizeof *tmp);
         if (!tmp) return stk__err(err, -ENOMEM, "out of memory");
         for (uint64_t g = 0; g < ld->order.ngroups; g++)
