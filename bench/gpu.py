@@ -16,6 +16,7 @@ Without a GPU it writes the section saying so: no figure is estimated.
     python bench/gpu.py [--reps N]
 """
 import argparse
+import os
 import sys
 import time
 
@@ -57,11 +58,12 @@ def h2d_baseline(torch, nbytes, n):
     return nbytes * n / (time.perf_counter() - t) / 1e9
 
 
-def stoker_rate(torch, path, n, **kw):
-    """(GB/s of batch data on the device, samples/s) over n batches."""
+def stoker_rate(torch, path, n, device="cuda", **kw):
+    """(GB/s of batch data on the device, samples/s) over n batches; with
+    device=None, of host batches (the same loader without its GPU stage)."""
     import stoker
     with stoker.Loader(path, batch_size=256, window=W.WINDOW, fields=["x", "y"],
-                       shuffle="random", device="cuda", **kw) as ld:
+                       shuffle="random", device=device, **kw) as ld:
         it = iter(ld)
         b = next(it)
         torch.cuda.synchronize()
@@ -162,9 +164,12 @@ def main():
     path = d / "stoker.stk"
     gpu_name = torch.cuda.get_device_name(0)
     batch_bytes = 256 * W.WINDOW * (len(W.FEATURES) + 1) * 4
-    res = {"memcpy": [], "copied": [], "resident": [], "copied_sps": [], "resident_sps": []}
+    res = {"memcpy": [], "host": [], "copied": [], "copied4": [], "resident": [],
+           "copied_sps": [], "resident_sps": []}
     for _ in range(a.reps):
         res["memcpy"].append(h2d_baseline(torch, batch_bytes, 400))
+        res["host"].append(stoker_rate(torch, path, 400, device=None, output="torch")[0])
+        res["copied4"].append(stoker_rate(torch, path, 400, threads=4)[0])
         g, sps = stoker_rate(torch, path, 400)
         res["copied"].append(g)
         res["copied_sps"].append(sps)
@@ -190,6 +195,10 @@ def main():
         f"| batches arriving on the device, GB/s | {m['copied']:.2f} | cudaMemcpyAsync of "
         f"{batch_bytes / 2**20:.1f} MiB from pinned memory: {m['memcpy']:.2f} | "
         f"**{m['copied'] / m['memcpy']:.2f}** |",
+        f"| the same loader's host batches (no GPU stage), GB/s | {m['host']:.2f} | batches "
+        f"arriving on the device: {m['copied']:.2f} | {m['copied'] / m['host']:.2f} |",
+        f"| batches arriving on the device, 4 threads, GB/s | {m['copied4']:.2f} | default "
+        f"threads ({min(os.cpu_count(), 8)}): {m['copied']:.2f} | {m['copied4'] / m['copied']:.2f} |",
         f"| GPU busy share, 1-layer LSTM (64) | {median(busy['stoker']):.3f} | the report's "
         f"DataLoader: {median(busy['report']):.3f} | |",
         f"| training steps/s | {median(steps['stoker']):.1f} | the report's DataLoader: "

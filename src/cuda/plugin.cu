@@ -8,8 +8,6 @@
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
-#include <new>
-
 namespace {
 
 int err(cudaError_t e) { return (int)e; }
@@ -74,25 +72,6 @@ int copy_to_host(void *dst, const void *src, size_t n) {
     return err(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost));
 }
 
-struct callback {
-    void (*fn)(void *);
-    void *arg;
-};
-
-void CUDART_CB run_callback(void *p) {
-    callback *c = static_cast<callback *>(p);
-    c->fn(c->arg);
-    delete c;
-}
-
-int host_callback(void *s, void (*fn)(void *), void *arg) {
-    callback *c = new (std::nothrow) callback{fn, arg};
-    if (!c) return err(cudaErrorMemoryAllocation);
-    cudaError_t e = cudaLaunchHostFunc((cudaStream_t)s, run_callback, c);
-    if (e != cudaSuccess) delete c;
-    return err(e);
-}
-
 /* One block per copy; its threads move 16-byte words where source,
  * destination and length allow, else 8, 4 or single bytes.  Windows start
  * at any row, so alignment is checked per copy rather than assumed. */
@@ -135,7 +114,7 @@ const stk_cuda_api api = {
     get_device,      mem_info,        stream_create,  stream_destroy, stream_sync, event_create,
     event_destroy,   event_record,   event_query,   event_sync,   stream_wait_event,
     host_register,   host_unregister, device_alloc, device_free,  copy_to_device_async,
-    copy_to_device,  copy_to_host,   host_callback, gather,       range_push,
+    copy_to_device,  copy_to_host,   gather,       range_push,
     range_pop,
 };
 

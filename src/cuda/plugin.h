@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STK_CUDA_ABI 1
+#define STK_CUDA_ABI 2 /* 2: host_callback removed */
 #define STK_CUDA_NOT_READY 600 /* cudaErrorNotReady: event_query on pending work */
 
 /* One copy of the device gather: len bytes from src to dst, both device
@@ -52,9 +52,6 @@ typedef struct stk_cuda_api {
     int (*copy_to_device_async)(void *dst, const void *src, size_t n, void *stream);
     int (*copy_to_device)(void *dst, const void *src, size_t n);
     int (*copy_to_host)(void *dst, const void *src, size_t n);
-    /* Calls fn(arg) on a runtime thread once the work queued on `stream`
-     * before it is done; fn must not call CUDA. */
-    int (*host_callback)(void *stream, void (*fn)(void *), void *arg);
     /* Runs the `n` copies whose descriptions are at `copies` (device memory)
      * on `stream`. */
     int (*gather)(const stk_cuda_copy *copies, uint32_t n, void *stream);

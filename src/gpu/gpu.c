@@ -11,11 +11,15 @@
  * A feeder thread takes the loader's batches in order.  For each it picks a
  * free device buffer, makes stoker's stream wait for the event the
  * consumer's stream recorded when it gave that buffer back, queues the copy
- * (or the plan's upload and the gather), records the buffer's "copied"
- * event, and queues a host callback that gives the host batch back to the
- * loader once the copy is done.  The consumer takes device batches in
- * order; stk_batch_wait makes its stream wait on "copied", so neither
- * side ever blocks the host on the GPU.
+ * (or the plan's upload and the gather) and records the buffer's "copied"
+ * event.  The host batch goes back to the loader once that event has
+ * passed: the feeder looks before each batch it takes, and every
+ * millisecond while it waits for one.  (A host callback on the stream did
+ * this before; the stream stalls while a callback runs, and on an H200
+ * batches arrived at 0.7 of the bus's speed with it, against 1.0 now:
+ * docs/ARCHITECTURE.md, "Copied batches".)  The consumer takes
+ * device batches in order; stk_batch_wait makes its stream wait on
+ * "copied", so neither side ever blocks the host on the GPU.
  *
  * Epoch changes and restores park the feeder outside the loader (a pause
  * handshake under the stage's mutex), drop the device batches read ahead,
@@ -76,6 +80,8 @@ typedef struct dslot {
     void *copied, *released;
     bool release_pending; /* `released` was recorded on the consumer's stream */
     bool plan_in_use;     /* plan_host was handed to a copy not known done */
+    stk_batch *host;      /* the host batch copied here, given back once
+                           * `copied` has passed (the feeder's alone) */
     stk_batch *view; /* the batch the consumer gets: the host batch's
                       * layout at `dev` (its samples on the host) */
     stk_cuda_copy *plan_host; /* resident: the gather's copies (page-locked) */
@@ -95,6 +101,8 @@ struct stk__gpu {
     void *pinned;
     stk_cuda_copy *plans; /* resident: every slot's plan_host, one block */
     size_t plans_bytes;
+    const stk__gpu_host *host; /* NULL: the pipeline's own loader */
+    stk__gpu_host host_mem;
     pthread_t feeder;
     bool feeder_started;
     pthread_mutex_t mu;
@@ -115,17 +123,26 @@ struct stk__gpu {
 uint64_t stk__gpu_resident_bytes(const stk__gpu *g) { return g->resident ? g->resident_bytes : 0; }
 int stk__gpu_device(const stk__gpu *g) { return g->device; }
 
-typedef struct host_release {
-    stk_loader *ld;
-    stk_batch *b;
-} host_release;
+/* Gives the loader back the host batches whose copies are done; with
+ * `all`, waits for every copy queued first.  The feeder's (or, once it
+ * has stopped, the closer's). */
+static void give_back_done(stk__gpu *g, bool all) {
+    if (all) cu->stream_sync(g->stream);
+    for (uint32_t i = 0; i < g->nslots; i++) {
+        dslot *sl = &g->slots[i];
+        if (!sl->host) continue;
+        int q = all ? 0 : cu->event_query(sl->copied);
+        if (q == STK_CUDA_NOT_READY) continue;
+        if (q) cu->event_sync(sl->copied); /* an error: nothing may still read it */
+        stk__loader_release(g->ld, sl->host);
+        sl->host = NULL;
+    }
+}
 
-/* Runs on a CUDA runtime thread once the copy out of the host batch is
- * done; calls no CUDA. */
-static void give_back_host(void *arg) {
-    host_release *r = arg;
-    stk__loader_release(r->ld, r->b);
-    stk__free(r);
+static bool copies_pending(const stk__gpu *g) {
+    for (uint32_t i = 0; i < g->nslots; i++)
+        if (g->slots[i].host) return true;
+    return false;
 }
 
 /* Queues batch hb's way onto device buffer d.  On failure the host batch
@@ -135,6 +152,13 @@ static int submit(stk__gpu *g, uint32_t d, stk_batch *hb, stk_error *err) {
     const stk_dataset *ds = g->ds;
     uint8_t *hmem = stk__batch_mem(hb);
     uint32_t n = stk_batch_size(hb);
+    if (sl->host) {
+        /* An earlier copy into this buffer, long done if the consumer has
+         * had it. */
+        cu->event_sync(sl->copied);
+        stk__loader_release(g->ld, sl->host);
+        sl->host = NULL;
+    }
     stk__batch_view_set(sl->view, hb);
     int rc = 0;
     const char *what = "";
@@ -188,24 +212,13 @@ static int submit(stk__gpu *g, uint32_t d, stk_batch *hb, stk_error *err) {
         what = "recording an event";
         rc = cu->event_record(sl->copied, g->stream);
     }
-    host_release *r = rc == 0 ? stk__malloc(sizeof *r) : NULL;
-    if (rc == 0 && !r) {
-        cu->stream_sync(g->stream);
-        stk__loader_release(g->ld, hb);
-        return stk__err(err, -ENOMEM, "out of memory");
-    }
     if (rc == 0) {
-        *r = (host_release){g->ld, hb};
-        what = "queueing the host buffer's release";
-        rc = cu->host_callback(g->stream, give_back_host, r);
-        if (rc) stk__free(r);
+        sl->host = hb;
+        return 0;
     }
-    if (rc) {
-        cu->stream_sync(g->stream); /* nothing may still read the host batch */
-        stk__loader_release(g->ld, hb);
-        return cuda_fail(err, rc, what);
-    }
-    return 0;
+    cu->stream_sync(g->stream); /* nothing may still read the host batch */
+    stk__loader_release(g->ld, hb);
+    return cuda_fail(err, rc, what);
 }
 
 static int free_slot(const stk__gpu *g) {
@@ -225,6 +238,10 @@ static void *feeder_main(void *arg) {
     }
     while (!atomic_load(&g->stop)) {
         if (atomic_load(&g->pause)) {
+            /* The loader moves with none of its batches held here. */
+            pthread_mutex_unlock(&g->mu);
+            give_back_done(g, true);
+            pthread_mutex_lock(&g->mu);
             g->paused = true;
             pthread_cond_broadcast(&g->cv);
             while (atomic_load(&g->pause) && !atomic_load(&g->stop))
@@ -243,13 +260,14 @@ static void *feeder_main(void *arg) {
         stk_error e = {0};
         int rc;
         for (;;) {
-            rc = stk__loader_next(g->ld, &hb, 50, &e);
+            give_back_done(g, false);
+            rc = stk__loader_next(g->ld, &hb, copies_pending(g) ? 1 : 50, &e);
             if (rc != -ETIMEDOUT || atomic_load(&g->stop) || atomic_load(&g->pause)) break;
         }
         if (rc == -EBUSY) {
             /* The host ring is full of batches whose copies are queued:
-             * wait for the copies, which give them back. */
-            cu->stream_sync(g->stream);
+             * wait for the copies and give them back. */
+            give_back_done(g, true);
             rc = -ETIMEDOUT;
         }
         if (rc == 0) rc = submit(g, (uint32_t)d, hb, &e);
@@ -388,7 +406,9 @@ static int reposition(stk__gpu *g, uint64_t epoch, const stk_loader_state *st, s
     if (rc) {
         if (err) *err = g->ferr;
     } else {
-        rc = st ? stk__loader_restore(g->ld, st, err) : stk__loader_set_epoch(g->ld, epoch, err);
+        const stk__gpu_host *h = g->host;
+        if (st) rc = h ? h->restore(h->ctx, st, err) : stk__loader_restore(g->ld, st, err);
+        else rc = h ? h->set_epoch(h->ctx, epoch, err) : stk__loader_set_epoch(g->ld, epoch, err);
     }
     unpark(g);
     pthread_mutex_unlock(&g->mu);
@@ -559,25 +579,79 @@ static int upload(stk__gpu *g, const bool *sel, const uint64_t *sizes, bool veri
 
 static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, stk__gpu **out,
                     stk_error *err);
+static int gpu_start(stk__gpu *g, stk_error *err);
 static void gpu_free(stk__gpu *g);
 
-int stk__gpu_open(stk_dataset *ds, const stk_loader_options *lo, stk_loader **out,
-                  stk_error *err) {
+/* Checks that device lo->device exists and makes it current; *prev gets
+ * the caller's, to be put back. */
+static int select_device(const stk_loader_options *lo, int *prev, stk_error *err) {
     int count = 0, rc = stk_gpu_count(&count, err);
     if (rc) return rc;
     if (lo->device >= count)
         return stk__err(err, -EINVAL, "device: cuda:%d does not exist (%d device%s)", lo->device,
                         count, count == 1 ? "" : "s");
-    /* The caller's current device is put back before returning. */
-    int prev = 0;
-    if ((rc = cu->get_device(&prev))) return cuda_fail(err, rc, "reading the current device");
+    if ((rc = cu->get_device(prev))) return cuda_fail(err, rc, "reading the current device");
     if ((rc = cu->set_device(lo->device))) return cuda_fail(err, rc, "selecting the device");
+    return 0;
+}
+
+static stk__gpu *gpu_new(stk_dataset *ds, const stk_loader_options *lo) {
+    stk__gpu *g = stk__calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->ds = ds;
+    g->device = lo->device;
+    g->nslots = lo->device_buffers;
+    g->batch_size = lo->batch_size ? lo->batch_size : 32;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_init(&g->stop, false);
+    atomic_init(&g->pause, false);
+    return g;
+}
+
+int stk__gpu_open(stk_dataset *ds, const stk_loader_options *lo, stk_loader **out,
+                  stk_error *err) {
+    /* The caller's current device is put back before returning. */
+    int prev = 0, rc = select_device(lo, &prev, err);
+    if (rc) return rc;
     stk__gpu *g = NULL;
     rc = gpu_open(ds, lo, &g, err);
     cu->set_device(prev);
     if (rc) return rc;
     stk__loader_set_gpu(g->ld, g);
     *out = g->ld;
+    return 0;
+}
+
+static void close_loader(stk_loader *ld, const stk__gpu_host *host) {
+    if (host) host->close(host->ctx);
+    else stk__loader_close(ld);
+}
+
+int stk__gpu_attach(stk_loader *ld, const stk__gpu_host *host, const stk_loader_options *lo,
+                    stk_error *err) {
+    int prev = -1, rc = select_device(lo, &prev, err);
+    stk__gpu *g = rc ? NULL : gpu_new(NULL, lo);
+    if (!rc && !g) rc = stk__err(err, -ENOMEM, "out of memory");
+    if (g) {
+        g->ld = ld;
+        g->host_mem = *host;
+        g->host = &g->host_mem;
+        g->nf = stk_loader_num_fields(ld);
+        g->slot_bytes = stk__loader_slot_bytes(ld);
+        rc = gpu_start(g, err);
+    }
+    if (prev >= 0) cu->set_device(prev);
+    if (rc) {
+        gpu_free(g);
+        close_loader(ld, host);
+        return rc;
+    }
+    stk__loader_set_gpu(ld, g);
     return 0;
 }
 
@@ -593,23 +667,12 @@ static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, stk__gpu **ou
         int f = stk_dataset_find_field(ds, lo->fields[i]);
         if (f >= 0) sel[f] = true; /* an unknown name fails in the loader's open */
     }
-    stk__gpu *g = stk__calloc(1, sizeof *g);
+    stk__gpu *g = gpu_new(ds, lo);
     uint64_t *sizes = NULL;
     if (!g) {
         stk__free(sel);
         return stk__err(err, -ENOMEM, "out of memory");
     }
-    g->ds = ds;
-    g->device = lo->device;
-    g->nslots = lo->device_buffers;
-    pthread_mutex_init(&g->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    atomic_init(&g->stop, false);
-    atomic_init(&g->pause, false);
     /* Resident when the selected fields' images fit the budget and the
      * device; their layout, made here to know their size, is kept. */
     size_t nimg = ds->nshards * ds->nfields;
@@ -637,69 +700,9 @@ static int gpu_open(stk_dataset *ds, const stk_loader_options *lo, stk__gpu **ou
                   : stk__loader_open(ds, lo, &g->ld, err);
     if (rc) goto fail;
     g->nf = stk_loader_num_fields(g->ld);
-    g->batch_size = lo->batch_size ? lo->batch_size : 32;
     g->slot_bytes = stk__loader_slot_bytes(g->ld);
     if (resident && (rc = upload(g, sel, sizes, lo->verify != 0, err))) goto fail;
-
-    const char *what = "creating a stream";
-    int c = cu->stream_create(&g->stream);
-    /* Page-locked host buffers: copies out of them run at the bus's speed
-     * and asynchronously. */
-    if (c == 0) {
-        void *mem;
-        size_t bytes;
-        stk__loader_ring(g->ld, &mem, &bytes);
-        what = "page-locking the batch buffers";
-        if ((c = cu->host_register(mem, bytes)) == 0) g->pinned = mem;
-    }
-    g->slots = stk__calloc(g->nslots, sizeof *g->slots);
-    if (!g->slots) {
-        rc = stk__err(err, -ENOMEM, "out of memory");
-        goto fail;
-    }
-    if (c == 0 && resident) {
-        g->plans_bytes = (size_t)g->nslots * g->batch_size * g->nf * sizeof(stk_cuda_copy);
-        g->plans = stk__aligned_alloc(4096, stk__align_up(g->plans_bytes, 4096));
-        what = "page-locking the plans";
-        if (!g->plans) {
-            rc = stk__err(err, -ENOMEM, "out of memory");
-            goto fail;
-        }
-        c = cu->host_register(g->plans, stk__align_up(g->plans_bytes, 4096));
-        if (c) {
-            stk__free(g->plans);
-            g->plans = NULL;
-        }
-    }
-    for (uint32_t i = 0; c == 0 && i < g->nslots; i++) {
-        dslot *sl = &g->slots[i];
-        what = "allocating device batch buffers";
-        c = cu->device_alloc((void **)&sl->dev, (size_t)g->slot_bytes);
-        if (c == 0 && !(sl->view = stk__batch_view_new(g->ld, g->device, sl->dev))) {
-            rc = stk__err(err, -ENOMEM, "out of memory");
-            goto fail;
-        }
-        if (c == 0) {
-            what = "creating events";
-            c = cu->event_create(&sl->copied);
-        }
-        if (c == 0) c = cu->event_create(&sl->released);
-        if (c == 0 && resident) {
-            sl->plan_host = g->plans + (size_t)i * g->batch_size * g->nf;
-            what = "allocating device plans";
-            c = cu->device_alloc((void **)&sl->plan_dev,
-                                 (size_t)g->batch_size * g->nf * sizeof(stk_cuda_copy));
-        }
-    }
-    if (c) {
-        rc = cuda_fail(err, c, what);
-        goto fail;
-    }
-    if ((rc = -pthread_create(&g->feeder, NULL, feeder_main, g))) {
-        stk__err(err, rc, "cannot start the GPU stage's thread: %s", stk_strerror(rc));
-        goto fail;
-    }
-    g->feeder_started = true;
+    if ((rc = gpu_start(g, err))) goto fail;
     stk__free(sel);
     stk__free(sizes);
     *out = g;
@@ -713,8 +716,66 @@ fail:
     return rc;
 }
 
-/* Stops and joins the feeder, then waits for the copies it queued (whose
- * callbacks give the host batches back).  Safe to call twice. */
+/* The stream, the page-locked host ring, the device buffers and their
+ * events, and the feeder, for a stage whose loader is open. */
+static int gpu_start(stk__gpu *g, stk_error *err) {
+    int rc;
+    const char *what = "creating a stream";
+    int c = cu->stream_create(&g->stream);
+    /* Page-locked host buffers: copies out of them run at the bus's speed
+     * and asynchronously. */
+    if (c == 0) {
+        void *mem;
+        size_t bytes;
+        stk__loader_ring(g->ld, &mem, &bytes);
+        what = "page-locking the batch buffers";
+        if ((c = cu->host_register(mem, bytes)) == 0) g->pinned = mem;
+    }
+    g->slots = stk__calloc(g->nslots, sizeof *g->slots);
+    if (!g->slots) {
+        return stk__err(err, -ENOMEM, "out of memory");
+    }
+    if (c == 0 && g->resident) {
+        g->plans_bytes = (size_t)g->nslots * g->batch_size * g->nf * sizeof(stk_cuda_copy);
+        g->plans = stk__aligned_alloc(4096, stk__align_up(g->plans_bytes, 4096));
+        what = "page-locking the plans";
+        if (!g->plans) {
+            return stk__err(err, -ENOMEM, "out of memory");
+        }
+        c = cu->host_register(g->plans, stk__align_up(g->plans_bytes, 4096));
+        if (c) {
+            stk__free(g->plans);
+            g->plans = NULL;
+        }
+    }
+    for (uint32_t i = 0; c == 0 && i < g->nslots; i++) {
+        dslot *sl = &g->slots[i];
+        what = "allocating device batch buffers";
+        c = cu->device_alloc((void **)&sl->dev, (size_t)g->slot_bytes);
+        if (c == 0 && !(sl->view = stk__batch_view_new(g->ld, g->device, sl->dev))) {
+            return stk__err(err, -ENOMEM, "out of memory");
+        }
+        if (c == 0) {
+            what = "creating events";
+            c = cu->event_create(&sl->copied);
+        }
+        if (c == 0) c = cu->event_create(&sl->released);
+        if (c == 0 && g->resident) {
+            sl->plan_host = g->plans + (size_t)i * g->batch_size * g->nf;
+            what = "allocating device plans";
+            c = cu->device_alloc((void **)&sl->plan_dev,
+                                 (size_t)g->batch_size * g->nf * sizeof(stk_cuda_copy));
+        }
+    }
+    if (c) return cuda_fail(err, c, what);
+    if ((rc = -pthread_create(&g->feeder, NULL, feeder_main, g)))
+        return stk__err(err, rc, "cannot start the GPU stage's thread: %s", stk_strerror(rc));
+    g->feeder_started = true;
+    return 0;
+}
+
+/* Stops and joins the feeder, then waits for the copies it queued and
+ * gives their host batches back.  Safe to call twice. */
 static void stop_feeder(stk__gpu *g) {
     pthread_mutex_lock(&g->mu);
     atomic_store(&g->stop, true);
@@ -727,7 +788,8 @@ static void stop_feeder(stk__gpu *g) {
     if (g->stream) {
         int prev = -1;
         if (cu->get_device(&prev) == 0) cu->set_device(g->device);
-        cu->stream_sync(g->stream);
+        if (g->slots) give_back_done(g, true);
+        else cu->stream_sync(g->stream);
         if (prev >= 0) cu->set_device(prev);
     }
 }
@@ -736,7 +798,8 @@ void stk__gpu_stop(stk__gpu *g) {
     stop_feeder(g);
     /* The host buffers stay: they are registered with the driver until
      * close, and no batch of theirs is held. */
-    stk__loader_join(g->ld);
+    if (g->host) g->host->stop(g->host->ctx);
+    else stk__loader_join(g->ld);
 }
 
 /* Everything of the stage but its loader. */
@@ -776,6 +839,8 @@ static void gpu_free(stk__gpu *g) {
 void stk__gpu_close(stk_loader *ld) {
     stk__gpu *g = stk__loader_gpu(ld);
     stk__loader_set_gpu(ld, NULL);
+    stk__gpu_host host = {0};
+    if (g && g->host) host = *g->host;
     gpu_free(g);
-    stk__loader_close(ld);
+    close_loader(ld, host.close ? &host : NULL);
 }

@@ -21,6 +21,24 @@ typedef struct stk__gpu stk__gpu;
  * device) or an error of the loader's open. */
 int stk__gpu_open(stk_dataset *ds, const stk_loader_options *lo, stk_loader **out,
                   stk_error *err);
+/* A stage on a loader that another part of the library fills and moves: a
+ * mixture's (src/mix, which src/api knows and this layer does not).  Its
+ * batches are taken, given back and counted as the loader's own (the
+ * pipeline's next, release and save_at); moving the epoch or the state,
+ * stopping and closing go to `ctx` through these. */
+typedef struct stk__gpu_host {
+    void *ctx;
+    int (*set_epoch)(void *ctx, uint64_t epoch, stk_error *err);
+    int (*restore)(void *ctx, const stk_loader_state *st, stk_error *err);
+    void (*stop)(void *ctx);  /* stops the threads that fill the loader */
+    void (*close)(void *ctx); /* closes the loader and whatever fills it */
+} stk__gpu_host;
+/* Puts a copying stage for device lo->device (lo->device_buffers device
+ * buffers) on `ld`, whose calls then go through `host`; the stage owns
+ * both from then on: a failure closes them.  Returns 0, STK_ENOGPU,
+ * STK_ECUDA, -EINVAL (no such device) or -ENOMEM. */
+int stk__gpu_attach(stk_loader *ld, const stk__gpu_host *host, const stk_loader_options *lo,
+                    stk_error *err);
 /* The calls of stoker.h for such a loader: next (timeout_ms < 0: no
  * limit), stk_batch_wait, release (stream UINTPTR_MAX: no GPU work reads
  * the batch any more), set_epoch, save, restore, stop. */
