@@ -1636,9 +1636,14 @@ typedef struct stk_mix_source {
  * stk_batch_samples each sample's id within its source.  The state is a
  * loader's (seed, epoch, position, streams): restore takes one of this
  * mixture's seed and streams, from a run of any world size dividing them.
- * The datasets must stay open until the loader is closed.
+ * The datasets must stay open until the loader is closed.  With
+ * common->device >= 0 the batches are copied to that GPU as a loader's
+ * are (common->device_buffers; no device-resident mode), each with its
+ * stk_batch_sources on the host; homogeneous batches of sources whose
+ * fields differ (the sources' own) are refused there (-EINVAL).
  * Returns 0 and *out, or -EINVAL (the message names the source: a source
  * with fewer samples than a round, counts for some sources only...),
+ * STK_ENOGPU or STK_ECUDA (a device),
  * STK_ESCHEMA (fields that differ between sources, named), or what
  * opening a source's loader returns.
  */

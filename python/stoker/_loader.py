@@ -551,8 +551,14 @@ class Loader:
                             f"source_field: choose another source_field (or None)")
                     # NumPy output: the copy kept above (a view would hold
                     # the batch buffer, as for the ids).
-                    out[field] = (self._last_sources if self._output == "numpy"
-                                  else self._convert({field: item[2]})[field])
+                    if self._output == "numpy":
+                        out[field] = self._last_sources
+                    elif self._output == "torch" and self.device is not None:
+                        # Beside the batch's fields, on its device (a small
+                        # copy on the current stream).
+                        out[field] = self._convert({field: item[2]})[field].to(self.device)
+                    else:
+                        out[field] = self._convert({field: item[2]})[field]
         except BaseException:
             # Interrupted (Ctrl-C) after the batch was taken but before the
             # caller had it: put it back, so that the next call gives it and

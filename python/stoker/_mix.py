@@ -34,7 +34,7 @@ import numpy as np
 
 from . import _stoker
 from ._errors import InvalidArgument, StokerError
-from ._loader import Loader, _check_int, _loader_args, _share_args
+from ._loader import Loader, _check_int, _device_index, _loader_args, _share_args
 from ._types import PathLike
 
 __all__ = ["Source", "Mixture", "open_mixture"]
@@ -199,7 +199,15 @@ class Mixture(Loader):
         drop_last: Drop a last, partial batch.
         source_field: The batch key that says which source (its index in
             ``sources``) each sample came from; None leaves it out.
-        output: ``"numpy"``, ``"torch"`` or ``"dlpack"``.
+        output: ``"numpy"`` (the default without a device), ``"torch"``
+            (the default with one) or ``"dlpack"``.
+        device: None (batches in host memory), or ``"cuda"``, ``"cuda:N"``
+            or N: the mixture's batches are copied to that GPU as a
+            Loader's are (page-locked buffers, stoker's own stream), with
+            ``source_field`` on the GPU too (``output="torch"``; with
+            ``"dlpack"`` it stays in host memory).  Homogeneous batches of
+            sources whose fields differ (the sources' own) are refused.
+        gpu_slots: Device batch buffers; hold at most ``gpu_slots - 1``.
         threads: The mixture's worker threads; 0 (default): those one
             loader would have (one per CPU, at most 8).  Where a source
             cannot be read straight into the mixture's batches (a remote
@@ -225,7 +233,8 @@ class Mixture(Loader):
                  split: Optional[tuple] = None,
                  drop_last: bool = False, source_field: Optional[str] = "source",
                  output: Optional[str] = None, threads: int = 0, prefetch: int = 0,
-                 memory_budget: int = 1 << 30, **shared: Any):
+                 memory_budget: int = 1 << 30, device: Any = None, gpu_slots: int = 3,
+                 **shared: Any):
         unknown = set(shared) - set(_SHARED_OPTIONS)
         if unknown:
             raise TypeError(f"a mixture does not take {sorted(unknown)}")
@@ -250,11 +259,17 @@ class Mixture(Loader):
         if self.streams % self.world_size:
             raise InvalidArgument(f"a mixture's streams ({self.streams}) must be a multiple of "
                                   f"world_size ({self.world_size})")
+        dev = _device_index(device)
         if output is None:
-            output = "numpy"
+            output = "torch" if dev >= 0 else "numpy"
         if output not in ("numpy", "torch", "dlpack"):
             raise InvalidArgument(f"a mixture's output is 'numpy', 'torch' or 'dlpack', not "
                                   f"{output!r}")
+        if dev >= 0 and output == "numpy":
+            raise InvalidArgument("output='numpy' cannot hold GPU memory; with a device use "
+                                  "output='torch' or 'dlpack'")
+        self._device_args = dict(device=None if dev < 0 else dev,
+                                 gpu_slots=_check_int("gpu_slots", gpu_slots, 2))
         if output == "torch":
             import torch  # noqa: F401
         if source_field is not None and not isinstance(source_field, str):
@@ -274,7 +289,7 @@ class Mixture(Loader):
         self._output = output
         self._path = "+".join(s.path for s in self.sources)
         self._pid = os.getpid()
-        self.device = None
+        self.device = None if dev < 0 else f"cuda:{dev}"
         self._skip_mode = shared.get("on_error") == "skip"
         self._skipped = 0
         self._started = False
@@ -288,9 +303,14 @@ class Mixture(Loader):
         opts.setdefault("shuffle", self._shuffle)
         seed = opts.pop("seed", None)
         seed = _source_seed(self.seed, i) if seed is None else _check_int("seed", seed)
+        # The mixture's device and buffers travel with every source's
+        # arguments; the first source's are the mixture's own (the sources'
+        # loaders stay in host memory).
+        on_gpu = self._device_args["device"] is not None
         return _args(s.path, self.batch_size, seed=seed, rank=self.rank,
                      world_size=self.world_size, streams=streams, epoch=epoch, split=self.split,
-                     output="numpy", **opts, **self._opts)
+                     output="dlpack" if on_gpu else "numpy", **opts, **self._opts,
+                     **self._device_args)
 
     def _open(self, streams: int):
         """(Re)opens the C mixture with `streams`."""

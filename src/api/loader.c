@@ -7,7 +7,8 @@
  * a batch's size and fields) are the pipeline's own.  A mixture's loader
  * (src/mix) is a pipeline loader whose batches its mixture fills: the
  * calls that move its epoch or state, and its stop and close, go to the
- * mixture.
+ * mixture.  A mixture with a device has a GPU stage on that loader: the
+ * calls go to the stage, which sends those to the mixture.
  */
 #include "../gpu/gpu.h"
 #include "../mix/mix.h"
@@ -30,6 +31,16 @@ int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader 
     return rc ? rc : stk__gpu_open(ds, opts, out, err);
 }
 
+/* A mixture as its GPU stage reaches it. */
+static int mix_set_epoch(void *m, uint64_t epoch, stk_error *err) {
+    return stk__mixture_set_epoch(m, epoch, err);
+}
+static int mix_restore(void *m, const stk_loader_state *st, stk_error *err) {
+    return stk__mixture_restore(m, st, err);
+}
+static void mix_stop(void *m) { stk__mixture_stop(m); }
+static void mix_close(void *m) { stk__mixture_close(m); }
+
 int stk_loader_open_mixture(const stk_mixture_source *sources, size_t n,
                             const stk_loader_options *common, const stk_mixture_options *mo,
                             stk_loader **out, stk_error *err) {
@@ -41,7 +52,30 @@ int stk_loader_open_mixture(const stk_mixture_source *sources, size_t n,
     }
     if (!mo) mo = &mdefaults;
     if (!out) return stk__err(err, -EINVAL, "stk_loader_open_mixture: NULL argument");
-    return stk__mixture_open(sources, n, common, mo, out, err);
+    *out = NULL;
+    if (common->device < 0) return stk__mixture_open(sources, n, common, mo, out, err);
+    /* On a device: the mixture fills host batches, and a stage copies them. */
+    if (common->device_buffers < 2)
+        return stk__err(err, -EINVAL, "device_buffers: at least 2 device buffers, not %u",
+                        common->device_buffers);
+    int count = 0, rc = stk_gpu_count(&count, err);
+    if (rc) return rc;
+    stk_loader_options host = *common;
+    host.device = -1;
+    stk_loader *ld = NULL;
+    if ((rc = stk__mixture_open(sources, n, &host, mo, &ld, err))) return rc;
+    struct stk__mixer *m = stk__loader_mix(ld);
+    if (stk__mixture_hands_out(m)) {
+        stk__mixture_close(m);
+        return stk__err(err, -EINVAL,
+                        "mixture: homogeneous batches of sources whose fields differ are the "
+                        "sources' own and stay in host memory (device); select and name the "
+                        "sources' fields alike to have batches on a device");
+    }
+    stk__gpu_host h = {m, mix_set_epoch, mix_restore, mix_stop, mix_close};
+    if ((rc = stk__gpu_attach(ld, &h, common, err))) return rc;
+    *out = ld;
+    return 0;
 }
 
 int stk_loader_next(stk_loader *ld, stk_batch **out, stk_error *err) {
@@ -51,9 +85,10 @@ int stk_loader_next(stk_loader *ld, stk_batch **out, stk_error *err) {
 int stk_loader_next_timeout(stk_loader *ld, stk_batch **out, int64_t timeout_ms,
                             stk_error *err) {
     if (!ld || !out) return stk__err(err, -EINVAL, "stk_loader_next: NULL argument");
-    if (stk__loader_mix(ld)) return stk__mixture_next(stk__loader_mix(ld), out, timeout_ms, err);
     stk__gpu *g = stk__loader_gpu(ld);
-    return g ? stk__gpu_next(g, out, timeout_ms, err) : stk__loader_next(ld, out, timeout_ms, err);
+    if (g) return stk__gpu_next(g, out, timeout_ms, err);
+    if (stk__loader_mix(ld)) return stk__mixture_next(stk__loader_mix(ld), out, timeout_ms, err);
+    return stk__loader_next(ld, out, timeout_ms, err);
 }
 
 void stk_loader_release(stk_loader *ld, stk_batch *b) {
@@ -63,8 +98,8 @@ void stk_loader_release(stk_loader *ld, stk_batch *b) {
 void stk_loader_release_after(stk_loader *ld, stk_batch *b, uintptr_t stream) {
     if (!ld || !b) return;
     stk__gpu *g = stk__loader_gpu(ld);
-    if (stk__loader_mix(ld)) stk__mixture_release(stk__loader_mix(ld), b);
-    else if (g) stk__gpu_release(g, b, stream);
+    if (g) stk__gpu_release(g, b, stream);
+    else if (stk__loader_mix(ld)) stk__mixture_release(stk__loader_mix(ld), b);
     else stk__loader_release(ld, b);
 }
 
@@ -92,26 +127,25 @@ int stk_loader_add_buffer(stk_loader *ld, stk_error *err) {
 
 int stk_loader_set_epoch(stk_loader *ld, uint64_t epoch, stk_error *err) {
     if (!ld) return stk__err(err, -EINVAL, "NULL loader");
-    if (stk__loader_mix(ld)) return stk__mixture_set_epoch(stk__loader_mix(ld), epoch, err);
     stk__gpu *g = stk__loader_gpu(ld);
-    return g ? stk__gpu_set_epoch(g, epoch, err) : stk__loader_set_epoch(ld, epoch, err);
+    if (g) return stk__gpu_set_epoch(g, epoch, err);
+    if (stk__loader_mix(ld)) return stk__mixture_set_epoch(stk__loader_mix(ld), epoch, err);
+    return stk__loader_set_epoch(ld, epoch, err);
 }
 
 void stk_loader_save(const stk_loader *ld, stk_loader_state *out) {
-    if (stk__loader_mix(ld)) {
-        stk__mixture_save(stk__loader_mix(ld), out);
-        return;
-    }
     stk__gpu *g = stk__loader_gpu(ld);
     if (g) stk__gpu_save(g, out);
+    else if (stk__loader_mix(ld)) stk__mixture_save(stk__loader_mix(ld), out);
     else stk__loader_save(ld, out);
 }
 
 int stk_loader_restore(stk_loader *ld, const stk_loader_state *st, stk_error *err) {
     if (!ld || !st) return stk__err(err, -EINVAL, "stk_loader_restore: NULL argument");
-    if (stk__loader_mix(ld)) return stk__mixture_restore(stk__loader_mix(ld), st, err);
     stk__gpu *g = stk__loader_gpu(ld);
-    return g ? stk__gpu_restore(g, st, err) : stk__loader_restore(ld, st, err);
+    if (g) return stk__gpu_restore(g, st, err);
+    if (stk__loader_mix(ld)) return stk__mixture_restore(stk__loader_mix(ld), st, err);
+    return stk__loader_restore(ld, st, err);
 }
 
 int stk_loader_fetch_epoch(stk_loader *ld, uint64_t *bytes, stk_error *err) {
@@ -135,14 +169,14 @@ uint64_t stk_loader_resident_bytes(const stk_loader *ld) {
 void stk_loader_stop(stk_loader *ld) {
     if (!ld) return;
     stk__gpu *g = stk__loader_gpu(ld);
-    if (stk__loader_mix(ld)) stk__mixture_stop(stk__loader_mix(ld));
-    else if (g) stk__gpu_stop(g);
+    if (g) stk__gpu_stop(g);
+    else if (stk__loader_mix(ld)) stk__mixture_stop(stk__loader_mix(ld));
     else stk__loader_stop(ld);
 }
 
 void stk_loader_close(stk_loader *ld) {
     if (!ld) return;
-    if (stk__loader_mix(ld)) stk__mixture_close(stk__loader_mix(ld));
-    else if (stk__loader_gpu(ld)) stk__gpu_close(ld);
+    if (stk__loader_gpu(ld)) stk__gpu_close(ld);
+    else if (stk__loader_mix(ld)) stk__mixture_close(stk__loader_mix(ld));
     else stk__loader_close(ld);
 }

@@ -26,6 +26,9 @@ int stk__mixture_set_epoch(struct stk__mixer *m, uint64_t epoch, stk_error *err)
 int stk__mixture_restore(struct stk__mixer *m, const stk_loader_state *st, stk_error *err);
 int stk__mixture_fetch_epoch(struct stk__mixer *m, uint64_t *bytes, stk_error *err);
 void stk__mixture_stop(struct stk__mixer *m);
+/* Whether its batches are the sources' own, handed out (homogeneous
+ * batches of sources whose fields differ), rather than its loader's. */
+bool stk__mixture_hands_out(const struct stk__mixer *m);
 /* Closes the mixture's loader, then the sources' loaders. */
 void stk__mixture_close(struct stk__mixer *m);
 

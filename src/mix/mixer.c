@@ -459,6 +459,8 @@ int stk__mixture_fetch_epoch(stk__mixer *m, uint64_t *bytes, stk_error *err) {
     return rc;
 }
 
+bool stk__mixture_hands_out(const stk__mixer *m) { return m->handout; }
+
 void stk__mixture_stop(stk__mixer *m) {
     stk__loader_stop(m->shell);
     for (size_t i = 0; i < m->k; i++) stk__loader_stop(m->f[i].ld);
@@ -784,8 +786,6 @@ int stk__mixture_open(const stk_mixture_source *src, size_t n, const stk_loader_
                       const stk_mixture_options *mo, stk_loader **out, stk_error *err) {
     *out = NULL;
     if (!src || n == 0) return stk__err(err, -EINVAL, "mixture: no sources");
-    if (common->device >= 0)
-        return stk__err(err, -EINVAL, "mixture: batches of a mixture are in host memory (device)");
     if (common->batch_size == 0 || common->world_size == 0 || common->rank >= common->world_size)
         return stk__err(err, -EINVAL, "mixture: batch_size, rank or world_size out of range");
     uint64_t S = common->streams ? common->streams : common->world_size;

@@ -410,7 +410,8 @@ stk_batch *stk__batch_view_new(stk_loader *ld, int device, uint8_t *mem) {
     v->mem = mem;
     v->samples = stk__calloc(ld->opt.batch_size, sizeof *v->samples);
     v->ragged_rows = stk__calloc(ld->nf ? ld->nf : 1, sizeof *v->ragged_rows);
-    if (!v->samples || !v->ragged_rows) {
+    if (ld->want_sources) v->sources = stk__calloc(ld->opt.batch_size, sizeof *v->sources);
+    if (!v->samples || !v->ragged_rows || (ld->want_sources && !v->sources)) {
         stk__batch_view_free(v);
         return NULL;
     }
@@ -422,12 +423,15 @@ void stk__batch_view_set(stk_batch *v, const stk_batch *host) {
     v->n = host->n;
     memcpy(v->samples, host->samples, (size_t)host->n * sizeof *v->samples);
     memcpy(v->ragged_rows, host->ragged_rows, v->ld->nf * sizeof *v->ragged_rows);
+    if (v->sources && host->sources)
+        memcpy(v->sources, host->sources, (size_t)host->n * sizeof *v->sources);
 }
 
 void stk__batch_view_free(stk_batch *v) {
     if (!v) return;
     stk__free(v->samples);
     stk__free(v->ragged_rows);
+    stk__free(v->sources);
     stk__free(v);
 }
 size_t stk__loader_field_dsf(const stk_loader *ld, size_t i) { return ld->f[i].dsf; }

@@ -7,7 +7,10 @@
  * equal the host loader's byte for byte, copied or device-resident, windows
  * and records; epochs and resume give the same stream as the host loader;
  * the calls a device loader refuses say so; stop keeps held batches; many
- * epochs leave device memory where it was.
+ * epochs leave device memory where it was.  A mixture on the device gives
+ * the host mixture's batches, samples and sources, mixed or homogeneous,
+ * over epochs and a resume; one whose batches are its sources' own is
+ * refused.
  */
 #include "test_loader_common.h"
 
@@ -110,6 +113,103 @@ static void compare(stk_dataset *ds, const stk_loader_options *o, uint64_t budge
     stk_loader_close(host);
 }
 
+/* A mixture of two sources over ds (random and block order) on device 0
+ * against the same mixture in host memory. */
+static void compare_mixture(stk_dataset *ds, int homogeneous) {
+    stk_error err = {0};
+    stk_loader_options so[2];
+    for (int i = 0; i < 2; i++) {
+        stk_loader_options_init(&so[i]);
+        so[i].order = i ? STK_ORDER_BLOCK : STK_ORDER_RANDOM;
+        so[i].block_samples = 10;
+        so[i].seed = (uint64_t)i + 1;
+    }
+    stk_mixture_source src[2] = {{ds, &so[0], 2.0, 0, NULL}, {ds, &so[1], 1.0, 0, NULL}};
+    stk_mixture_options mo = {STK_MIX_CYCLE, homogeneous, 3};
+    stk_loader_options c;
+    stk_loader_options_init(&c);
+    c.batch_size = 8;
+    stk_loader *host = NULL, *g = NULL;
+    CHECK_OK(stk_loader_open_mixture(src, 2, &c, &mo, &host, &err));
+    c.device = 0;
+    CHECK_OK(stk_loader_open_mixture(src, 2, &c, &mo, &g, &err));
+    CHECK(stk_loader_device(g) == 0 && stk_loader_device(host) == -1);
+    CHECK(stk_loader_num_fields(g) == stk_loader_num_fields(host));
+    uint64_t batches = 0;
+    for (int e = 0; e < 2; e++) {
+        if (e) {
+            CHECK_OK(stk_loader_set_epoch(g, 5, &err));
+            CHECK_OK(stk_loader_set_epoch(host, 5, &err));
+        }
+        for (;;) {
+            stk_batch *b, *h;
+            int r1 = stk_loader_next(g, &b, &err), r2 = stk_loader_next(host, &h, &err);
+            CHECK(r1 == r2);
+            if (r1 == STK_END) break;
+            CHECK_OK(r1);
+            uint32_t n = stk_batch_size(h);
+            CHECK(stk_batch_device(b) == 0 && stk_batch_size(b) == n);
+            CHECK(!memcmp(stk_batch_samples(b), stk_batch_samples(h), n * sizeof(uint64_t)));
+            CHECK(stk_batch_sources(b) && stk_batch_sources(h));
+            CHECK(!memcmp(stk_batch_sources(b), stk_batch_sources(h), n * sizeof(uint32_t)));
+            CHECK_OK(stk_batch_wait(b, 1, &err));
+            for (size_t i = 0; i < stk_loader_num_fields(host); i++) same_field(b, h, i);
+            stk_loader_release_after(g, b, 1);
+            stk_loader_release(host, h);
+            batches++;
+        }
+    }
+    CHECK(batches > 4);
+    /* Resume: the state after 3 batches of epoch 2, in a new device mixture. */
+    CHECK_OK(stk_loader_set_epoch(g, 2, &err));
+    for (int k = 0; k < 3; k++) {
+        stk_batch *b;
+        CHECK_OK(stk_loader_next(g, &b, &err));
+        stk_loader_release(g, b);
+    }
+    stk_loader_state st;
+    stk_loader_save(g, &st);
+    stk_batch *want, *got;
+    CHECK_OK(stk_loader_next(g, &want, &err));
+    stk_loader *g2 = NULL;
+    CHECK_OK(stk_loader_open_mixture(src, 2, &c, &mo, &g2, &err));
+    CHECK_OK(stk_loader_restore(g2, &st, &err));
+    CHECK_OK(stk_loader_next(g2, &got, &err));
+    uint32_t n = stk_batch_size(want);
+    CHECK(stk_batch_size(got) == n);
+    CHECK(!memcmp(stk_batch_samples(got), stk_batch_samples(want), n * sizeof(uint64_t)));
+    CHECK(!memcmp(stk_batch_sources(got), stk_batch_sources(want), n * sizeof(uint32_t)));
+    CHECK(stk_loader_unget(g2, got) == -EINVAL);
+    stk_loader_release(g2, got);
+    stk_loader_release(g, want);
+    stk_loader_stop(g);
+    stk_loader_close(g2);
+    stk_loader_close(g);
+    stk_loader_close(host);
+}
+
+/* A homogeneous mixture of sources whose fields differ hands out the
+ * sources' own batches: refused on a device, with the reason. */
+static void mixture_handout_refused(stk_dataset *ds) {
+    stk_error err = {0};
+    const char *one[] = {"ts"}, *two[] = {"ts", "aux"};
+    stk_loader_options so[2];
+    for (int i = 0; i < 2; i++) {
+        stk_loader_options_init(&so[i]);
+        so[i].fields = i ? one : two; /* source 1 lacks source 0's aux */
+        so[i].nfields = i ? 1 : 2;
+    }
+    stk_mixture_source src[2] = {{ds, &so[0], 1.0, 0, NULL}, {ds, &so[1], 1.0, 0, NULL}};
+    stk_mixture_options mo = {STK_MIX_CYCLE, 1, 3};
+    stk_loader_options c;
+    stk_loader_options_init(&c);
+    c.batch_size = 8;
+    c.device = 0;
+    stk_loader *g = (stk_loader *)1;
+    CHECK(stk_loader_open_mixture(src, 2, &c, &mo, &g, &err) == -EINVAL && g == NULL);
+    CHECK(strstr(err.message, "stay in host memory") != NULL);
+}
+
 /* What holds without a GPU: option checks come first, and host batches
  * answer the device calls. */
 static void host_answers(stk_dataset *ds) {
@@ -125,6 +225,9 @@ static void host_answers(stk_dataset *ds) {
     o.batch_size = 4;
     o.device_buffers = 1;
     CHECK(stk_loader_open(ds, &o, &ld, &err) == -EINVAL);
+    CHECK(strstr(err.message, "device_buffers") != NULL);
+    stk_mixture_source src[1] = {{ds, NULL, 1.0, 0, NULL}};
+    CHECK(stk_loader_open_mixture(src, 1, &o, NULL, &ld, &err) == -EINVAL && ld == NULL);
     CHECK(strstr(err.message, "device_buffers") != NULL);
     o.device_buffers = 3;
     o.device = -2;
@@ -179,6 +282,12 @@ int main(void) {
         o.device = 0;
         CHECK(stk_loader_open(ds, &o, &g, &e2) == STK_ENOGPU && g == NULL);
         CHECK(strcmp(e2.message, err.message) == 0);
+        /* So does a mixture. */
+        stk_mixture_source src[2] = {{ds, NULL, 1.0, 0, NULL}, {ds, NULL, 2.0, 0, NULL}};
+        g = (stk_loader *)1;
+        memset(&e2, 0, sizeof e2);
+        CHECK(stk_loader_open_mixture(src, 2, &o, NULL, &g, &e2) == STK_ENOGPU && g == NULL);
+        CHECK(strcmp(e2.message, err.message) == 0);
         stk_dataset_close(ds);
         tds_free(&d);
         printf("skipped: %s\n", err.message);
@@ -210,6 +319,9 @@ int main(void) {
             o.nfields = 0;
             compare(ds, &o, 1ull << 30, 1, 0);
         }
+    compare_mixture(ds, 0);
+    compare_mixture(ds, 1);
+    mixture_handout_refused(ds);
     /* Many epochs: device memory is where it was. */
     size_t free0 = 0, free1 = 0, total = 0;
     stk_loader_options o;

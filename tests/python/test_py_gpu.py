@@ -135,3 +135,81 @@ def test_no_device_memory_grows_over_epochs(series):
         torch.cuda.synchronize()
         free1, _ = torch.cuda.mem_get_info()
     assert free1 + (8 << 20) >= free0
+
+
+@pytest.fixture
+def two_series(tmp_path):
+    rng = np.random.default_rng(5)
+    paths = []
+    for k, count in enumerate((120, 70)):
+        recs = [{"x": rng.standard_normal((int(n), 4)).astype(np.float32),
+                 "y": np.int64(1000 * k + i)} for i, n in enumerate(rng.integers(12, 40, size=count))]
+        path = tmp_path / f"m{k}.stk"
+        stoker.write(path, recs, ragged=["x"])
+        paths.append(str(path))
+    return paths
+
+
+def test_mixture_device_option_is_checked(two_series):
+    with pytest.raises(ValueError, match="cannot hold GPU memory"):
+        stoker.Loader(two_series, batch_size=4, device="cuda:0", output="numpy")
+    with pytest.raises(ValueError, match="gpu_slots"):
+        stoker.Loader(two_series, batch_size=4, device="cuda:0", gpu_slots=1)
+
+
+@pytest.mark.skipif(N_GPU > 0, reason="this machine has a usable GPU")
+def test_mixture_without_a_gpu_says_why(two_series):
+    with pytest.raises(stoker.StokerError, match="no GPU available"):
+        stoker.Loader(two_series, batch_size=4, device="cuda")
+
+
+def _mix_kw(**kw):
+    return dict(batch_size=8, shuffle="random", seed=2, exhaust="cycle", **kw)
+
+
+@needs_gpu
+@pytest.mark.parametrize("homogeneous", [False, True])
+def test_mixture_device_batches_equal_host_batches(two_series, homogeneous):
+    kw = _mix_kw(homogeneous=homogeneous)
+    want = _host_batches(two_series, **kw)
+    with stoker.Loader(two_series, device="cuda", **kw) as ld:
+        assert ld.device == "cuda:0"
+        got = []
+        for b in ld:
+            assert all(v.is_cuda for v in b.values())
+            got.append({k: v.cpu().numpy() for k, v in b.items()})
+    assert len(got) == len(want) > 4
+    for g, w in zip(got, want):
+        assert set(g) == set(w) == {"x", "x_offsets", "y", "source"}
+        for k in w:
+            np.testing.assert_array_equal(g[k], w[k])
+    # Both sources in the stream.
+    assert set(np.concatenate([w["source"] for w in want]).tolist()) == {0, 1}
+
+
+@needs_gpu
+def test_mixture_resume_and_epochs_on_the_device(two_series):
+    kw = _mix_kw()
+    with stoker.Loader(two_series, device="cuda", **kw) as ld:
+        for _ in range(3):
+            ld.next()
+        st = ld.state_dict()
+        nxt = ld.next()
+        nxt = {k: v.cpu().numpy() for k, v in nxt.items()}
+    with stoker.Loader(two_series, device="cuda", **kw) as ld:
+        ld.load_state_dict(st)
+        got = {k: v.cpu().numpy() for k, v in ld.next().items()}
+        for k in nxt:
+            np.testing.assert_array_equal(got[k], nxt[k])
+        ld.set_epoch(4)
+        dev = [b["y"].cpu().numpy() for b in ld]
+    host = _host_batches(two_series, epoch=4, **kw)
+    assert [d.tolist() for d in dev] == [h["y"].tolist() for h in host]
+
+
+@needs_gpu
+def test_mixture_of_differing_fields_stays_on_the_host(two_series):
+    srcs = [stoker.Source(two_series[0], fields=["x", "y"]),
+            stoker.Source(two_series[1], fields=["y"])]
+    with pytest.raises(ValueError, match="stay in host memory"):
+        stoker.Loader(srcs, batch_size=8, homogeneous=True, device="cuda")

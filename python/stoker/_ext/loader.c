@@ -455,7 +455,7 @@ PyObject *py_open_mixture(PyObject *mod, PyObject *args) {
     self->mix_ds = ds;
     self->nmix = n;
     ds = NULL;
-    self->device = -1;
+    self->device = stk_loader_device(ld);
     self->pid = getpid();
     self->names = field_names(ld);
     if (self->names) out = (PyObject *)self;
