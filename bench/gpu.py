@@ -10,7 +10,10 @@ On a machine with an NVIDIA GPU and CUDA-enabled torch, in one run:
      and the next one's start is the GPU waiting for data), fed by stoker and
      by the report's DataLoader;
   3. device-resident batches: samples/s with the dataset assembled on the GPU,
-     beside copied batches.
+     beside copied batches;
+  4. a mixture on the device: the basins packed as three datasets (every
+     third basin each) and mixed at their sizes' weights, against the one
+     dataset, batches on the device and in host memory.
 Without a GPU it writes the section saying so: no figure is estimated.
 
     python bench/gpu.py [--reps N]
@@ -58,12 +61,47 @@ def h2d_baseline(torch, nbytes, n):
     return nbytes * n / (time.perf_counter() - t) / 1e9
 
 
+def mixture_parts(p, d, k=3):
+    """The basins as k datasets, basin b in part b % k (packed as the one
+    dataset is, from links to its Parquet files); their paths and samples."""
+    import stoker
+    paths = []
+    for j in range(k):
+        dj = d / f"mixpart{j}"
+        out = dj / "stoker.stk"
+        if not (dj / ".done").exists():
+            src = dj / "src"
+            src.mkdir(parents=True, exist_ok=True)
+            for b in range(j, p["basins"], k):
+                f = src / f"basin_{b:05d}.parquet"
+                if not f.exists():
+                    f.symlink_to(d / "src" / f.name)
+            W.to_stoker(p, dj)
+            (dj / ".done").write_text("ok")
+        paths.append(str(out))
+    sizes = []
+    for path in paths:
+        with stoker.Loader(path, batch_size=256, window=W.WINDOW, fields=["x", "y"]) as ld:
+            sizes.append(ld.counts()["epoch_samples"])
+    return paths, sizes
+
+
+def mixture_sources(paths, sizes):
+    import stoker
+    return [stoker.Source(q, float(n), window=W.WINDOW, fields=["x", "y"])
+            for q, n in zip(paths, sizes)]
+
+
 def stoker_rate(torch, path, n, device="cuda", **kw):
     """(GB/s of batch data on the device, samples/s) over n batches; with
-    device=None, of host batches (the same loader without its GPU stage)."""
+    device=None, of host batches (the same loader without its GPU stage).
+    `path` may be a mixture's list of sources."""
     import stoker
-    with stoker.Loader(path, batch_size=256, window=W.WINDOW, fields=["x", "y"],
-                       shuffle="random", device=device, **kw) as ld:
+    if isinstance(path, list):
+        kw = dict(kw, exhaust="all", source_field=None)
+    else:
+        kw = dict(kw, window=W.WINDOW, fields=["x", "y"])
+    with stoker.Loader(path, batch_size=256, shuffle="random", device=device, **kw) as ld:
         it = iter(ld)
         b = next(it)
         torch.cuda.synchronize()
@@ -164,8 +202,10 @@ def main():
     path = d / "stoker.stk"
     gpu_name = torch.cuda.get_device_name(0)
     batch_bytes = 256 * W.WINDOW * (len(W.FEATURES) + 1) * 4
+    mparts, msizes = mixture_parts(p, d)
+    mix = mixture_sources(mparts, msizes)
     res = {"memcpy": [], "host": [], "copied": [], "copied4": [], "resident": [],
-           "copied_sps": [], "resident_sps": []}
+           "copied_sps": [], "resident_sps": [], "mix_copied": [], "mix_host": []}
     for _ in range(a.reps):
         res["memcpy"].append(h2d_baseline(torch, batch_bytes, 400))
         res["host"].append(stoker_rate(torch, path, 400, device=None, output="torch")[0])
@@ -176,6 +216,8 @@ def main():
         g, sps = stoker_rate(torch, path, 400, resident_budget=8 << 30)
         res["resident"].append(g)
         res["resident_sps"].append(sps)
+        res["mix_copied"].append(stoker_rate(torch, mix, 400)[0])
+        res["mix_host"].append(stoker_rate(torch, mix, 400, device=None, output="torch")[0])
     busy = {"stoker": [], "report": []}
     steps = {"stoker": [], "report": []}
     for _ in range(a.reps):
@@ -204,7 +246,12 @@ def main():
         f"| training steps/s | {median(steps['stoker']):.1f} | the report's DataLoader: "
         f"{median(steps['report']):.1f} | {median(steps['stoker']) / median(steps['report']):.1f}x |",
         f"| device-resident batches, samples/s | {m['resident_sps']:,.0f} | copied batches: "
-        f"{m['copied_sps']:,.0f} | {m['resident_sps'] / m['copied_sps']:.1f}x |", "",
+        f"{m['copied_sps']:,.0f} | {m['resident_sps'] / m['copied_sps']:.1f}x |",
+        f"| a 3-source mixture of the same basins, batches on the device, GB/s | "
+        f"{m['mix_copied']:.2f} | the one dataset: {m['copied']:.2f} | "
+        f"**{m['mix_copied'] / m['copied']:.2f}** |",
+        f"| the same mixture, host batches, GB/s | {m['mix_host']:.2f} | the one dataset: "
+        f"{m['host']:.2f} | {m['mix_host'] / m['host']:.2f} |", "",
         "All runs: " + "; ".join(f"{k}: " + ", ".join(f"{x:.3g}" for x in v)
                                  for k, v in list(res.items()) + list(busy.items())),
     ])
