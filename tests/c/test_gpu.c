@@ -39,6 +39,22 @@ static void same_field(stk_batch *b, stk_batch *c, size_t i) {
     }
 }
 
+/* Moves g to epoch `epoch`, takes 3 batches, saves the state into *st and
+ * returns the batch after them (held). */
+static stk_batch *state_after_three(stk_loader *g, uint64_t epoch, stk_loader_state *st) {
+    stk_error err = {0};
+    CHECK_OK(stk_loader_set_epoch(g, epoch, &err));
+    for (int k = 0; k < 3; k++) {
+        stk_batch *b;
+        CHECK_OK(stk_loader_next(g, &b, &err));
+        stk_loader_release(g, b);
+    }
+    stk_loader_save(g, st);
+    stk_batch *next;
+    CHECK_OK(stk_loader_next(g, &next, &err));
+    return next;
+}
+
 /* Runs `epochs` epochs of a loader on device 0 and a host loader side by
  * side. */
 static void compare(stk_dataset *ds, const stk_loader_options *o, uint64_t budget, int epochs,
@@ -78,16 +94,8 @@ static void compare(stk_dataset *ds, const stk_loader_options *o, uint64_t budge
         }
     }
     /* Resume: the state after 3 batches, restored into a new loader. */
-    CHECK_OK(stk_loader_set_epoch(g, 7, &err));
-    for (int k = 0; k < 3; k++) {
-        stk_batch *b;
-        CHECK_OK(stk_loader_next(g, &b, &err));
-        stk_loader_release(g, b);
-    }
     stk_loader_state st;
-    stk_loader_save(g, &st);
-    stk_batch *want;
-    CHECK_OK(stk_loader_next(g, &want, &err));
+    stk_batch *want = state_after_three(g, 7, &st);
     stk_loader *g2 = NULL;
     CHECK_OK(stk_loader_open(ds, &go, &g2, &err));
     CHECK_OK(stk_loader_restore(g2, &st, &err));
@@ -161,16 +169,8 @@ static void compare_mixture(stk_dataset *ds, int homogeneous) {
     }
     CHECK(batches > 4);
     /* Resume: the state after 3 batches of epoch 2, in a new device mixture. */
-    CHECK_OK(stk_loader_set_epoch(g, 2, &err));
-    for (int k = 0; k < 3; k++) {
-        stk_batch *b;
-        CHECK_OK(stk_loader_next(g, &b, &err));
-        stk_loader_release(g, b);
-    }
     stk_loader_state st;
-    stk_loader_save(g, &st);
-    stk_batch *want, *got;
-    CHECK_OK(stk_loader_next(g, &want, &err));
+    stk_batch *want = state_after_three(g, 2, &st), *got;
     stk_loader *g2 = NULL;
     CHECK_OK(stk_loader_open_mixture(src, 2, &c, &mo, &g2, &err));
     CHECK_OK(stk_loader_restore(g2, &st, &err));
