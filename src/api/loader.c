@@ -53,13 +53,13 @@ int stk_loader_open_mixture(const stk_mixture_source *sources, size_t n,
     if (!mo) mo = &mdefaults;
     if (!out) return stk__err(err, -EINVAL, "stk_loader_open_mixture: NULL argument");
     *out = NULL;
-    if (common->device < 0) return stk__mixture_open(sources, n, common, mo, out, err);
-    /* On a device: the mixture fills host batches, and a stage copies them. */
-    if (common->device_buffers < 2)
-        return stk__err(err, -EINVAL, "device_buffers: at least 2 device buffers, not %u",
-                        common->device_buffers);
-    int count = 0, rc = stk_gpu_count(&count, err);
+    int rc = stk__loader_check_device(common, err);
     if (rc) return rc;
+    if (common->device < 0) return stk__mixture_open(sources, n, common, mo, out, err);
+    /* On a device: the mixture fills host batches, and a stage copies them.
+     * Without a GPU that is said before the sources are opened. */
+    int count = 0;
+    if ((rc = stk_gpu_count(&count, err))) return rc;
     stk_loader_options host = *common;
     host.device = -1;
     stk_loader *ld = NULL;

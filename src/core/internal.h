@@ -10,6 +10,7 @@
 
 #include "stoker.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -104,6 +105,9 @@ struct timespec;
 /* *at = CLOCK_MONOTONIC now + ms, for pthread_cond_timedwait on a condition
  * variable set to that clock. */
 void stk__deadline(int64_t ms, struct timespec *at);
+/* A condition variable whose timed waits take stk__deadline's times
+ * (CLOCK_MONOTONIC). */
+void stk__cond_init_monotonic(pthread_cond_t *cv);
 
 /* ---- little helpers ---- */
 static inline uint64_t stk__align_up(uint64_t x, uint64_t a) {

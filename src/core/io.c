@@ -190,6 +190,14 @@ void stk__deadline(int64_t ms, struct timespec *at) {
     }
 }
 
+void stk__cond_init_monotonic(pthread_cond_t *cv) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
 void stk__thread_name(const char *name) {
 #ifdef __linux__
     pthread_setname_np(pthread_self(), name); /* (at most 15 characters) */

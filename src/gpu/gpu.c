@@ -101,8 +101,7 @@ struct stk__gpu {
     void *pinned;
     stk_cuda_copy *plans; /* resident: every slot's plan_host, one block */
     size_t plans_bytes;
-    const stk__gpu_host *host; /* NULL: the pipeline's own loader */
-    stk__gpu_host host_mem;
+    stk__gpu_host host; /* ctx NULL: ld is the pipeline's own loader */
     pthread_t feeder;
     bool feeder_started;
     pthread_mutex_t mu;
@@ -123,26 +122,27 @@ struct stk__gpu {
 uint64_t stk__gpu_resident_bytes(const stk__gpu *g) { return g->resident ? g->resident_bytes : 0; }
 int stk__gpu_device(const stk__gpu *g) { return g->device; }
 
+/* Gives the loader back the host batch copied into buffer sl, once the
+ * copy is done (at once when it is known to be). */
+static void give_back(stk__gpu *g, dslot *sl) {
+    cu->event_sync(sl->copied);
+    stk__loader_release(g->ld, sl->host);
+    sl->host = NULL;
+}
+
 /* Gives the loader back the host batches whose copies are done; with
- * `all`, waits for every copy queued first.  The feeder's (or, once it
- * has stopped, the closer's). */
-static void give_back_done(stk__gpu *g, bool all) {
+ * `all`, waits for every copy queued first.  Returns whether copies are
+ * still pending.  The feeder's (or, once it has stopped, the closer's). */
+static bool give_back_done(stk__gpu *g, bool all) {
     if (all) cu->stream_sync(g->stream);
+    bool pending = false;
     for (uint32_t i = 0; i < g->nslots; i++) {
         dslot *sl = &g->slots[i];
         if (!sl->host) continue;
-        int q = all ? 0 : cu->event_query(sl->copied);
-        if (q == STK_CUDA_NOT_READY) continue;
-        if (q) cu->event_sync(sl->copied); /* an error: nothing may still read it */
-        stk__loader_release(g->ld, sl->host);
-        sl->host = NULL;
+        if (!all && cu->event_query(sl->copied) == STK_CUDA_NOT_READY) pending = true;
+        else give_back(g, sl); /* (an error too: nothing may still read it) */
     }
-}
-
-static bool copies_pending(const stk__gpu *g) {
-    for (uint32_t i = 0; i < g->nslots; i++)
-        if (g->slots[i].host) return true;
-    return false;
+    return pending;
 }
 
 /* Queues batch hb's way onto device buffer d.  On failure the host batch
@@ -152,13 +152,8 @@ static int submit(stk__gpu *g, uint32_t d, stk_batch *hb, stk_error *err) {
     const stk_dataset *ds = g->ds;
     uint8_t *hmem = stk__batch_mem(hb);
     uint32_t n = stk_batch_size(hb);
-    if (sl->host) {
-        /* An earlier copy into this buffer, long done if the consumer has
-         * had it. */
-        cu->event_sync(sl->copied);
-        stk__loader_release(g->ld, sl->host);
-        sl->host = NULL;
-    }
+    if (sl->host) give_back(g, sl); /* an earlier copy here, long done if the
+                                     * consumer has had the buffer */
     stk__batch_view_set(sl->view, hb);
     int rc = 0;
     const char *what = "";
@@ -260,8 +255,8 @@ static void *feeder_main(void *arg) {
         stk_error e = {0};
         int rc;
         for (;;) {
-            give_back_done(g, false);
-            rc = stk__loader_next(g->ld, &hb, copies_pending(g) ? 1 : 50, &e);
+            bool pending = give_back_done(g, false);
+            rc = stk__loader_next(g->ld, &hb, pending ? 1 : 50, &e);
             if (rc != -ETIMEDOUT || atomic_load(&g->stop) || atomic_load(&g->pause)) break;
         }
         if (rc == -EBUSY) {
@@ -406,9 +401,9 @@ static int reposition(stk__gpu *g, uint64_t epoch, const stk_loader_state *st, s
     if (rc) {
         if (err) *err = g->ferr;
     } else {
-        const stk__gpu_host *h = g->host;
-        if (st) rc = h ? h->restore(h->ctx, st, err) : stk__loader_restore(g->ld, st, err);
-        else rc = h ? h->set_epoch(h->ctx, epoch, err) : stk__loader_set_epoch(g->ld, epoch, err);
+        const stk__gpu_host *h = &g->host;
+        if (st) rc = h->ctx ? h->restore(h->ctx, st, err) : stk__loader_restore(g->ld, st, err);
+        else rc = h->ctx ? h->set_epoch(h->ctx, epoch, err) : stk__loader_set_epoch(g->ld, epoch, err);
     }
     unpark(g);
     pthread_mutex_unlock(&g->mu);
@@ -603,11 +598,7 @@ static stk__gpu *gpu_new(stk_dataset *ds, const stk_loader_options *lo) {
     g->nslots = lo->device_buffers;
     g->batch_size = lo->batch_size ? lo->batch_size : 32;
     pthread_mutex_init(&g->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    stk__cond_init_monotonic(&g->cv);
     atomic_init(&g->stop, false);
     atomic_init(&g->pause, false);
     return g;
@@ -628,7 +619,7 @@ int stk__gpu_open(stk_dataset *ds, const stk_loader_options *lo, stk_loader **ou
 }
 
 static void close_loader(stk_loader *ld, const stk__gpu_host *host) {
-    if (host) host->close(host->ctx);
+    if (host->ctx) host->close(host->ctx);
     else stk__loader_close(ld);
 }
 
@@ -639,8 +630,7 @@ int stk__gpu_attach(stk_loader *ld, const stk__gpu_host *host, const stk_loader_
     if (!rc && !g) rc = stk__err(err, -ENOMEM, "out of memory");
     if (g) {
         g->ld = ld;
-        g->host_mem = *host;
-        g->host = &g->host_mem;
+        g->host = *host;
         g->nf = stk_loader_num_fields(ld);
         g->slot_bytes = stk__loader_slot_bytes(ld);
         rc = gpu_start(g, err);
@@ -798,7 +788,7 @@ void stk__gpu_stop(stk__gpu *g) {
     stop_feeder(g);
     /* The host buffers stay: they are registered with the driver until
      * close, and no batch of theirs is held. */
-    if (g->host) g->host->stop(g->host->ctx);
+    if (g->host.ctx) g->host.stop(g->host.ctx);
     else stk__loader_join(g->ld);
 }
 
@@ -839,8 +829,7 @@ static void gpu_free(stk__gpu *g) {
 void stk__gpu_close(stk_loader *ld) {
     stk__gpu *g = stk__loader_gpu(ld);
     stk__loader_set_gpu(ld, NULL);
-    stk__gpu_host host = {0};
-    if (g && g->host) host = *g->host;
+    stk__gpu_host host = g ? g->host : (stk__gpu_host){0};
     gpu_free(g);
-    close_loader(ld, host.close ? &host : NULL);
+    close_loader(ld, &host);
 }

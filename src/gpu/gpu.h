@@ -27,7 +27,7 @@ int stk__gpu_open(stk_dataset *ds, const stk_loader_options *lo, stk_loader **ou
  * pipeline's next, release and save_at); moving the epoch or the state,
  * stopping and closing go to `ctx` through these. */
 typedef struct stk__gpu_host {
-    void *ctx;
+    void *ctx; /* not NULL */
     int (*set_epoch)(void *ctx, uint64_t epoch, stk_error *err);
     int (*restore)(void *ctx, const stk_loader_state *st, stk_error *err);
     void (*stop)(void *ctx);  /* stops the threads that fill the loader */

@@ -36,11 +36,7 @@ static stk_loader *loader_new(stk_dataset *ds, const stk_loader_options *opts, b
     ld->opt.streams = opts->streams ? opts->streams : opts->world_size;
     pthread_mutex_init(&ld->mu, NULL);
     pthread_mutex_init(&ld->chk_mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&ld->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    stk__cond_init_monotonic(&ld->cv);
     ld->st_t0 = stk__now_ns();
     return ld;
 }

@@ -89,15 +89,21 @@ static int check_caps(const stk_dataset *ds, const stk_loader_options *o, stk_er
     return 0;
 }
 
-int stk__loader_check(const stk_dataset *ds, const stk_loader_options *o, stk_error *err) {
-    if (o->batch_size == 0) return stk__err(err, -EINVAL, "batch_size: must be at least 1");
-    if (o->world_size == 0) return stk__err(err, -EINVAL, "world_size: must be at least 1");
+int stk__loader_check_device(const stk_loader_options *o, stk_error *err) {
     if (o->device < -1)
         return stk__err(err, -EINVAL, "device: %d is neither -1 (host) nor a CUDA ordinal",
                         o->device);
     if (o->device >= 0 && o->device_buffers < 2)
         return stk__err(err, -EINVAL, "device_buffers: at least 2 device buffers, not %u",
                         o->device_buffers);
+    return 0;
+}
+
+int stk__loader_check(const stk_dataset *ds, const stk_loader_options *o, stk_error *err) {
+    if (o->batch_size == 0) return stk__err(err, -EINVAL, "batch_size: must be at least 1");
+    if (o->world_size == 0) return stk__err(err, -EINVAL, "world_size: must be at least 1");
+    int rc = stk__loader_check_device(o, err);
+    if (rc) return rc;
     if (o->queue_depth > 32768)
         return stk__err(err, -EINVAL, "queue_depth: %u is more than io_uring takes (32768)",
                         o->queue_depth);
@@ -120,7 +126,6 @@ int stk__loader_check(const stk_dataset *ds, const stk_loader_options *o, stk_er
         return stk__err(err, -EINVAL, "valid: a validity rule needs windows (window > 0)");
     if (o->valid != STK_VALID_ALL && !o->valid_field)
         return stk__err(err, -EINVAL, "valid_field: the validity rule needs a field");
-    int rc;
     if (o->valid_field && (rc = check_valid_field(ds, o, err))) return rc;
     if (o->order == STK_ORDER_BLOCK && o->block_group == 0)
         return stk__err(err, -EINVAL, "block_group: must be at least 1");

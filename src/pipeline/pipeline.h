@@ -37,6 +37,9 @@ void stk__loader_stop(stk_loader *ld);
 void stk__loader_close(stk_loader *ld);
 /* The checks stk__loader_open makes of `opts` before anything else. */
 int stk__loader_check(const stk_dataset *ds, const stk_loader_options *opts, stk_error *err);
+/* Its part that concerns a device (device, device_buffers), which a
+ * mixture's open makes of its common options. */
+int stk__loader_check_device(const stk_loader_options *opts, stk_error *err);
 /* Stops and joins the threads, keeping every buffer (stk__loader_stop
  * also gives back the pages of those not held). */
 void stk__loader_join(stk_loader *ld);

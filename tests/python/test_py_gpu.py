@@ -60,6 +60,10 @@ def test_without_a_gpu_the_reason_is_given(series):
         assert len(ld.next()["y"]) == 4
 
 
+def _on_host(batch):
+    return {k: v.cpu().numpy() for k, v in batch.items()}
+
+
 def _host_batches(path, **kw):
     with stoker.Loader(path, **kw) as ld:
         return [{k: v.copy() for k, v in b.items()} for b in ld]
@@ -79,7 +83,7 @@ def test_device_batches_equal_host_batches(series, resident, window):
         for b in ld:
             for k, v in b.items():
                 assert v.is_cuda
-            got.append({k: v.cpu().numpy() for k, v in b.items()})
+            got.append(_on_host(b))
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert set(g) == set(w)
@@ -104,21 +108,29 @@ def test_consumer_on_a_side_stream_sees_complete_data(series):
         assert float(got) == pytest.approx(float(w["x"].astype(np.float64).sum()), rel=1e-9)
 
 
-@needs_gpu
-def test_resume_and_epochs_on_the_device(series):
-    kw = dict(batch_size=8, shuffle="random", seed=9)
-    with stoker.Loader(series, device="cuda", **kw) as ld:
+def _check_resume_and_epoch(data, epoch, **kw):
+    """A device loader over `data` resumed from the state after 3 batches
+    gives the next batch again, and its epoch `epoch` is the host's."""
+    with stoker.Loader(data, device="cuda", **kw) as ld:
         for _ in range(3):
             ld.next()
         st = ld.state_dict()
-        nxt = ld.next()["y"].cpu().numpy()
-    with stoker.Loader(series, device="cuda", **kw) as ld:
+        nxt = _on_host(ld.next())
+    with stoker.Loader(data, device="cuda", **kw) as ld:
         ld.load_state_dict(st)
-        np.testing.assert_array_equal(ld.next()["y"].cpu().numpy(), nxt)
-        ld.set_epoch(5)
+        got = _on_host(ld.next())
+        assert set(got) == set(nxt)
+        for k in nxt:
+            np.testing.assert_array_equal(got[k], nxt[k])
+        ld.set_epoch(epoch)
         dev = [b["y"].cpu().numpy() for b in ld]
-    host = _host_batches(series, epoch=5, **kw)
+    host = _host_batches(data, epoch=epoch, **kw)
     assert [d.tolist() for d in dev] == [h["y"].tolist() for h in host]
+
+
+@needs_gpu
+def test_resume_and_epochs_on_the_device(series):
+    _check_resume_and_epoch(series, 5, batch_size=8, shuffle="random", seed=9)
 
 
 @needs_gpu
@@ -177,7 +189,7 @@ def test_mixture_device_batches_equal_host_batches(two_series, homogeneous):
         got = []
         for b in ld:
             assert all(v.is_cuda for v in b.values())
-            got.append({k: v.cpu().numpy() for k, v in b.items()})
+            got.append(_on_host(b))
     assert len(got) == len(want) > 4
     for g, w in zip(got, want):
         assert set(g) == set(w) == {"x", "x_offsets", "y", "source"}
@@ -189,22 +201,7 @@ def test_mixture_device_batches_equal_host_batches(two_series, homogeneous):
 
 @needs_gpu
 def test_mixture_resume_and_epochs_on_the_device(two_series):
-    kw = _mix_kw()
-    with stoker.Loader(two_series, device="cuda", **kw) as ld:
-        for _ in range(3):
-            ld.next()
-        st = ld.state_dict()
-        nxt = ld.next()
-        nxt = {k: v.cpu().numpy() for k, v in nxt.items()}
-    with stoker.Loader(two_series, device="cuda", **kw) as ld:
-        ld.load_state_dict(st)
-        got = {k: v.cpu().numpy() for k, v in ld.next().items()}
-        for k in nxt:
-            np.testing.assert_array_equal(got[k], nxt[k])
-        ld.set_epoch(4)
-        dev = [b["y"].cpu().numpy() for b in ld]
-    host = _host_batches(two_series, epoch=4, **kw)
-    assert [d.tolist() for d in dev] == [h["y"].tolist() for h in host]
+    _check_resume_and_epoch(two_series, 4, **_mix_kw())
 
 
 @needs_gpu
