@@ -20,8 +20,40 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* libxxhash's dispatching entry points hash an input of over 240 bytes
+ * (XXH3's "long" inputs; shorter ones take scalar code) with AVX2 or
+ * AVX-512, and return with the upper halves of the vector registers still
+ * in use.  Until a VZEROUPPER clears them, legacy SSE instructions pay for
+ * it, and generic x86-64 code is full of them (GCC zeroes and copies
+ * structs with them).  On the 2-vCPU Xeon of docs/BENCHMARKS.md a worker
+ * spent 3 to 6% more time a 256-byte record, and a loop with two SSE
+ * instructions a record ran 2.7 times slower; so every long hash (and
+ * every streamed update) is followed by one.  (The clobbers keep the
+ * compiler from holding values in the registers across it.) */
+#define STK__HASH_VECTOR_MIN 241
+
+static inline void stk__hash_clean(void) {
+#if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx"))
+        __asm__ __volatile__("vzeroupper"
+                             :
+                             :
+                             : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
+                               "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",
+                               "xmm15");
+#endif
+}
+
 static inline uint64_t stk__hash(const void *p, size_t n) {
-    return (uint64_t)XXH3_64bits(p, n);
+    uint64_t h = (uint64_t)XXH3_64bits(p, n);
+    if (n >= STK__HASH_VECTOR_MIN) stk__hash_clean();
+    return h;
+}
+
+/* XXH3_64bits_update, then the same. */
+static inline void stk__hash_update(XXH3_state_t *st, const void *p, size_t n) {
+    XXH3_64bits_update(st, p, n);
+    stk__hash_clean();
 }
 
 #endif

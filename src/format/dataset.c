@@ -890,7 +890,7 @@ static void verify_shard(verify_job *j, size_t s) {
                 streaming = true;
             }
             uint64_t from = STK__MAX(span_a, c0), to = STK__MIN(span_b, c1);
-            if (to > from) XXH3_64bits_update(st, map + from, (size_t)(to - from));
+            if (to > from) stk__hash_update(st, map + from, (size_t)(to - from));
             if (span_b > c1) break;
             streaming = false;
             if (XXH3_64bits_digest(st) != e[0]) goto bad;

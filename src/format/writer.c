@@ -441,12 +441,12 @@ static int push_block(stk_writer *w) {
  * and, when in_record, into the record's checksum. */
 static int emit(stk_writer *w, const void *p, size_t n, bool in_record) {
     if (!n) return 0;
-    if (in_record) XXH3_64bits_update(&w->rec_state, p, n);
+    if (in_record) stk__hash_update(&w->rec_state, p, n);
     const uint8_t *q = p;
     size_t left = n;
     while (left) {
         size_t take = (size_t)STK__MIN((uint64_t)left, w->opt.block_size - w->blk_filled);
-        XXH3_64bits_update(&w->blk_state, q, take);
+        stk__hash_update(&w->blk_state, q, take);
         w->blk_filled += take;
         q += take;
         left -= take;

@@ -40,11 +40,15 @@ typedef struct feed {
 
 /* A worker's scratch for drawn batches: the lanes grouped by source (each
  * source's from cnt[i]), where each source stands at the batch's first
- * round and after its last, its epoch and place, a draw's sample ids, and
- * the rows of a ragged field. */
+ * round and after its last, its epoch and place, a draw's sample ids, the
+ * rows of a ragged field; and for joint draws (none where a field is
+ * ragged) the batch's pieces and the draw's own scratch. */
 typedef struct drawer {
     uint32_t *lanes, *cnt;
     uint64_t *counts, *ends, *sep, *k0, *ids, *rows;
+    stk__joint *joint;
+    stk__draw_piece *pc;
+    size_t np;
 } drawer;
 
 typedef struct stk__mixer {
@@ -265,6 +269,26 @@ static int piece_read(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t s
     return rc;
 }
 
+static int piece_note(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t src, uint32_t at,
+                      uint32_t len, uint64_t ep, uint64_t k, void *arg, stk_error *err) {
+    (void)m;
+    (void)s;
+    (void)wi;
+    (void)arg;
+    (void)err;
+    d->pc[d->np++] = (stk__draw_piece){src, len, ep, k, d->lanes + at};
+    return 0;
+}
+
+/* Whether the batch can be drawn in one joint pass (every source's
+ * loader joinable now: a trace may start or stop between batches). */
+static bool joinable(const stk__mixer *m, const drawer *d) {
+    if (!d->joint) return false;
+    for (size_t i = 0; i < m->k; i++)
+        if (!stk__loader_joinable(m->f[i].ld)) return false;
+    return true;
+}
+
 static int fill_drawn(stk__mixer *m, stk_batch *s, int wi, stk_error *err) {
     drawer *d = &m->dw[wi];
     /* The epoch the batch was claimed in; no lock: a batch of an epoch
@@ -275,6 +299,12 @@ static int fill_drawn(stk__mixer *m, stk_batch *s, int wi, stk_error *err) {
     /* (With a split, this process's batch b is the rank's part + b * nparts.) */
     uint64_t b = m->part + stk_batch_index(s) * m->nparts;
     draw_walk(m, d, E, start + b * m->B * m->W + m->r, n, stk__batch_srcs(s));
+    if (joinable(m, d)) {
+        d->np = 0;
+        draw_pieces(m, d, s, wi, piece_note, NULL, err);
+        return stk__loader_draw_joint(d->joint, m->parts, wi, d->pc, d->np, stk__batch_mem(s), n,
+                                      stk__batch_ids(s), err);
+    }
     /* Ragged fields: every sample's rows first, for the offsets. */
     for (size_t i = 0; i < m->nf; i++) {
         if (!m->ragged[i]) continue;
@@ -477,6 +507,8 @@ static void drawers_free(stk__mixer *m) {
         stk__free(d->k0);
         stk__free(d->ids);
         stk__free(d->rows);
+        stk__joint_free(d->joint);
+        stk__free(d->pc);
     }
     stk__free(m->dw);
 }
@@ -485,6 +517,8 @@ static int drawers_alloc(stk__mixer *m, stk_error *err) {
     if (!(m->dw = stk__calloc((size_t)m->workers, sizeof *m->dw)))
         return stk__err(err, -ENOMEM, "out of memory");
     size_t B = m->B, k = m->k;
+    bool ragged = false;
+    for (size_t i = 0; i < m->nf; i++) ragged |= m->ragged[i];
     for (int w = 0; w < m->workers; w++) {
         drawer *d = &m->dw[w];
         d->lanes = stk__calloc(B, sizeof *d->lanes);
@@ -498,6 +532,12 @@ static int drawers_alloc(stk__mixer *m, stk_error *err) {
         if (!d->lanes || !d->cnt || !d->counts || !d->ends || !d->sep || !d->k0 || !d->ids ||
             !d->rows)
             return stk__err(err, -ENOMEM, "out of memory");
+        if (ragged) continue;
+        /* (A piece per source, and one more each time a source's epoch
+         * ends within the batch: at most one a sample.) */
+        d->joint = stk__joint_new((uint32_t)B, k, m->nf);
+        d->pc = stk__calloc(k + B, sizeof *d->pc);
+        if (!d->joint || !d->pc) return stk__err(err, -ENOMEM, "out of memory");
     }
     return 0;
 }
@@ -756,6 +796,12 @@ static int set_up(stk__mixer *m, const stk_mixture_source *src, const stk_loader
             max_bytes[a] = STK__MAX(max_bytes[a],
                                     stk__loader_field_max_bytes(m->f[i].ld, m->f[i].fmap[a]));
     m->fp = fingerprint(m, src, mo);
+    /* (Before the shell opens: its workers draw from them.) */
+    if (!(m->parts = stk__calloc(m->k, sizeof *m->parts))) {
+        rc = stk__err(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < m->k; i++) m->parts[i] = m->f[i].ld;
     rc = stk__loader_open_hooked(m->f[0].ld, m->handout ? NULL : max_bytes, common,
                                  m->handout ? NULL : fill, m, m->workers, &m->shell, err);
     if (rc == 0 && m->drawn) {
@@ -771,12 +817,7 @@ static int set_up(stk__mixer *m, const stk_mixture_source *src, const stk_loader
         stk__loader_set_spin(m->shell, threads);
         for (size_t i = 0; i < m->k; i++) stk__loader_set_spin(m->f[i].ld, m->handout ? threads : 0);
     }
-    if (rc == 0 && !(m->parts = stk__calloc(m->k, sizeof *m->parts)))
-        rc = stk__err(err, -ENOMEM, "out of memory");
-    if (rc == 0) {
-        for (size_t i = 0; i < m->k; i++) m->parts[i] = m->f[i].ld;
-        stk__loader_set_parts(m->shell, m->parts, m->k, m->handout);
-    }
+    if (rc == 0) stk__loader_set_parts(m->shell, m->parts, m->k, m->handout);
 out:
     stk__free(max_bytes);
     return rc;

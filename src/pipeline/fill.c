@@ -566,14 +566,20 @@ static worker *draw_worker(stk_loader *ld, int wi, uint64_t epoch) {
     return w;
 }
 
+static int draw_past(const stk_loader *ld, const worker *w, uint64_t epoch, uint64_t first,
+                     uint32_t n, stk_error *err) {
+    if (first + n <= w->deal.per_rank) return 0;
+    return stk__err(err, -EINVAL, "%s: samples %llu to %llu of epoch %llu are past the rank's %llu",
+                    stk_dataset_path(ld->ds), (unsigned long long)first,
+                    (unsigned long long)(first + n), (unsigned long long)epoch,
+                    (unsigned long long)w->deal.per_rank);
+}
+
 int stk__loader_draw(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,
                      uint8_t *mem, const uint32_t *lanes, uint64_t *ids, stk_error *err) {
     worker *w = draw_worker(ld, wi, epoch);
-    if (first + n > w->deal.per_rank)
-        return stk__err(err, -EINVAL, "%s: samples %llu to %llu of epoch %llu are past the "
-                        "rank's %llu", stk_dataset_path(ld->ds), (unsigned long long)first,
-                        (unsigned long long)(first + n), (unsigned long long)epoch,
-                        (unsigned long long)w->deal.per_rank);
+    int rc = draw_past(ld, w, epoch, first, n, err);
+    if (rc) return rc;
     stk_batch v = {0};
     v.ld = ld;
     v.device = -1;
@@ -584,6 +590,134 @@ int stk__loader_draw(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uin
     v.ragged_rows = w->draw_rows;
     v.lanes = lanes;
     return fill(ld, w, &v, 0, err);
+}
+
+/* ---- joint draws (pipeline.h) ---- */
+
+stk__joint *stk__joint_new(uint32_t batch_size, size_t k, size_t nf) {
+    stk__joint *J = stk__calloc(1, sizeof *J);
+    if (!J) return NULL;
+    J->cap = batch_size;
+    J->k = k;
+    J->ld = stk__calloc(batch_size, sizeof *J->ld);
+    J->recs = stk__calloc(batch_size, sizeof *J->recs);
+    J->shs = stk__calloc(batch_size, sizeof *J->shs);
+    J->ent = stk__calloc(batch_size, sizeof *J->ent);
+    J->tmp = stk__calloc(3 * (size_t)batch_size, sizeof *J->tmp);
+    J->rows = stk__calloc(nf ? nf : 1, sizeof *J->rows);
+    J->n = stk__calloc(k, sizeof *J->n);
+    if (!J->ld || !J->recs || !J->shs || !J->ent || !J->tmp || !J->rows || !J->n) {
+        stk__joint_free(J);
+        return NULL;
+    }
+    return J;
+}
+
+void stk__joint_free(stk__joint *J) {
+    if (!J) return;
+    stk__free(J->ld);
+    stk__free(J->recs);
+    stk__free(J->shs);
+    stk__free(J->ent);
+    stk__free(J->tmp);
+    stk__free(J->rows);
+    stk__free(J->n);
+    stk__free(J);
+}
+
+bool stk__loader_joinable(const stk_loader *ld) {
+    if (!ld->gather || (ld->opt.verify && !ld->rec_check) || ld->nvtx || stk__tracing(&ld->trace))
+        return false;
+    for (size_t i = 0; i < ld->nf; i++)
+        if (ld->f[i].kind == F_RAGGED) return false;
+    return true;
+}
+
+/* Locates piece p's records into J's lanes (what fill does before it
+ * gathers, for one piece). */
+static int joint_locate(stk__joint *J, stk_loader *ld, int wi, const stk__draw_piece *p,
+                        uint64_t *ids, stk_error *err) {
+    worker *w = draw_worker(ld, wi, p->epoch);
+    int rc = draw_past(ld, w, p->epoch, p->first, p->len, err);
+    if (rc) return rc;
+    uint32_t n = p->len;
+    uint64_t *smp = J->tmp, *recs = smp + J->cap, *ts = recs + J->cap;
+    stk__order_fill(&w->order, &w->deal, p->first, n, smp, NULL, NULL);
+    for (uint32_t j = 0; j < n; j++) stk__space_locate(&ld->space, smp[j], &recs[j], &ts[j]);
+    if (ld->warm && !stk__warm_done(ld->warm)) warm_wait(ld, n, recs, ts);
+    const stk_dataset *ds = ld->ds;
+    for (uint32_t j = 0; j < n; j++) {
+        uint32_t lane = p->lanes[j];
+        size_t si = stk__dataset_shard_of(ds, recs[j]);
+        const stk__shard *sh = &ds->shards[si];
+        ids[lane] = smp[j];
+        J->ld[lane] = ld;
+        J->recs[lane] = recs[j];
+        J->shs[lane] = (uint32_t)si;
+        J->ent[lane] = stk__entry(ds, sh, recs[j] - sh->first);
+    }
+    J->n[p->src] += n;
+    return 0;
+}
+
+int stk__loader_draw_joint(stk__joint *J, stk_loader *const *lds, int wi,
+                           const stk__draw_piece *pc, size_t np, uint8_t *mem, uint32_t n,
+                           uint64_t *ids, stk_error *err) {
+    if (n > J->cap) return stk__err(err, -EINVAL, "a joint draw of %u samples: room for %u", n, J->cap);
+    uint64_t t0 = stk__now_ns();
+    memset(J->n, 0, J->k * sizeof *J->n);
+    uint64_t placed = 0;
+    for (size_t i = 0; i < np; i++) {
+        int rc = joint_locate(J, lds[pc[i].src], wi, &pc[i], ids, err);
+        if (rc) return rc;
+        placed += pc[i].len;
+    }
+    if (placed != n)
+        return stk__err(err, -EINVAL, "a joint draw of %u samples was given %llu", n,
+                        (unsigned long long)placed);
+    uint64_t t1 = stk__now_ns();
+    stk_batch v = {0};
+    v.ld = lds[0];
+    v.device = -1;
+    v.n = n;
+    v.mem = mem;
+    v.samples = ids;
+    v.ragged_rows = J->rows;
+    int rc = stk__ld_gather_joint(J, &v, n, err);
+    if (rc) return rc;
+    /* Each source's statistics as its own draws would count them: its
+     * samples' plans, reads and checks.  The gather's counts and times
+     * are shared out by samples (the mixture reports their sums, which
+     * stay exact: the last source with samples takes the remainders). */
+    const uint64_t tot[6] = {t1 - t0, J->read_ns - J->ver_ns, J->ver_ns, J->io_bytes, J->hashed,
+                             J->nhashed};
+    uint64_t left[6];
+    memcpy(left, tot, sizeof left);
+    size_t last = 0;
+    for (size_t i = 0; i < J->k; i++)
+        if (J->n[i]) last = i;
+    for (size_t i = 0; i < J->k; i++) {
+        uint64_t c = J->n[i], part[6];
+        if (!c) continue;
+        for (int x = 0; x < 6; x++) {
+            part[x] = i == last ? left[x] : (uint64_t)((unsigned __int128)tot[x] * c / n);
+            left[x] -= part[x];
+        }
+        stk_loader *ld = lds[i];
+        uint64_t bytes = 0;
+        for (size_t f = 0; f < ld->nf; f++) bytes += c * ld->f[f].sample_bytes;
+        ld->st_plan_n += c;
+        ld->st_plan_ns += part[0];
+        ld->st_io_n += c * ld->nf;
+        ld->st_io_ns += part[1];
+        ld->st_ver_ns += part[2];
+        ld->st_io_bytes += part[3];
+        ld->st_ver_bytes += part[4];
+        ld->st_ver_n += part[5];
+        ld->st_asm_n++;
+        ld->st_asm_bytes += bytes;
+    }
+    return 0;
 }
 
 void stk__loader_draw_rows(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uint32_t n,

@@ -31,8 +31,10 @@ static inline void prefetch_record(const stk_dataset *ds, const stk__shard *sh, 
     stk__ld_prefetch(sh->map + x, z - x);
 }
 
-/* What one gather keeps: the batch's records located, and its counts. */
+/* What one gather keeps: the batch's records located (in a joint draw,
+ * each lane's loader too), and its counts. */
 typedef struct gather {
+    stk_loader *const *lds; /* joint: lane j's loader; else NULL */
     const uint64_t *const *ent;
     const uint32_t *shs;
     const uint64_t *recs;
@@ -47,9 +49,13 @@ static int gather_mismatch(const stk__shard *sh, uint64_t rec, stk_error *err) {
                     sh->path, (unsigned long long)rec);
 }
 
+/* (ds: the loader's dataset; NULL in a joint draw, each lane's own.) */
 static STK__ALWAYS_INLINE void gather_ahead(const stk_dataset *ds, const gather *g, uint32_t j) {
     if (j + AHEAD_E < g->n) __builtin_prefetch(g->ent[j + AHEAD_E]);
-    if (j + AHEAD < g->n) prefetch_record(ds, &ds->shards[g->shs[j + AHEAD]], g->ent[j + AHEAD]);
+    if (j + AHEAD < g->n) {
+        const stk_dataset *d = ds ? ds : g->lds[j + AHEAD]->ds;
+        prefetch_record(d, &d->shards[g->shs[j + AHEAD]], g->ent[j + AHEAD]);
+    }
 }
 
 /* Hashes record j (the copy at `bytes`, or else its bytes in the mapping)
@@ -122,6 +128,28 @@ static void gather_locate(stk_loader *ld, worker *w, uint32_t n, const uint64_t 
  * statistics: timing every one would cost two clock reads a
  * record.  One pass beat hashing runs of records and then copying
  * them (gather_in_runs) by about 10% on 512-byte and 1 KiB records. */
+static STK__ALWAYS_INLINE int gather_record(stk_loader *ld, stk_batch *s, gather *g, uint32_t j,
+                                            bool check, uint64_t *ver_ns, uint64_t *timed,
+                                            stk_error *err) {
+    if (!check) {
+        gather_copy(ld, s, g, j);
+        return 0;
+    }
+    if (ld->nf == 1 && ld->ds->nfields == 1) {
+        const uint8_t *dst = gather_copy(ld, s, g, j);
+        return gather_check(ld, g, j, dst, ver_ns, timed, err);
+    }
+    int rc = gather_check(ld, g, j, NULL, ver_ns, timed, err);
+    if (rc == 0) gather_copy(ld, s, g, j);
+    return rc;
+}
+
+/* The time a pass took, `total`, split into hashing (estimated from the
+ * hashes timed) and the rest. */
+static uint64_t hash_share(uint64_t total, uint64_t ver_ns, uint64_t nhashed, uint64_t timed) {
+    return timed ? STK__MIN(total, ver_ns * nhashed / timed) : 0;
+}
+
 static int gather_one_pass(stk_loader *ld, worker *w, stk_batch *s, gather *g, bool check,
                            stk_error *err) {
     const stk_dataset *ds = ld->ds;
@@ -130,18 +158,10 @@ static int gather_one_pass(stk_loader *ld, worker *w, stk_batch *s, gather *g, b
     uint64_t t0 = stk__ld_span_open(ld, STK__EV_READ), ver_ns = 0, timed = 0;
     for (uint32_t j = 0; j < n && rc == 0; j++) {
         gather_ahead(ds, g, j);
-        if (!check) {
-            gather_copy(ld, s, g, j);
-        } else if (ld->nf == 1 && ds->nfields == 1) {
-            const uint8_t *dst = gather_copy(ld, s, g, j);
-            rc = gather_check(ld, g, j, dst, &ver_ns, &timed, err);
-        } else {
-            rc = gather_check(ld, g, j, NULL, &ver_ns, &timed, err);
-            if (rc == 0) gather_copy(ld, s, g, j);
-        }
+        rc = gather_record(ld, s, g, j, check, &ver_ns, &timed, err);
     }
     uint64_t t1 = stk__now_ns(), total = t1 - t0;
-    uint64_t est = timed ? STK__MIN(total, ver_ns * g->nhashed / timed) : 0;
+    uint64_t est = hash_share(total, ver_ns, g->nhashed, timed);
     ld->st_ver_ns += est;
     ld->st_io_ns += total - est;
     stk__ld_span_add(ld, w, STK__EV_READ, t0, t1, n, STK__EV_NONE);
@@ -183,7 +203,7 @@ int stk__ld_gather_records(stk_loader *ld, worker *w, stk_batch *s, const uint64
     const uint32_t n = s->n;
     for (size_t fi = 0; fi < ld->nf; fi++) s->ragged_rows[fi] = 0;
     gather_locate(ld, w, n, recs);
-    gather g = {w->ents, w->shs, recs, n, 0, 0, 0};
+    gather g = {NULL, w->ents, w->shs, recs, n, 0, 0, 0};
     for (uint32_t j = 0; j < STK__MIN(n, AHEAD_E); j++) __builtin_prefetch(g.ent[j]);
     for (uint32_t j = 0; j < STK__MIN(n, (uint32_t)AHEAD); j++)
         prefetch_record(ds, &ds->shards[g.shs[j]], g.ent[j]);
@@ -198,4 +218,24 @@ int stk__ld_gather_records(stk_loader *ld, worker *w, stk_batch *s, const uint64
     ld->st_ver_n += g.nhashed;
     ld->st_ver_bytes += g.hashed;
     return 0;
+}
+
+int stk__ld_gather_joint(stk__joint *J, stk_batch *s, uint32_t n, stk_error *err) {
+    gather g = {J->ld, J->ent, J->shs, J->recs, n, 0, 0, 0};
+    for (uint32_t j = 0; j < STK__MIN(n, AHEAD_E); j++) __builtin_prefetch(g.ent[j]);
+    for (uint32_t j = 0; j < STK__MIN(n, (uint32_t)AHEAD); j++)
+        prefetch_record(J->ld[j]->ds, &J->ld[j]->ds->shards[g.shs[j]], g.ent[j]);
+    int rc = 0;
+    uint64_t t0 = stk__now_ns(), ver_ns = 0, timed = 0;
+    for (uint32_t j = 0; j < n && rc == 0; j++) {
+        gather_ahead(NULL, &g, j);
+        stk_loader *ld = J->ld[j];
+        rc = gather_record(ld, s, &g, j, ld->rec_check, &ver_ns, &timed, err);
+    }
+    J->read_ns = stk__now_ns() - t0;
+    J->ver_ns = hash_share(J->read_ns, ver_ns, g.nhashed, timed);
+    J->io_bytes = g.io_bytes;
+    J->hashed = g.hashed;
+    J->nhashed = g.nhashed;
+    return rc;
 }

@@ -458,6 +458,27 @@ void *stk__ld_worker_main(void *arg);
 int stk__ld_gather_records(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *recs,
                            bool check, stk_error *err);
 
+/* A joint draw's scratch (pipeline.h): per lane of the batch, its
+ * loader, record, shard and index entry; per source, its samples in the
+ * batch; the last gather's counts and times. */
+struct stk__joint {
+    uint32_t cap; /* lanes: the batch size */
+    size_t k;     /* sources */
+    stk_loader **ld;
+    uint64_t *recs;
+    uint32_t *shs;
+    const uint64_t **ent;
+    uint64_t *tmp;  /* a piece's sample ids, records and first rows (3 x cap) */
+    uint64_t *rows; /* per field, the batch view's ragged rows (none is ragged) */
+    uint64_t *n;    /* per source */
+    uint64_t io_bytes, hashed, nhashed; /* bytes copied, bytes and records hashed */
+    uint64_t read_ns, ver_ns;           /* the gather's time, and the hashes' share */
+};
+
+/* Gathers lanes 0 .. n - 1 of a joint draw (located in J) into s, in one
+ * pass: each record checked (when its loader checks records) and copied. */
+int stk__ld_gather_joint(stk__joint *J, stk_batch *s, uint32_t n, stk_error *err);
+
 /* ---- groups.c ---- */
 
 int stk__ld_block_spans(const stk_loader *ld, uint64_t blk, group *g);

@@ -168,6 +168,34 @@ void stk__loader_draw_rows(stk_loader *ld, int wi, uint64_t epoch, uint64_t firs
 /* A new epoch of the loader drawn into: every block is checked again. */
 void stk__loader_draw_epoch(stk_loader *ld);
 
+/* Joint draws.  A batch drawn from several loaders piece by piece (one
+ * stk__loader_draw each) pays each piece's start: its clocks and counts,
+ * and a pipeline of prefetches that starts empty.  A joint draw locates
+ * every piece's records first, then gathers the whole batch in one pass
+ * in lane order, as one loader gathers its own batch.  A piece: samples
+ * first .. first + len - 1 of source src's epoch into lanes[0 .. len). */
+typedef struct stk__draw_piece {
+    uint32_t src, len;
+    uint64_t epoch, first;
+    const uint32_t *lanes;
+} stk__draw_piece;
+typedef struct stk__joint stk__joint;
+/* Scratch for joint draws of up to batch_size samples of nf fields from
+ * k loaders. */
+stk__joint *stk__joint_new(uint32_t batch_size, size_t k, size_t nf);
+void stk__joint_free(stk__joint *J);
+/* Whether a loader drawn from can take part in a joint draw now: its
+ * records are gathered whole out of the mapping (each checked against its
+ * own checksum, or none), no field is ragged, and no trace or NVTX tool
+ * wants a read's spans of its own. */
+bool stk__loader_joinable(const stk_loader *ld);
+/* Worker wi draws pieces pc[0 .. np) of lds' samples, n in all, into the
+ * batch whose memory is mem, their sample ids into ids[lane]; as n
+ * stk__loader_draw calls would, each source's statistics included. */
+int stk__loader_draw_joint(stk__joint *J, stk_loader *const *lds, int wi,
+                           const stk__draw_piece *pc, size_t np, uint8_t *mem, uint32_t n,
+                           uint64_t *ids, stk_error *err);
+
 /* The loaders that read for a hooked one (parts[0 .. n), which stay valid
  * while it is open): their statistics count as its own
  * (stk_loader_stats_get); consumed: the consumer takes their batches, and

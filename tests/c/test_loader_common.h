@@ -16,7 +16,10 @@
  *   TDS_PLAIN    every field stored plain, so whole records are gathered
  *                from the mapping: x u8[16004], seq u16[*,2] (0..20 rows),
  *                id i64 scalar (= the record id); large enough that a
- *                dataset's shard data is more than opening it reads.
+ *                dataset's shard data is more than opening it reads;
+ *   TDS_FIXED    small records of fixed, plain fields (what a mixture
+ *                draws jointly): x u8[300] (over 240 bytes: hashed with
+ *                the vector code), y f32[3], id i64 scalar (= the record id).
  *
  * Shards are small (16 KiB of data) so that every dataset has several.
  */
@@ -33,7 +36,7 @@
 
 #define TDS_MAXF 6
 
-typedef enum { TDS_RECORDS, TDS_WINDOWS, TDS_RAGGED, TDS_PLAIN } tds_kind;
+typedef enum { TDS_RECORDS, TDS_WINDOWS, TDS_RAGGED, TDS_PLAIN, TDS_FIXED } tds_kind;
 
 typedef struct tds {
     tds_kind kind;
@@ -51,7 +54,11 @@ typedef struct tds {
 } tds;
 
 static inline const char *tds_kind_name(tds_kind k) {
-    return k == TDS_RECORDS ? "records" : k == TDS_WINDOWS ? "windows" : k == TDS_RAGGED ? "ragged" : "plain";
+    return k == TDS_RECORDS   ? "records"
+           : k == TDS_WINDOWS ? "windows"
+           : k == TDS_RAGGED  ? "ragged"
+           : k == TDS_PLAIN   ? "plain"
+                              : "fixed";
 }
 
 static inline uint64_t tds_row_bytes(const stk_field *f) {
@@ -96,6 +103,11 @@ static inline void tds_init(tds *d, tds_kind kind, uint64_t nrec) {
         d->f[1] = (stk_field){.name = "seq", .dtype = STK_U16, .ndim = 2, .shape = {STK_RAGGED, 2}};
         d->f[2] = (stk_field){.name = "id", .dtype = STK_I64, .ndim = 0};
         d->nf = 3;
+    } else if (kind == TDS_FIXED) {
+        d->f[0] = (stk_field){.name = "x", .dtype = STK_U8, .ndim = 1, .shape = {300}};
+        d->f[1] = (stk_field){.name = "y", .dtype = STK_F32, .ndim = 1, .shape = {3}};
+        d->f[2] = (stk_field){.name = "id", .dtype = STK_I64, .ndim = 0};
+        d->nf = 3;
     } else {
         d->f[0] = (stk_field){.name = "seq", .dtype = STK_U16, .ndim = 2, .shape = {STK_RAGGED, 2}};
         d->f[1] = (stk_field){.name = "lab", .dtype = STK_I32, .ndim = 0};
@@ -119,7 +131,8 @@ static inline void tds_init(tds *d, tds_kind kind, uint64_t nrec) {
             if (f->codec == STK_CODEC_ZSTD) {
                 for (size_t k = 0; k < n; k++) p[k] = (uint8_t)(k / 4 + r * 3 + i);
                 if (n) p[n / 2] ^= 0x5a;
-            } else if ((kind == TDS_RECORDS && i == 1) || (kind == TDS_PLAIN && i == 2)) {
+            } else if ((kind == TDS_RECORDS && i == 1) ||
+                       ((kind == TDS_PLAIN || kind == TDS_FIXED) && i == 2)) {
                 int64_t v = (int64_t)r;
                 memcpy(p, &v, 8);
             } else {

@@ -16,7 +16,12 @@
  *  - drawn batches split among processes take the batches of one in turn;
  *  - drawn batches (the mixture's workers read the sources' samples
  *    straight into its batches) equal fed ones (copied from the sources'
- *    own batches), sample for sample, over epochs, ranks and streams.
+ *    own batches), sample for sample, over epochs, ranks and streams;
+ *  - sources of fixed, plain fields are drawn jointly (every piece located
+ *    first, the whole batch gathered in one pass): their batches hold what
+ *    was written and equal fed ones, also where a block-order source makes
+ *    the mixture draw piece by piece; the statistics count each sample
+ *    once; a damaged record stops the epoch naming its shard and record.
  *
  * The tests above run twice: with source 1 in block order read from
  * files, which is fed (its group buffers follow its own batches), and with
@@ -370,6 +375,129 @@ static void test_drawn_equals_fed(void) {
     free(b);
 }
 
+/* ---- joint draws: sources of fixed, plain fields (TDS_FIXED) ---- */
+
+static tds F[K];
+static stk_dataset *FS[K];
+
+/* fed: the sources under on_error = skip (never drawn); block: source 1
+ * in block order (through the mapping: drawn, not jointly). */
+static stk_loader *open_fixed(int fed, int block, stk_mix_exhaust ex, uint32_t B, uint32_t rank,
+                              uint32_t world) {
+    static stk_loader_options so[K];
+    stk_mixture_source s[K];
+    const double w[K] = {1, 1, 0.5};
+    for (size_t i = 0; i < K; i++) {
+        stk_loader_options_init(&so[i]);
+        so[i].order = i == 2 ? STK_ORDER_SEQUENTIAL
+                      : i == 1 && block ? STK_ORDER_BLOCK
+                                        : STK_ORDER_RANDOM;
+        so[i].backend = STK_BACKEND_MMAP;
+        so[i].block_bytes = 2048;
+        so[i].seed = 200 + i;
+        if (fed) so[i].on_error = STK_ON_ERROR_SKIP;
+        s[i] = (stk_mixture_source){FS[i], &so[i], w[i], 0, NULL};
+    }
+    stk_loader_options c;
+    stk_loader_options_init(&c);
+    c.batch_size = B;
+    c.rank = rank;
+    c.world_size = world;
+    c.threads = 2;
+    stk_mixture_options mo = {ex, 0, 5};
+    stk_loader *ld = NULL;
+    CHECK_OK(stk_loader_open_mixture(s, K, &c, &mo, &ld, &err));
+    return ld;
+}
+
+/* Takes the rest of the epoch, checking every sample against what was
+ * written for its source and record.  Returns STK_END or the error. */
+static int drain_fixed(stk_loader *ld, pick *out, size_t *n) {
+    stk_batch *b;
+    int rc;
+    while ((rc = stk_loader_next(ld, &b, &err)) == 0) {
+        uint32_t m = stk_batch_size(b);
+        const uint32_t *src = stk_batch_sources(b);
+        const uint64_t *ids = stk_batch_samples(b);
+        stk_batch_field x, y, id;
+        CHECK(stk_batch_field_get(b, 0, &x) == 0 && stk_batch_field_get(b, 1, &y) == 0 &&
+              stk_batch_field_get(b, 2, &id) == 0);
+        for (uint32_t t = 0; t < m; t++) {
+            const tds *d = &F[src[t]];
+            uint64_t r = ids[t];
+            CHECK(src[t] < K && r < d->nrec);
+            CHECK(memcmp((const uint8_t *)x.data + t * 300, d->data[0][r], 300) == 0);
+            CHECK(memcmp((const uint8_t *)y.data + t * 12, d->data[1][r], 12) == 0);
+            CHECK(((const int64_t *)id.data)[t] == (int64_t)r);
+            out[(*n)++] = (pick){src[t], r};
+        }
+        stk_loader_release(ld, b);
+    }
+    return rc;
+}
+
+static void test_joint(void) {
+    pick *a = buf(), *b = buf();
+    static const struct {
+        stk_mix_exhaust ex;
+        uint32_t B, world;
+    } cases[] = {{STK_MIX_ALL, 16, 1}, {STK_MIX_CYCLE, 7, 2}, {STK_MIX_STOP, 64, 1}};
+    for (int block = 0; block <= 1; block++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            for (uint32_t rank = 0; rank < cases[c].world; rank++) {
+                size_t na = 0, nb = 0;
+                for (int fed = 0; fed <= 1; fed++) {
+                    stk_loader *ld =
+                        open_fixed(fed, block, cases[c].ex, cases[c].B, rank, cases[c].world);
+                    size_t *n = fed ? &nb : &na, n0 = *n;
+                    for (uint64_t e = 0; e < 3; e++) {
+                        if (e) CHECK_OK(stk_loader_set_epoch(ld, e, &err));
+                        CHECK(drain_fixed(ld, fed ? b : a, n) == STK_END);
+                        /* So far, each sample planned, read (3 fields:
+                         * 300 + 12 + 8 bytes) and checked once.  (At an
+                         * epoch's end nothing is being read ahead.) */
+                        stk_loader_stats st;
+                        stk_loader_stats_get(ld, &st);
+                        uint64_t m = *n - n0;
+                        CHECK(m > 0 && st.samples == m);
+                        if (!fed && !block) {
+                            CHECK(st.plan.count == m && st.io.count == 3 * m);
+                            CHECK(st.io.bytes == 320 * m && st.verify.count == m);
+                            CHECK(st.verify.bytes >= 320 * m && st.assemble.bytes == 320 * m);
+                        }
+                    }
+                    stk_loader_close(ld);
+                }
+                CHECK(na == nb && na > 0);
+                for (size_t j = 0; j < na; j++)
+                    CHECK(a[j].src == b[j].src && a[j].id == b[j].id);
+            }
+    /* A damaged byte in record 17 of source 2: the epoch stops, naming the
+     * record and source 2's shard file. */
+    stk_extent x;
+    CHECK_OK(stk_dataset_get(FS[2], 17, 0, &x, &err));
+    stk_shard_info si;
+    CHECK_OK(stk_dataset_shard(FS[2], x.shard, &si));
+    char file[4096];
+    snprintf(file, sizeof file, "%s", si.file);
+    uint8_t byte;
+    test_peek(file, x.offset + 250, &byte, 1);
+    byte ^= 0x20;
+    test_poke(file, x.offset + 250, &byte, 1);
+    stk_dataset_close(FS[2]);
+    CHECK_OK(stk_dataset_open(F[2].dir, &FS[2], &err));
+    stk_loader *ld = open_fixed(0, 0, STK_MIX_ALL, 16, 0, 1);
+    size_t n = 0;
+    memset(&err, 0, sizeof err);
+    CHECK(drain_fixed(ld, a, &n) == STK_ECHECKSUM);
+    CHECK(test_names_record(err.message, 17) && strstr(err.message, file) != NULL);
+    stk_loader_close(ld);
+    byte ^= 0x20;
+    test_poke(file, x.offset + 250, &byte, 1);
+    free(a);
+    free(b);
+}
+
 int main(void) {
     for (size_t i = 0; i < K; i++) {
         char name[32];
@@ -389,8 +517,20 @@ int main(void) {
     test_drawn_equals_fed();
     test_refusals();
     for (size_t i = 0; i < K; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "mix_fixed%zu", i);
+        tds_init(&F[i], TDS_FIXED, NREC[i]);
+        /* (Each source's bytes its own: a sample from the wrong one shows.) */
+        for (uint64_t r = 0; r < NREC[i]; r++) F[i].data[0][r][r % 300] ^= (uint8_t)(0x11 * (i + 1));
+        tds_write(&F[i], name);
+        CHECK_OK(stk_dataset_open(F[i].dir, &FS[i], &err));
+    }
+    test_joint();
+    for (size_t i = 0; i < K; i++) {
         stk_dataset_close(DS[i]);
         tds_free(&D[i]);
+        stk_dataset_close(FS[i]);
+        tds_free(&F[i]);
     }
     return 0;
 }
