@@ -17,11 +17,12 @@
  *  - drawn batches (the mixture's workers read the sources' samples
  *    straight into its batches) equal fed ones (copied from the sources'
  *    own batches), sample for sample, over epochs, ranks and streams;
- *  - sources of fixed, plain fields are drawn jointly (every piece located
- *    first, the whole batch gathered in one pass): their batches hold what
- *    was written and equal fed ones, also where a block-order source makes
- *    the mixture draw piece by piece; the statistics count each sample
- *    once; a damaged record stops the epoch naming its shard and record.
+ *  - sources of fixed, plain fields read through the mapping are drawn
+ *    jointly (every piece located first, the whole batch gathered in one
+ *    pass): their batches hold what was written and equal fed ones, and so
+ *    do they where a source read from files makes the mixture draw piece
+ *    by piece; the statistics count each sample once; a damaged record
+ *    stops the epoch naming its shard and record.
  *
  * The tests above run twice: with source 1 in block order read from
  * files, which is fed (its group buffers follow its own batches), and with
@@ -380,19 +381,19 @@ static void test_drawn_equals_fed(void) {
 static tds F[K];
 static stk_dataset *FS[K];
 
-/* fed: the sources under on_error = skip (never drawn); block: source 1
- * in block order (through the mapping: drawn, not jointly). */
-static stk_loader *open_fixed(int fed, int block, stk_mix_exhaust ex, uint32_t B, uint32_t rank,
+/* Source 0 in random order, 1 in block order, 2 sequential, all through
+ * the mapping: drawn jointly.  fed: the sources under on_error = skip
+ * (never drawn); pool: source 1 read from files (drawn, but not jointly:
+ * every batch piece by piece). */
+static stk_loader *open_fixed(int fed, int pool, stk_mix_exhaust ex, uint32_t B, uint32_t rank,
                               uint32_t world) {
     static stk_loader_options so[K];
     stk_mixture_source s[K];
     const double w[K] = {1, 1, 0.5};
     for (size_t i = 0; i < K; i++) {
         stk_loader_options_init(&so[i]);
-        so[i].order = i == 2 ? STK_ORDER_SEQUENTIAL
-                      : i == 1 && block ? STK_ORDER_BLOCK
-                                        : STK_ORDER_RANDOM;
-        so[i].backend = STK_BACKEND_MMAP;
+        so[i].order = i == 0 ? STK_ORDER_RANDOM : i == 1 ? STK_ORDER_BLOCK : STK_ORDER_SEQUENTIAL;
+        so[i].backend = i == 1 && pool ? STK_BACKEND_POOL : STK_BACKEND_MMAP;
         so[i].block_bytes = 2048;
         so[i].seed = 200 + i;
         if (fed) so[i].on_error = STK_ON_ERROR_SKIP;
@@ -442,13 +443,13 @@ static void test_joint(void) {
         stk_mix_exhaust ex;
         uint32_t B, world;
     } cases[] = {{STK_MIX_ALL, 16, 1}, {STK_MIX_CYCLE, 7, 2}, {STK_MIX_STOP, 64, 1}};
-    for (int block = 0; block <= 1; block++)
+    for (int pool = 0; pool <= 1; pool++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
             for (uint32_t rank = 0; rank < cases[c].world; rank++) {
                 size_t na = 0, nb = 0;
                 for (int fed = 0; fed <= 1; fed++) {
                     stk_loader *ld =
-                        open_fixed(fed, block, cases[c].ex, cases[c].B, rank, cases[c].world);
+                        open_fixed(fed, pool, cases[c].ex, cases[c].B, rank, cases[c].world);
                     size_t *n = fed ? &nb : &na, n0 = *n;
                     for (uint64_t e = 0; e < 3; e++) {
                         if (e) CHECK_OK(stk_loader_set_epoch(ld, e, &err));
@@ -460,7 +461,7 @@ static void test_joint(void) {
                         stk_loader_stats_get(ld, &st);
                         uint64_t m = *n - n0;
                         CHECK(m > 0 && st.samples == m);
-                        if (!fed && !block) {
+                        if (!fed && !pool) {
                             CHECK(st.plan.count == m && st.io.count == 3 * m);
                             CHECK(st.io.bytes == 320 * m && st.verify.count == m);
                             CHECK(st.verify.bytes >= 320 * m && st.assemble.bytes == 320 * m);
