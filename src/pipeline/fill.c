@@ -603,7 +603,7 @@ stk__joint *stk__joint_new(uint32_t batch_size, size_t k, size_t nf) {
     J->recs = stk__calloc(batch_size, sizeof *J->recs);
     J->shs = stk__calloc(batch_size, sizeof *J->shs);
     J->ent = stk__calloc(batch_size, sizeof *J->ent);
-    J->tmp = stk__calloc(3 * (size_t)batch_size, sizeof *J->tmp);
+    J->tmp = stk__calloc(2 * (size_t)batch_size, sizeof *J->tmp);
     J->rows = stk__calloc(nf ? nf : 1, sizeof *J->rows);
     J->n = stk__calloc(k, sizeof *J->n);
     if (!J->ld || !J->recs || !J->shs || !J->ent || !J->tmp || !J->rows || !J->n) {
@@ -626,6 +626,7 @@ void stk__joint_free(stk__joint *J) {
 }
 
 bool stk__loader_joinable(const stk_loader *ld) {
+    /* (gather: whole records through the mapping, no windows.) */
     if (!ld->gather || (ld->opt.verify && !ld->rec_check) || ld->nvtx || stk__tracing(&ld->trace))
         return false;
     for (size_t i = 0; i < ld->nf; i++)
@@ -641,16 +642,19 @@ static int joint_locate(stk__joint *J, stk_loader *ld, int wi, const stk__draw_p
     int rc = draw_past(ld, w, p->epoch, p->first, p->len, err);
     if (rc) return rc;
     uint32_t n = p->len;
-    uint64_t *smp = J->tmp, *recs = smp + J->cap, *ts = recs + J->cap;
-    stk__order_fill(&w->order, &w->deal, p->first, n, smp, NULL, NULL);
-    for (uint32_t j = 0; j < n; j++) stk__space_locate(&ld->space, smp[j], &recs[j], &ts[j]);
-    if (ld->warm && !stk__warm_done(ld->warm)) warm_wait(ld, n, recs, ts);
+    /* (Whole records, no windows: a sample is its record, at row 0.) */
+    uint64_t *recs = J->tmp, *ts = recs + J->cap;
+    stk__order_fill(&w->order, &w->deal, p->first, n, recs, NULL, NULL);
+    if (ld->warm && !stk__warm_done(ld->warm)) {
+        memset(ts, 0, n * sizeof *ts);
+        warm_wait(ld, n, recs, ts);
+    }
     const stk_dataset *ds = ld->ds;
     for (uint32_t j = 0; j < n; j++) {
         uint32_t lane = p->lanes[j];
         size_t si = stk__dataset_shard_of(ds, recs[j]);
         const stk__shard *sh = &ds->shards[si];
-        ids[lane] = smp[j];
+        ids[lane] = recs[j];
         J->ld[lane] = ld;
         J->recs[lane] = recs[j];
         J->shs[lane] = (uint32_t)si;

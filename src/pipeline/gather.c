@@ -23,7 +23,7 @@
  * then copied while its bytes are still in the cache, so memory is read
  * once; the two passes are timed apart for the statistics. */
 #define RUN (64u << 10) /* hashed, then copied while still in L2 */
-#define HASH_SAMPLE 16
+#define HASH_SAMPLE 64
 
 static inline void prefetch_record(const stk_dataset *ds, const stk__shard *sh, const uint64_t *e) {
     uint64_t x, z;

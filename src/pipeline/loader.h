@@ -468,7 +468,7 @@ struct stk__joint {
     uint64_t *recs;
     uint32_t *shs;
     const uint64_t **ent;
-    uint64_t *tmp;  /* a piece's sample ids, records and first rows (3 x cap) */
+    uint64_t *tmp;  /* a piece's records (its sample ids) and first rows (2 x cap) */
     uint64_t *rows; /* per field, the batch view's ragged rows (none is ragged) */
     uint64_t *n;    /* per source */
     uint64_t io_bytes, hashed, nhashed; /* bytes copied, bytes and records hashed */
