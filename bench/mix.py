@@ -170,8 +170,12 @@ def main():
                 like = "one dataset, 1 thread" if "1 thread" in k else "one dataset"
                 c1 = median(cpu[like])
                 w, w1 = median(work[k]), median(work[like])
+                # Each repetition's own ratio to the single dataset at the
+                # same threads (measured beside it): steadier than a ratio
+                # of medians on a machine whose speed drifts.
+                paired = median([x / y for x, y in zip(res[k], res[like])])
                 lines.append(f"| {label} | {order} | {k} | {m / 1e6:.2f} | {m / base:.2f} | "
-                             f"{c:.0f} | {c / c1:.2f} | {w:.0f} | {w / w1:.2f} |")
+                             f"{paired:.2f} | {c:.0f} | {c / c1:.2f} | {w:.0f} | {w / w1:.2f} |")
                 raw.append(f"{label} {order} {k}: " + ", ".join(f"{x / 1e6:.2f}" for x in v))
     text = f"""## Mixing several datasets (issue: mixing)
 
@@ -179,18 +183,18 @@ Machine: {machine()}. Medians of {a.reps} repetitions, the contenders in turn in
 
 The same samples (x float32 and a label y; {a.small:,} records of 256 B, and {a.large:,} of 16 KiB) as one dataset and as three datasets of 4:2:1 of them, mixed at those weights with `exhaust="all"` (so each epoch reads every sample once, as the single dataset's does). Warm (all in the page cache, every file in 2 MiB folios as stoker's warm-up leaves them), random or block order, batches of 256, the second epoch of each loader (the first, untimed, takes the start-up); M samples/s.
 
-| records | order | way | M samples/s | against one dataset (its better setting) | CPU ns a sample | against one dataset (same threads) | workers' CPU ns a sample | against one dataset (same threads) |
-|---|---|---|---:|---:|---:|---:|---:|---:|
+| records | order | way | M samples/s | against one dataset (its better setting) | against one dataset (same threads), paired | CPU ns a sample | against one dataset (same threads) | workers' CPU ns a sample | against one dataset (same threads) |
+|---|---|---|---:|---:|---:|---:|---:|---:|---:|
 """ + "\n".join(lines) + """
 
-The mixture of one source, the whole dataset, isolates what mixing itself costs (the schedule, the walk over each batch's places, a draw per source); three datasets also cost what three datasets do: their random orders are permutations of their own sizes, and each batch starts three reads (a draw each) instead of one.
+The mixture of one source, the whole dataset, isolates what mixing itself costs (the schedule, the walk over each batch's places, locating each sample in its lane); three datasets add what three sources cost: three orders over their own sizes, and three pieces of each batch to locate. "Paired" is the median of each repetition's own ratio to the single dataset run just before it at the same threads, the steadier figure where the machine's speed drifts between repetitions.
 
 CPU time is the whole process's (workers and the consumer, user and system) over the epoch, a sample's share; the workers' is that of the loader's own threads alone (each thread's CPU clock), which is the cost of the loading itself: no consumer, and none of its waiting or spinning. They are the steadier measures at 256 B: with two workers beside the consumer on two cores, throughput swings between repetitions (the spread below) with how the three threads meet on the cores, while the work done varies little. The "1 thread" rows leave the consumer a core of its own, on which it spins for a batch being filled (docs/ARCHITECTURE.md, "The consumer's wait"), so their process CPU time grows with the time spent waiting; they are compared with the single dataset at one thread.
 
-Mixed and homogeneous batches are drawn: the mixture's workers (the threads one loader would have) read each source's samples straight into the batch, through that source's own reads (docs/ARCHITECTURE.md, "Mixtures"). With 16 KiB records the copy bounds every way: mixed batches ran at 0.92 to 1.00 of one dataset in the runs so far, with 2 to 6% more of the workers' CPU.
+Mixed and homogeneous batches are drawn: the mixture's workers (the threads one loader would have) read each source's samples straight into the batch. Here every source gathers whole records of plain fields from the mapping, so each batch is one joint draw: every source's samples located, then the whole batch gathered in one pass, as one dataset's batch is (docs/ARCHITECTURE.md, "Mixtures"). With 16 KiB records the copy bounds every way: mixed batches ran at 0.92 to 1.00 of one dataset in the runs so far, with 0 to 6% more of the workers' CPU.
 
-At 256 B a batch's own work is small (about 40 us of a worker's time), and three things show:
-- **The mixing itself** (the schedule's walk over the batch, a draw per source, each source's order over its own size): a few percent of the workers' CPU time in random order, where there is no locality to lose.
+At 256 B a batch's own work is small (about 30 us of a worker's time), and three things show:
+- **The mixing itself** (the schedule's walk over the batch, locating each source's samples in their lanes, each source's order over its own size): about 6% of the workers' CPU time a sample in random order, where there is no locality to lose, half of it with one source (in C, 21 paired runs at one thread: 1.06, 18 of the pairs 1.03 to 1.09, the others 0.99, 1.15 and 1.16).
 - **Block order's windows.** Through the mapping, block order beats random order at 256 B because a batch's samples lie in one window of block_group blocks (64 MiB here): less memory to reach than the whole dataset, the caches and the TLB covering more of it. A batch mixing three sources draws from three windows at once, and costs about what one dataset with three times the window costs: the "3 windows" row. Homogeneous batches keep three windows live too, one after another. Lowering the sources' block_group trades shuffle for that locality; random order is the better choice for data that is in memory anyway.
 - **Two workers on two CPUs.** With the consumer on the same two CPUs, the threads wait on one another at every batch, and a few percent more CPU time a sample becomes a larger loss of throughput than at one worker (whose consumer spins on the CPU left free). The 1-thread rows and the workers' CPU columns are the steadier comparison.
 

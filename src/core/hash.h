@@ -25,11 +25,12 @@
  * AVX-512, and return with the upper halves of the vector registers still
  * in use.  Until a VZEROUPPER clears them, legacy SSE instructions pay for
  * it, and generic x86-64 code is full of them (GCC zeroes and copies
- * structs with them).  On the 2-vCPU Xeon of docs/BENCHMARKS.md a worker
- * spent 3 to 6% more time a 256-byte record, and a loop with two SSE
- * instructions a record ran 2.7 times slower; so every long hash (and
- * every streamed update) is followed by one.  (The clobbers keep the
- * compiler from holding values in the registers across it.) */
+ * structs with them).  On the Xeon of docs/BENCHMARKS.md a gather loop
+ * with two SSE instructions a record ran 2.7 times slower, and the loops
+ * as they are spend 1 to 2% more of a worker's time a 256-byte record
+ * without it; so every long hash (and every streamed update) is followed
+ * by one.  (The clobbers keep the compiler from holding values in the
+ * registers across it.) */
 #define STK__HASH_VECTOR_MIN 241
 
 static inline void stk__hash_clean(void) {
