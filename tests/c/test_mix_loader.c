@@ -53,6 +53,17 @@ static int g_mode;
  * g_part, g_part + g_parts, ... */
 static uint32_t g_part, g_parts = 1;
 
+/* A mixture's own options: batches of B for rank of world, two workers. */
+static stk_loader_options common_opts(uint32_t B, uint32_t rank, uint32_t world) {
+    stk_loader_options c;
+    stk_loader_options_init(&c);
+    c.batch_size = B;
+    c.rank = rank;
+    c.world_size = world;
+    c.threads = 2;
+    return c;
+}
+
 static stk_loader *open_mix(stk_mix_exhaust ex, int homogeneous, uint32_t B, uint32_t rank,
                             uint32_t world, uint32_t streams, uint64_t epoch) {
     static stk_loader_options so[K];
@@ -70,16 +81,11 @@ static stk_loader *open_mix(stk_mix_exhaust ex, int homogeneous, uint32_t B, uin
         so[i].threads = 2;
         s[i] = (stk_mixture_source){DS[i], &so[i], w[i], 0, NULL};
     }
-    stk_loader_options c;
-    stk_loader_options_init(&c);
-    c.batch_size = B;
-    c.rank = rank;
-    c.world_size = world;
+    stk_loader_options c = common_opts(B, rank, world);
     c.streams = streams;
     c.epoch = epoch;
     c.split_index = g_part;
     c.split_count = g_parts;
-    c.threads = 2;
     stk_mixture_options mo = {ex, homogeneous, 9};
     stk_loader *ld = NULL;
     CHECK_OK(stk_loader_open_mixture(s, K, &c, &mo, &ld, &err));
@@ -399,12 +405,7 @@ static stk_loader *open_fixed(int fed, int pool, stk_mix_exhaust ex, uint32_t B,
         if (fed) so[i].on_error = STK_ON_ERROR_SKIP;
         s[i] = (stk_mixture_source){FS[i], &so[i], w[i], 0, NULL};
     }
-    stk_loader_options c;
-    stk_loader_options_init(&c);
-    c.batch_size = B;
-    c.rank = rank;
-    c.world_size = world;
-    c.threads = 2;
+    stk_loader_options c = common_opts(B, rank, world);
     stk_mixture_options mo = {ex, 0, 5};
     stk_loader *ld = NULL;
     CHECK_OK(stk_loader_open_mixture(s, K, &c, &mo, &ld, &err));
