@@ -19,6 +19,7 @@ enum {
     STK__FAULT_WRITE,
     STK__FAULT_FSYNC,
     STK__FAULT_URING, /* an io_uring completion */
+    STK__FAULT_JOINT, /* a mixture's joint draw (pipeline.h): fails before it reads */
     STK__FAULT_KINDS
 };
 

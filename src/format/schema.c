@@ -163,7 +163,7 @@ uint64_t stk__schema_hash(const stk_field *fields, size_t nfields) {
         if (n > 0 && (size_t)n < sizeof buf)
             n += snprintf(buf + n, sizeof buf - (size_t)n, "|%s;",
                           stk__codec_name(f->codec));
-        XXH3_64bits_update(st, buf, STK__MIN((size_t)n, sizeof buf - 1));
+        stk__hash_update(st, buf, STK__MIN((size_t)n, sizeof buf - 1));
     }
     return XXH3_64bits_digest(st);
 }

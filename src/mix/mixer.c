@@ -271,11 +271,11 @@ static int piece_read(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t s
 
 static int piece_note(stk__mixer *m, drawer *d, stk_batch *s, int wi, uint32_t src, uint32_t at,
                       uint32_t len, uint64_t ep, uint64_t k, void *arg, stk_error *err) {
-    (void)m;
     (void)s;
     (void)wi;
     (void)arg;
-    (void)err;
+    if (d->np == m->k + m->B) /* (cannot happen: at most a piece a sample) */
+        return stk__err(err, -EOVERFLOW, "mixture: more pieces in a batch than samples");
     d->pc[d->np++] = (stk__draw_piece){src, len, ep, k, d->lanes + at};
     return 0;
 }
@@ -301,7 +301,8 @@ static int fill_drawn(stk__mixer *m, stk_batch *s, int wi, stk_error *err) {
     draw_walk(m, d, E, start + b * m->B * m->W + m->r, n, stk__batch_srcs(s));
     if (joinable(m, d)) {
         d->np = 0;
-        draw_pieces(m, d, s, wi, piece_note, NULL, err);
+        int rc = draw_pieces(m, d, s, wi, piece_note, NULL, err);
+        if (rc) return rc;
         return stk__loader_draw_joint(d->joint, m->parts, wi, d->pc, d->np, stk__batch_mem(s), n,
                                       stk__batch_ids(s), err);
     }

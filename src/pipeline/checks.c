@@ -277,13 +277,12 @@ int stk__ld_check_records(stk_loader *ld, stk_batch *s, const uint64_t *recs, st
                                        ? s->mem + lf->data_off +
                                              (uint64_t)offs[k] * lf->fi->row_bytes
                                        : s->mem + lf->data_off + k * lf->sample_bytes;
-                XXH3_64bits_update(&st, p, (size_t)e[2 + 3 * f]);
+                stk__hash_update(&st, p, (size_t)e[2 + 3 * f]);
                 bytes += e[2 + 3 * f];
                 if (f + 1 < ds->nfields) {
                     uint64_t pad = e[1 + 3 * (f + 1)] - (e[1 + 3 * f] + e[2 + 3 * f]);
                     for (; pad; pad -= STK__MIN(pad, (uint64_t)sizeof zeros))
-                        XXH3_64bits_update(&st, zeros,
-                                           (size_t)STK__MIN(pad, (uint64_t)sizeof zeros));
+                        stk__hash_update(&st, zeros, (size_t)STK__MIN(pad, (uint64_t)sizeof zeros));
                 }
             }
             h = XXH3_64bits_digest(&st);

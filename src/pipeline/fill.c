@@ -10,6 +10,8 @@
 #define _GNU_SOURCE
 #include "loader.h"
 
+#include "../core/fault.h"
+
 #include <errno.h>
 #include <string.h>
 
@@ -626,8 +628,12 @@ void stk__joint_free(stk__joint *J) {
 }
 
 bool stk__loader_joinable(const stk_loader *ld) {
-    /* (gather: whole records through the mapping, no windows.) */
-    if (!ld->gather || (ld->opt.verify && !ld->rec_check) || ld->nvtx || stk__tracing(&ld->trace))
+    /* (gather: whole records through the mapping, no windows.  A drawn
+     * loader's dataset is local, and it substitutes no damaged sample
+     * (stk__loader_drawable): a joint draw fetches nothing and replaces
+     * nothing; said again here, since it skips both.) */
+    if (!ld->gather || ld->ds->ensure || ld->opt.on_error == STK_ON_ERROR_SKIP ||
+        (ld->opt.verify && !ld->rec_check) || ld->nvtx || stk__tracing(&ld->trace))
         return false;
     for (size_t i = 0; i < ld->nf; i++)
         if (ld->f[i].kind == F_RAGGED) return false;
@@ -652,13 +658,10 @@ static int joint_locate(stk__joint *J, stk_loader *ld, int wi, const stk__draw_p
     const stk_dataset *ds = ld->ds;
     for (uint32_t j = 0; j < n; j++) {
         uint32_t lane = p->lanes[j];
-        size_t si = stk__dataset_shard_of(ds, recs[j]);
-        const stk__shard *sh = &ds->shards[si];
         ids[lane] = recs[j];
         J->ld[lane] = ld;
         J->recs[lane] = recs[j];
-        J->shs[lane] = (uint32_t)si;
-        J->ent[lane] = stk__entry(ds, sh, recs[j] - sh->first);
+        J->ent[lane] = stk__ld_record_entry(ds, recs[j], &J->shs[lane]);
     }
     J->n[p->src] += n;
     return 0;
@@ -668,6 +671,9 @@ int stk__loader_draw_joint(stk__joint *J, stk_loader *const *lds, int wi,
                            const stk__draw_piece *pc, size_t np, uint8_t *mem, uint32_t n,
                            uint64_t *ids, stk_error *err) {
     if (n > J->cap) return stk__err(err, -EINVAL, "a joint draw of %u samples: room for %u", n, J->cap);
+    int fe;
+    if (stk__fault_hit(STK__FAULT_JOINT, &fe))
+        return stk__err(err, fe ? fe : -EIO, "a mixture's batch: a joint draw failed (on purpose)");
     uint64_t t0 = stk__now_ns();
     memset(J->n, 0, J->k * sizeof *J->n);
     uint64_t placed = 0;
@@ -690,34 +696,45 @@ int stk__loader_draw_joint(stk__joint *J, stk_loader *const *lds, int wi,
     int rc = stk__ld_gather_joint(J, &v, n, err);
     if (rc) return rc;
     /* Each source's statistics as its own draws would count them: its
-     * samples' plans, reads and checks.  The gather's counts and times
-     * are shared out by samples (the mixture reports their sums, which
-     * stay exact: the last source with samples takes the remainders). */
-    const uint64_t tot[6] = {t1 - t0, J->read_ns - J->ver_ns, J->ver_ns, J->io_bytes, J->hashed,
-                             J->nhashed};
-    uint64_t left[6];
-    memcpy(left, tot, sizeof left);
-    size_t last = 0;
+     * samples planned, read and assembled (whole records of fixed, plain
+     * fields: the same bytes each), and checked where it checks records.
+     * The batch's times are shared out by samples, and its hashes (their
+     * time and counts) by samples among the sources that check records;
+     * the last source with samples takes the remainders, so the sums
+     * (what a mixture reports) are exact. */
+    uint64_t checking = 0;
     for (size_t i = 0; i < J->k; i++)
-        if (J->n[i]) last = i;
+        if (J->n[i] && lds[i]->rec_check) checking += J->n[i];
+    const uint64_t tot[5] = {t1 - t0, J->read_ns - J->ver_ns, J->ver_ns, J->hashed, J->nhashed};
+    uint64_t left[5];
+    memcpy(left, tot, sizeof left);
+    size_t last = 0, last_check = 0;
     for (size_t i = 0; i < J->k; i++) {
-        uint64_t c = J->n[i], part[6];
+        if (J->n[i]) last = i;
+        if (J->n[i] && lds[i]->rec_check) last_check = i;
+    }
+    for (size_t i = 0; i < J->k; i++) {
+        uint64_t c = J->n[i], part[5] = {0};
         if (!c) continue;
-        for (int x = 0; x < 6; x++) {
-            part[x] = i == last ? left[x] : (uint64_t)((unsigned __int128)tot[x] * c / n);
+        stk_loader *ld = lds[i];
+        for (int x = 0; x < 5; x++) {
+            bool ver = x >= 2; /* (the hashes: their time and counts) */
+            if (ver && !ld->rec_check) continue;
+            uint64_t of = ver ? checking : n;
+            part[x] = i == (ver ? last_check : last) ? left[x]
+                                                     : (uint64_t)((unsigned __int128)tot[x] * c / of);
             left[x] -= part[x];
         }
-        stk_loader *ld = lds[i];
         uint64_t bytes = 0;
         for (size_t f = 0; f < ld->nf; f++) bytes += c * ld->f[f].sample_bytes;
         ld->st_plan_n += c;
         ld->st_plan_ns += part[0];
         ld->st_io_n += c * ld->nf;
+        ld->st_io_bytes += bytes;
         ld->st_io_ns += part[1];
         ld->st_ver_ns += part[2];
-        ld->st_io_bytes += part[3];
-        ld->st_ver_bytes += part[4];
-        ld->st_ver_n += part[5];
+        ld->st_ver_bytes += part[3];
+        ld->st_ver_n += part[4];
         ld->st_asm_n++;
         ld->st_asm_bytes += bytes;
     }

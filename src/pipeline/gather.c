@@ -32,13 +32,17 @@ static inline void prefetch_record(const stk_dataset *ds, const stk__shard *sh, 
 }
 
 /* What one gather keeps: the batch's records located (in a joint draw,
- * each lane's loader too), and its counts. */
+ * each lane's loader too), and its counts.  seq: hashes its worker made
+ * before it (one in HASH_SAMPLE is timed, counted across batches, so
+ * that the timed ones are not always a batch's first record, whose
+ * bytes were the least prefetched). */
 typedef struct gather {
     stk_loader *const *lds; /* joint: lane j's loader; else NULL */
     const uint64_t *const *ent;
     const uint32_t *shs;
     const uint64_t *recs;
     uint32_t n;
+    uint64_t seq;
     uint64_t io_bytes, hashed, nhashed;
 } gather;
 
@@ -49,12 +53,28 @@ static int gather_mismatch(const stk__shard *sh, uint64_t rec, stk_error *err) {
                     sh->path, (unsigned long long)rec);
 }
 
-/* (ds: the loader's dataset; NULL in a joint draw, each lane's own.) */
+/* Record j's dataset: the loader's, ds, or in a joint draw (ds NULL) its
+ * lane's loader's. */
+static STK__ALWAYS_INLINE const stk_dataset *gather_ds(const stk_dataset *ds, const gather *g,
+                                                       uint32_t j) {
+    return ds ? ds : g->lds[j]->ds;
+}
+
 static STK__ALWAYS_INLINE void gather_ahead(const stk_dataset *ds, const gather *g, uint32_t j) {
     if (j + AHEAD_E < g->n) __builtin_prefetch(g->ent[j + AHEAD_E]);
     if (j + AHEAD < g->n) {
-        const stk_dataset *d = ds ? ds : g->lds[j + AHEAD]->ds;
+        const stk_dataset *d = gather_ds(ds, g, j + AHEAD);
         prefetch_record(d, &d->shards[g->shs[j + AHEAD]], g->ent[j + AHEAD]);
+    }
+}
+
+/* The first records' entries and bytes, before the pass (which then
+ * keeps them coming AHEAD_E and AHEAD records ahead). */
+static void gather_prime(const stk_dataset *ds, const gather *g) {
+    for (uint32_t j = 0; j < STK__MIN(g->n, AHEAD_E); j++) __builtin_prefetch(g->ent[j]);
+    for (uint32_t j = 0; j < STK__MIN(g->n, (uint32_t)AHEAD); j++) {
+        const stk_dataset *d = gather_ds(ds, g, j);
+        prefetch_record(d, &d->shards[g->shs[j]], g->ent[j]);
     }
 }
 
@@ -70,7 +90,7 @@ static STK__ALWAYS_INLINE int gather_check(stk_loader *ld, gather *g, uint32_t j
     uint64_t x, z;
     stk__record_span(ds, g->ent[j], &x, &z);
     if (stk__ld_blocks_checked(ld, g->shs[j], x, z)) return 0;
-    bool sample = ns && g->nhashed % HASH_SAMPLE == 0;
+    bool sample = ns && (g->seq + g->nhashed) % HASH_SAMPLE == 0;
     uint64_t t = sample ? stk__now_ns() : 0;
     uint64_t h = stk__hash(bytes ? bytes : sh->map + x, (size_t)(z - x));
     if (sample) {
@@ -105,12 +125,7 @@ static STK__ALWAYS_INLINE const uint8_t *gather_copy(stk_loader *ld, stk_batch *
 static void gather_locate(stk_loader *ld, worker *w, uint32_t n, const uint64_t *recs) {
     const stk_dataset *ds = ld->ds;
     uint64_t t_plan = stk__ld_span_open(ld, STK__EV_PLAN);
-    for (uint32_t j = 0; j < n; j++) {
-        size_t si = stk__dataset_shard_of(ds, recs[j]);
-        const stk__shard *sh = &ds->shards[si];
-        w->shs[j] = (uint32_t)si;
-        w->ents[j] = stk__entry(ds, sh, recs[j] - sh->first);
-    }
+    for (uint32_t j = 0; j < n; j++) w->ents[j] = stk__ld_record_entry(ds, recs[j], &w->shs[j]);
     uint64_t t = stk__now_ns();
     ld->st_plan_ns += t - t_plan;
     stk__ld_span_add(ld, w, STK__EV_PLAN, t_plan, t, STK__EV_NONE, n);
@@ -128,14 +143,14 @@ static void gather_locate(stk_loader *ld, worker *w, uint32_t n, const uint64_t 
  * statistics: timing every one would cost two clock reads a
  * record.  One pass beat hashing runs of records and then copying
  * them (gather_in_runs) by about 10% on 512-byte and 1 KiB records. */
-static STK__ALWAYS_INLINE int gather_record(stk_loader *ld, stk_batch *s, gather *g, uint32_t j,
-                                            bool check, uint64_t *ver_ns, uint64_t *timed,
-                                            stk_error *err) {
+static STK__ALWAYS_INLINE int gather_record(stk_loader *ld, const stk_dataset *ds, stk_batch *s,
+                                            gather *g, uint32_t j, bool check, uint64_t *ver_ns,
+                                            uint64_t *timed, stk_error *err) {
     if (!check) {
         gather_copy(ld, s, g, j);
         return 0;
     }
-    if (ld->nf == 1 && ld->ds->nfields == 1) {
+    if (ld->nf == 1 && ds->nfields == 1) {
         const uint8_t *dst = gather_copy(ld, s, g, j);
         return gather_check(ld, g, j, dst, ver_ns, timed, err);
     }
@@ -150,16 +165,27 @@ static uint64_t hash_share(uint64_t total, uint64_t ver_ns, uint64_t nhashed, ui
     return timed ? STK__MIN(total, ver_ns * nhashed / timed) : 0;
 }
 
+/* The pass over records 0 .. n - 1: of loader ld, checked when `check`;
+ * in a joint draw (ld NULL), each of its lane's loader, checked when that
+ * one checks records. */
+static STK__ALWAYS_INLINE int gather_loop(stk_loader *ld, stk_batch *s, gather *g, bool check,
+                                          uint64_t *ver_ns, uint64_t *timed, stk_error *err) {
+    const stk_dataset *ds = ld ? ld->ds : NULL;
+    int rc = 0;
+    for (uint32_t j = 0; j < g->n && rc == 0; j++) {
+        gather_ahead(ds, g, j);
+        stk_loader *l = ld ? ld : g->lds[j];
+        rc = gather_record(l, ld ? ds : l->ds, s, g, j, ld ? check : l->rec_check, ver_ns, timed,
+                           err);
+    }
+    return rc;
+}
+
 static int gather_one_pass(stk_loader *ld, worker *w, stk_batch *s, gather *g, bool check,
                            stk_error *err) {
-    const stk_dataset *ds = ld->ds;
     const uint32_t n = g->n;
-    int rc = 0;
     uint64_t t0 = stk__ld_span_open(ld, STK__EV_READ), ver_ns = 0, timed = 0;
-    for (uint32_t j = 0; j < n && rc == 0; j++) {
-        gather_ahead(ds, g, j);
-        rc = gather_record(ld, s, g, j, check, &ver_ns, &timed, err);
-    }
+    int rc = gather_loop(ld, s, g, check, &ver_ns, &timed, err);
     uint64_t t1 = stk__now_ns(), total = t1 - t0;
     uint64_t est = hash_share(total, ver_ns, g->nhashed, timed);
     ld->st_ver_ns += est;
@@ -203,12 +229,11 @@ int stk__ld_gather_records(stk_loader *ld, worker *w, stk_batch *s, const uint64
     const uint32_t n = s->n;
     for (size_t fi = 0; fi < ld->nf; fi++) s->ragged_rows[fi] = 0;
     gather_locate(ld, w, n, recs);
-    gather g = {NULL, w->ents, w->shs, recs, n, 0, 0, 0};
-    for (uint32_t j = 0; j < STK__MIN(n, AHEAD_E); j++) __builtin_prefetch(g.ent[j]);
-    for (uint32_t j = 0; j < STK__MIN(n, (uint32_t)AHEAD); j++)
-        prefetch_record(ds, &ds->shards[g.shs[j]], g.ent[j]);
+    gather g = {NULL, w->ents, w->shs, recs, n, w->hashes, 0, 0, 0};
+    gather_prime(ds, &g);
     int rc = !check || !stk__tracing(&ld->trace) ? gather_one_pass(ld, w, s, &g, check, err)
                                                   : gather_in_runs(ld, w, s, &g, err);
+    w->hashes += g.nhashed;
     if (rc) return rc;
     for (size_t fi = 0; fi < ld->nf && !s->lanes; fi++)
         if (ld->f[fi].kind == F_RAGGED)
@@ -221,20 +246,13 @@ int stk__ld_gather_records(stk_loader *ld, worker *w, stk_batch *s, const uint64
 }
 
 int stk__ld_gather_joint(stk__joint *J, stk_batch *s, uint32_t n, stk_error *err) {
-    gather g = {J->ld, J->ent, J->shs, J->recs, n, 0, 0, 0};
-    for (uint32_t j = 0; j < STK__MIN(n, AHEAD_E); j++) __builtin_prefetch(g.ent[j]);
-    for (uint32_t j = 0; j < STK__MIN(n, (uint32_t)AHEAD); j++)
-        prefetch_record(J->ld[j]->ds, &J->ld[j]->ds->shards[g.shs[j]], g.ent[j]);
-    int rc = 0;
+    gather g = {J->ld, J->ent, J->shs, J->recs, n, J->hashes, 0, 0, 0};
+    gather_prime(NULL, &g);
     uint64_t t0 = stk__now_ns(), ver_ns = 0, timed = 0;
-    for (uint32_t j = 0; j < n && rc == 0; j++) {
-        gather_ahead(NULL, &g, j);
-        stk_loader *ld = J->ld[j];
-        rc = gather_record(ld, s, &g, j, ld->rec_check, &ver_ns, &timed, err);
-    }
+    int rc = gather_loop(NULL, s, &g, false, &ver_ns, &timed, err);
+    J->hashes += g.nhashed;
     J->read_ns = stk__now_ns() - t0;
     J->ver_ns = hash_share(J->read_ns, ver_ns, g.nhashed, timed);
-    J->io_bytes = g.io_bytes;
     J->hashed = g.hashed;
     J->nhashed = g.nhashed;
     return rc;

@@ -176,6 +176,7 @@ typedef struct worker {
     uint64_t chunk_off;
     bool chunk_valid;
     uint64_t *ids; /* 3 * batch_size: records, rows and groups of a batch */
+    uint64_t hashes;     /* records it hashed (gather.c: which ones are timed) */
     uint64_t *draw_rows; /* per field: a draw's ragged rows (see stk_batch.lanes) */
     bool drew;           /* order and deal hold epoch drew_epoch's (a draw's) */
     uint64_t drew_epoch;
@@ -455,6 +456,14 @@ void *stk__ld_worker_main(void *arg);
 
 /* ---- gather.c ---- */
 
+/* Record rec's index entry, and its shard in *si. */
+static inline const uint64_t *stk__ld_record_entry(const stk_dataset *ds, uint64_t rec,
+                                                   uint32_t *si) {
+    size_t i = stk__dataset_shard_of(ds, rec);
+    *si = (uint32_t)i;
+    return stk__entry(ds, &ds->shards[i], rec - ds->shards[i].first);
+}
+
 int stk__ld_gather_records(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *recs,
                            bool check, stk_error *err);
 
@@ -471,8 +480,9 @@ struct stk__joint {
     uint64_t *tmp;  /* a piece's records (its sample ids) and first rows (2 x cap) */
     uint64_t *rows; /* per field, the batch view's ragged rows (none is ragged) */
     uint64_t *n;    /* per source */
-    uint64_t io_bytes, hashed, nhashed; /* bytes copied, bytes and records hashed */
-    uint64_t read_ns, ver_ns;           /* the gather's time, and the hashes' share */
+    uint64_t hashed, nhashed; /* bytes and records the last gather hashed */
+    uint64_t read_ns, ver_ns; /* its time, and the hashes' share */
+    uint64_t hashes;          /* records hashed by every gather (which ones are timed) */
 };
 
 /* Gathers lanes 0 .. n - 1 of a joint draw (located in J) into s, in one

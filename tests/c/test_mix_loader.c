@@ -32,6 +32,8 @@
  */
 #include "test_loader_common.h"
 
+#include "core/fault.h"
+
 static stk_error err;
 
 #define K 3
@@ -389,8 +391,8 @@ static stk_dataset *FS[K];
 
 /* Source 0 in random order, 1 in block order, 2 sequential, all through
  * the mapping: drawn jointly.  fed: the sources under on_error = skip
- * (never drawn); pool: source 1 read from files (drawn, but not jointly:
- * every batch piece by piece). */
+ * (never drawn); pool: source 1 in random order read from files (drawn,
+ * but not jointly: every batch piece by piece). */
 static stk_loader *open_fixed(int fed, int pool, stk_mix_exhaust ex, uint32_t B, uint32_t rank,
                               uint32_t world) {
     static stk_loader_options so[K];
@@ -398,7 +400,10 @@ static stk_loader *open_fixed(int fed, int pool, stk_mix_exhaust ex, uint32_t B,
     const double w[K] = {1, 1, 0.5};
     for (size_t i = 0; i < K; i++) {
         stk_loader_options_init(&so[i]);
-        so[i].order = i == 0 ? STK_ORDER_RANDOM : i == 1 ? STK_ORDER_BLOCK : STK_ORDER_SEQUENTIAL;
+        so[i].order = i == 0              ? STK_ORDER_RANDOM
+                      : i == 1 && !pool ? STK_ORDER_BLOCK
+                      : i == 1          ? STK_ORDER_RANDOM
+                                        : STK_ORDER_SEQUENTIAL;
         so[i].backend = i == 1 && pool ? STK_BACKEND_POOL : STK_BACKEND_MMAP;
         so[i].block_bytes = 2048;
         so[i].seed = 200 + i;
@@ -449,9 +454,11 @@ static void test_joint(void) {
             for (uint32_t rank = 0; rank < cases[c].world; rank++) {
                 size_t na = 0, nb = 0;
                 for (int fed = 0; fed <= 1; fed++) {
+                    stk__fault_arm(STK__FAULT_JOINT, 0, 0); /* (counts joint draws) */
                     stk_loader *ld =
                         open_fixed(fed, pool, cases[c].ex, cases[c].B, rank, cases[c].world);
                     size_t *n = fed ? &nb : &na, n0 = *n;
+                    uint64_t batches = 0;
                     for (uint64_t e = 0; e < 3; e++) {
                         if (e) CHECK_OK(stk_loader_set_epoch(ld, e, &err));
                         CHECK(drain_fixed(ld, fed ? b : a, n) == STK_END);
@@ -462,12 +469,18 @@ static void test_joint(void) {
                         stk_loader_stats_get(ld, &st);
                         uint64_t m = *n - n0;
                         CHECK(m > 0 && st.samples == m);
+                        batches = st.batches;
                         if (!fed && !pool) {
                             CHECK(st.plan.count == m && st.io.count == 3 * m);
                             CHECK(st.io.bytes == 320 * m && st.verify.count == m);
                             CHECK(st.verify.bytes >= 320 * m && st.assemble.bytes == 320 * m);
                         }
                     }
+                    /* Every batch of the mixture through the mapping was
+                     * one joint draw; none with a source read from files,
+                     * nor fed. */
+                    CHECK(stk__fault_seen(STK__FAULT_JOINT) ==
+                          (long)(fed || pool ? 0 : batches));
                     stk_loader_close(ld);
                 }
                 CHECK(na == nb && na > 0);
@@ -496,6 +509,17 @@ static void test_joint(void) {
     stk_loader_close(ld);
     byte ^= 0x20;
     test_poke(file, x.offset + 250, &byte, 1);
+    /* A joint draw that fails (the third batch's): the epoch stops with
+     * its error, and the loader gives it again. */
+    stk__fault_arm(STK__FAULT_JOINT, 3, EIO);
+    ld = open_fixed(0, 0, STK_MIX_ALL, 16, 0, 1);
+    n = 0;
+    CHECK(drain_fixed(ld, a, &n) == -EIO && strstr(err.message, "joint draw") != NULL);
+    CHECK(n <= 3 * 16); /* (two workers: the third draw is of batch 1, 2 or 3) */
+    stk_batch *bt;
+    CHECK(stk_loader_next(ld, &bt, &err) == -EIO);
+    stk__fault_reset();
+    stk_loader_close(ld);
     free(a);
     free(b);
 }
