@@ -825,7 +825,14 @@ void *stk__ld_worker_main(void *arg) {
             atomic_fetch_add_explicit(&ld->readied, 1, memory_order_release);
             s->err = rc;
             if (rc) s->e = err;
+            /* The consumer waits for its next batch only: a later one
+             * readied first would wake it for nothing (on a virtual
+             * machine a wake is a system call and an interrupt to another
+             * CPU). */
+            if (s->b == ld->next_take) pthread_cond_broadcast(&ld->cv_ready);
         }
+        /* (Other workers: a discarded buffer is free again, and a group
+         * may be evictable now that this batch no longer needs it.) */
         pthread_cond_broadcast(&ld->cv);
         if (ld->use_groups && !ld->stop && !ld->has_reader)
             stk__ld_group_prefetch(ld, w, 1, false);

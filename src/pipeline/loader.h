@@ -263,7 +263,11 @@ struct stk_loader {
     bool has_reader;
     int nw;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    /* cv: the threads' waits (a free buffer, a group, the loader's state);
+     * cv_ready: the consumer's, woken when the batch it takes next is
+     * ready and when the state moves (epoch, stop), not by every batch
+     * a worker finishes (stk__ld_wake). */
+    pthread_cond_t cv, cv_ready;
     bool stop;
     int failed;
     stk_error ferr;
@@ -447,6 +451,13 @@ void stk__ld_epoch_order(const stk_loader *ld, uint64_t seed, uint64_t epoch, ui
 /* Forgets which blocks were checked: each is checked again. */
 void stk__ld_forget_checks(stk_loader *ld);
 uint64_t stk__ld_deal_batches(const stk__deal *d, const stk_loader_options *o);
+
+/* Wakes every wait on the loader: its threads' and the consumer's (the
+ * loader's state moved).  Under mu. */
+static inline void stk__ld_wake(stk_loader *ld) {
+    pthread_cond_broadcast(&ld->cv);
+    pthread_cond_broadcast(&ld->cv_ready);
+}
 
 /* ---- fill.c ---- */
 

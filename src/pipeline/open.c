@@ -37,6 +37,7 @@ static stk_loader *loader_new(stk_dataset *ds, const stk_loader_options *opts, b
     pthread_mutex_init(&ld->mu, NULL);
     pthread_mutex_init(&ld->chk_mu, NULL);
     stk__cond_init_monotonic(&ld->cv);
+    stk__cond_init_monotonic(&ld->cv_ready);
     ld->st_t0 = stk__now_ns();
     return ld;
 }
@@ -580,7 +581,7 @@ void stk__loader_join(stk_loader *ld) {
     pthread_mutex_lock(&ld->mu);
     ld->stop = true;
     ld->gen++;
-    pthread_cond_broadcast(&ld->cv);
+    stk__ld_wake(ld);
     pthread_mutex_unlock(&ld->mu);
     stk__warm_cancel(ld->warm);
     for (int i = 0; i < ld->nw; i++)
@@ -665,5 +666,6 @@ void stk__loader_close(stk_loader *ld) {
     pthread_mutex_destroy(&ld->mu);
     pthread_mutex_destroy(&ld->chk_mu);
     pthread_cond_destroy(&ld->cv);
+    pthread_cond_destroy(&ld->cv_ready);
     stk__free(ld);
 }

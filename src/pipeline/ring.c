@@ -148,8 +148,8 @@ int stk__loader_next(stk_loader *ld, stk_batch **out, int64_t timeout_ms, stk_er
             continue;
         }
         if (timeout_ms < 0) {
-            pthread_cond_wait(&ld->cv, &ld->mu);
-        } else if (pthread_cond_timedwait(&ld->cv, &ld->mu, &deadline) == ETIMEDOUT) {
+            pthread_cond_wait(&ld->cv_ready, &ld->mu);
+        } else if (pthread_cond_timedwait(&ld->cv_ready, &ld->mu, &deadline) == ETIMEDOUT) {
             rc = -ETIMEDOUT;
             break;
         }
@@ -210,7 +210,7 @@ int stk__loader_unget(stk_loader *ld, stk_batch *b) {
         ld->next_take--;
         rc = 0;
     }
-    pthread_cond_broadcast(&ld->cv);
+    stk__ld_wake(ld);
     pthread_mutex_unlock(&ld->mu);
     return rc;
 }
@@ -304,7 +304,7 @@ static void reposition_locked(stk_loader *ld, uint64_t seed, uint64_t epoch, uin
     stk__ld_forget_checks(ld);
     ld->streams = streams;
     stk__ld_set_epoch_locked(ld, seed, epoch, start);
-    pthread_cond_broadcast(&ld->cv);
+    stk__ld_wake(ld);
 }
 
 static int reposition(stk_loader *ld, uint64_t seed, uint64_t epoch, uint64_t start,
