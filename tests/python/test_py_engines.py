@@ -183,8 +183,20 @@ def test_dask_worker_killed_mid_task(basins, dask_client, tmp_path):
 def ray_local(kill_module, s3_env):
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": dict(s3_env, PYTHONPATH=os.environ["PYTHONPATH"])})
+    env = dict(s3_env, PYTHONPATH=os.environ["PYTHONPATH"])
+    # Under scripts/py-asan.sh the sanitizers' runtime is preloaded: Ray's
+    # workers (Python, importing the instrumented extension) need it, but
+    # its own servers started with it too slowly for Ray's fixed 30 s
+    # startup wait on a loaded 2-CPU machine; so they start without it.
+    preload = os.environ.pop("LD_PRELOAD", None)
+    if preload:
+        env["LD_PRELOAD"] = preload
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": env})
+    finally:
+        if preload:
+            os.environ["LD_PRELOAD"] = preload
     ray.data.DataContext.get_current().enable_progress_bars = False
     yield ray
     ray.shutdown()
