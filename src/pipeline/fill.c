@@ -703,16 +703,18 @@ int stk__loader_draw_joint(stk__joint *J, stk_loader *const *lds, int wi,
      * the last source with samples takes the remainders, so the sums
      * (what a mixture reports) are exact. */
     uint64_t checking = 0;
-    for (size_t i = 0; i < J->k; i++)
-        if (J->n[i] && lds[i]->rec_check) checking += J->n[i];
+    size_t last = 0, last_check = 0;
+    for (size_t i = 0; i < J->k; i++) {
+        if (!J->n[i]) continue;
+        last = i;
+        if (lds[i]->rec_check) {
+            checking += J->n[i];
+            last_check = i;
+        }
+    }
     const uint64_t tot[5] = {t1 - t0, J->read_ns - J->ver_ns, J->ver_ns, J->hashed, J->nhashed};
     uint64_t left[5];
     memcpy(left, tot, sizeof left);
-    size_t last = 0, last_check = 0;
-    for (size_t i = 0; i < J->k; i++) {
-        if (J->n[i]) last = i;
-        if (J->n[i] && lds[i]->rec_check) last_check = i;
-    }
     for (size_t i = 0; i < J->k; i++) {
         uint64_t c = J->n[i], part[5] = {0};
         if (!c) continue;
