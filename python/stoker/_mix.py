@@ -295,7 +295,7 @@ class Mixture(Loader):
         self._started = False
         self._exhausted = False
         self._last_ids = None
-        self._last_sources: Optional[np.ndarray] = None
+        self._last_sources: Optional[bytes] = None  # (the last batch's, a copy)
         self._counts: Optional[Dict[str, Any]] = None
 
     def _source_args(self, i: int, s: Source, streams: int, epoch: int) -> tuple:
@@ -374,7 +374,9 @@ class Mixture(Loader):
     def sources_of_last(self) -> Optional[np.ndarray]:
         """The source of each sample of the last batch (indexes into
         ``sources``), or None before the first."""
-        return None if self._last_sources is None else self._last_sources.copy()
+        if self._last_sources is None:
+            return None
+        return np.frombuffer(self._last_sources, dtype=np.int32).copy()
 
 
 def open_mixture(sources: Sequence[Any], batch_size: int, **options: Any) -> Mixture:

@@ -327,6 +327,38 @@ def test_torch_output_and_len(srcs):
         assert n == len(mx) == math.ceil(450 / 32)
 
 
+@pytest.mark.parametrize("output", ["numpy", "torch", "dlpack"])
+def test_sources_and_ids_of_the_last_batch(srcs, output):
+    """sources_of_last() and sample_ids() are the last batch's, copies that
+    outlive it: asking for them keeps no batch buffer (prefetch=2 would
+    run out), and changing what they return changes nothing later."""
+    if output == "torch":
+        torch = pytest.importorskip("torch")
+    for field in ("source", None):
+        with stoker.Loader(sources(srcs), 16, shuffle="random", prefetch=2, output=output,
+                           source_field=field) as mx:
+            assert mx.sources_of_last() is None and mx.sample_ids() is None
+            seen = collections.Counter()
+            for b in mx:
+                x = np.asarray(b["x"] if output != "torch" else b["x"].numpy())[:, 0]
+                s, ids = mx.sources_of_last(), mx.sample_ids()
+                assert s.dtype == np.int32 and ids.dtype == np.uint64 and len(s) == len(ids) == len(x)
+                assert (x % 10 == s).all()
+                if field is None:
+                    assert "source" not in b
+                else:
+                    got = b["source"].numpy() if output == "torch" else np.asarray(b["source"])
+                    assert got.dtype == np.int32 and (got == s).all()
+                s0, ids0 = s.copy(), ids.copy()
+                s[:] = -1  # copies: the next call gives the batch's again
+                ids[:] = 0
+                assert (mx.sources_of_last() == s0).all() and (mx.sample_ids() == ids0).all()
+                seen.update(s0.tolist())
+                b = None  # (nothing of the batch is held past here)
+            assert sum(seen.values()) == 450 and set(seen) == {0, 1, 2}
+            assert (mx.sources_of_last() == s0).all()  # still the last batch's, after the epoch
+
+
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_torch_dataset_over_a_mixture(srcs):
     torch = pytest.importorskip("torch")

@@ -104,16 +104,29 @@ PyObject *batch_result(BatchObject *bo, const stk_batch_field *f, size_t nf, uin
     }
     PyObject *t = NULL;
     if (d) {
+        /* The sample ids as a copy (bytes): the loader keeps the last
+         * batch's, and a view would hold the batch buffer after the caller
+         * dropped the batch.  Copied here, 2 KiB for 256 samples, they
+         * cost a memcpy rather than a NumPy array made every batch; the
+         * Python side makes one only when they are asked for. */
+        PyObject *ids = PyBytes_FromStringAndSize((const char *)samples,
+                                                  (Py_ssize_t)n * (Py_ssize_t)sizeof *samples);
+        /* A mixture's batch: each sample's source too, as int32 (which
+         * torch handles everywhere; there are at most 65535), both as an
+         * Array of the batch (its field) and as a copy (the loader's
+         * record of the last batch). */
         int64_t nn = n;
-        ArrayObject *ids = array_new(bo, (void *)samples, STK_U64, 1, &nn);
-        /* A mixture's batch: each sample's source too (as int32, which
-         * torch handles everywhere; there are at most 65535). */
         ArrayObject *src = ids && sources ? array_new(bo, (void *)sources, STK_I32, 1, &nn) : NULL;
-        if (!ids || (sources && !src)) {
+        PyObject *srcs = src ? PyBytes_FromStringAndSize((const char *)sources,
+                                                         (Py_ssize_t)n * (Py_ssize_t)sizeof *sources)
+                             : NULL;
+        if (!ids || (sources && (!src || !srcs))) {
             Py_XDECREF(ids);
+            Py_XDECREF(src);
+            Py_XDECREF(srcs);
             Py_DECREF(d);
         } else {
-            t = src ? Py_BuildValue("(NNN)", d, ids, src) : Py_BuildValue("(NN)", d, ids);
+            t = src ? Py_BuildValue("(NNNN)", d, ids, src, srcs) : Py_BuildValue("(NN)", d, ids);
         }
     }
     Py_DECREF(bo);

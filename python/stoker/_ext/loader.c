@@ -139,9 +139,10 @@ static int next_c_batch(LoaderObject *self, stk_batch **out) {
     return -1;
 }
 
-/* next_batch(): (dict of Array, sample ids), None at the end of the epoch,
- * or NULL with an exception.  The arrays of a device batch are in device
- * memory; the sample ids are always on the host. */
+/* next_batch(): (dict of Array, sample ids as bytes), and for a mixture
+ * (..., sources as an Array, sources as bytes); None at the end of the
+ * epoch, or NULL with an exception.  The arrays of a device batch are in
+ * device memory; the sample ids and sources are always on the host. */
 static PyObject *loader_next_batch(LoaderObject *self, PyObject *unused) {
     (void)unused;
     if (check_process(self)) return NULL;
@@ -322,7 +323,8 @@ static PyMethodDef loader_methods[] = {
     {"diagnose", (PyCFunction)loader_diagnose, METH_VARARGS,
      "diagnose(bytes, seconds, limit, with_step) -> dict (stk_diagnose)."},
     {"next_batch", (PyCFunction)loader_next_batch, METH_NOARGS,
-     "Waits for the next batch: (dict of Array, sample ids), or None at the end of the epoch."},
+     "Waits for the next batch: (dict of Array, sample ids as bytes[, sources as Array, "
+     "as bytes]), or None at the end of the epoch."},
     {"set_epoch", (PyCFunction)loader_set_epoch, METH_O, "Starts an epoch from its beginning."},
     {"save", (PyCFunction)loader_save, METH_NOARGS, "The resume state as a dict."},
     {"fetch_epoch", (PyCFunction)loader_fetch_epoch, METH_NOARGS,
