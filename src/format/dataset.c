@@ -59,6 +59,10 @@ static void shard_release(stk__shard *sh) {
 
 void stk_dataset_close(stk_dataset *ds) {
     if (!ds) return;
+    /* First: a lazy dataset's read-ahead thread may be fetching, and reads
+     * the shards' block tables and indexes when its round lands; freeing
+     * its context joins it. */
+    if (ds->ensure_free) ds->ensure_free(ds->ensure_ctx);
     for (size_t i = 0; i < ds->nshards; i++) shard_release(&ds->shards[i]);
     stk__free(ds->shards);
     stk__schema_free(ds->fields, ds->nfields);
@@ -68,7 +72,6 @@ void stk_dataset_close(stk_dataset *ds) {
     stk__free(ds->caps.source);
     stk__free(ds->origin);
     stk__free(ds->remote);
-    if (ds->ensure_free) ds->ensure_free(ds->ensure_ctx);
     stk__free(ds);
 }
 
