@@ -603,7 +603,14 @@ static void *ahead_main(void *arg) {
         uint64_t bytes = 0;
         while (k < f->naq && (k == 0 || bytes < AHEAD_ROUND)) bytes += f->aq[k].hi - f->aq[k].lo, k++;
         stk__range *taken = stk__malloc(k * sizeof *taken);
-        if (!taken) break;
+        if (!taken) {
+            /* Out of memory: the queued ranges are hints, dropped; the
+             * thread goes on (had it ended, ahead() would queue ranges
+             * that nothing takes, without bound). */
+            f->naq = 0;
+            f->aq_bytes = 0;
+            continue;
+        }
         memcpy(taken, f->aq, k * sizeof *taken);
         memmove(f->aq, f->aq + k, (f->naq - k) * sizeof *f->aq);
         f->naq -= k;
