@@ -561,7 +561,9 @@ STK_API int stk_cache_list(const char *cache_dir,
 STK_API int stk_cache_clear(const char *cache_dir, const char *origin, uint64_t *bytes,
                             stk_error *err);
 
-/* Releases the dataset and every pointer obtained from it.  Accepts NULL. */
+/* Releases the dataset and every pointer obtained from it.  Accepts NULL.
+ * A remote dataset first stops its read-ahead, and waits for a round of
+ * fetches in flight (up to 64 MiB, or the remote timeout) to land. */
 STK_API void stk_dataset_close(stk_dataset *ds);
 
 STK_API uint64_t stk_dataset_num_records(const stk_dataset *ds);

@@ -397,6 +397,9 @@ class Loader:
         TypeError: An argument of the wrong type.
     """
 
+    # (A mixture's: the batch key of each sample's source; stoker.Mixture.)
+    _source_field: Optional[str] = None
+
     def __new__(cls, path: Any = None, *args: Any, **kwargs: Any):
         # A list of sources makes a mixture (stoker.Mixture, python/stoker/_mix.py).
         if cls is Loader and isinstance(path, (list, tuple)):
@@ -546,12 +549,13 @@ class Loader:
             # (sample_ids), not every batch.
             ids = item[1]
             arrays = item[0]
+            srcs = None
             if len(item) > 2:  # a mixture's batch: each sample's source
-                self._last_sources = item[3]  # (a copy, as the ids)
+                srcs = item[3]  # (a copy, as the ids)
                 field = self._source_field
                 if field is not None:
                     if field in arrays:  # (homogeneous: a source's own fields)
-                        src = int.from_bytes(item[3][:4], "little") if item[3] else 0
+                        src = int(np.frombuffer(srcs, np.int32, count=1)[0]) if srcs else 0
                         raise InvalidArgument(
                             f"source {src} has a field named {field!r}, the mixture's "
                             f"source_field: choose another source_field (or None)")
@@ -560,12 +564,15 @@ class Loader:
                         # its buffer).
                         arrays[field] = item[2]
             out = self._convert(arrays)
-            if len(item) > 2 and self.device is not None and self._source_field is not None:
+            if srcs is not None and self.device is not None and self._source_field is not None:
                 # Beside the batch's fields, on its device: the sources are
                 # in host memory (a small copy on the current stream).
                 field = self._source_field
-                src = self._convert({field: item[2]})[field]
-                out[field] = src.to(self.device) if self._output == "torch" else src
+                if self._output == "torch":
+                    import torch
+                    out[field] = torch.from_dlpack(item[2].__dlpack__()).to(self.device)
+                else:
+                    out[field] = item[2]
         except BaseException:
             # Interrupted (Ctrl-C) after the batch was taken but before the
             # caller had it: put it back, so that the next call gives it and
@@ -575,6 +582,8 @@ class Loader:
             raise
         self._started = True
         self._last_ids = ids
+        if srcs is not None:
+            self._last_sources = srcs
         return out
 
     def sample_ids(self) -> Optional[np.ndarray]:

@@ -696,8 +696,14 @@ static void ahead(void *ctx, const stk__range *r, size_t n, bool whole) {
         f->aq[f->naq++] = r[i];
         f->aq_bytes += r[i].hi - r[i].lo;
     }
-    if (!f->ahead_started)
+    if (!f->ahead_started) {
         f->ahead_started = pthread_create(&f->ahead_tid, NULL, ahead_main, f) == 0;
+        if (!f->ahead_started) {
+            /* No thread to take them: dropped (hints), not kept growing. */
+            f->naq = 0;
+            f->aq_bytes = 0;
+        }
+    }
     pthread_cond_signal(&f->ahead_cv);
     pthread_mutex_unlock(&f->mu);
 }

@@ -320,11 +320,12 @@ uint32_t stk_mix_source_at(const stk_mix *m, uint64_t epoch, uint64_t q, uint64_
  * from the call's first round of the phase (trees of up to 63 nodes, 32
  * sources, on the stack; larger ones walk each round from the root).
  *
- * The walk has no branches: whether a round goes left is as good as a coin
- * toss to a branch predictor, and two mispredictions a round cost more
- * than the walk.  So every round takes the tree's depth in steps, a leaf
- * stepping to itself (a = 0, t = 1: never left), and the next node is
- * chosen by index. */
+ * Trees of depth 3 or more (5 sources or more) walk with no branches:
+ * every round takes the tree's depth in steps, a leaf stepping to itself
+ * (a = 0, t = 1: never left), and the next node is chosen by index, the
+ * root's remainder kept in a register.  (Written when branches were taken
+ * to mispredict as a coin toss would; the shallow trees of 2 to 4 sources
+ * take place_shallow, whose branches measured well predicted.) */
 #define FILL_NODES 63
 
 typedef struct fill_node {
@@ -426,10 +427,12 @@ void stk_mix_fill(const stk_mix *m, uint64_t epoch, uint64_t first, uint64_t n,
  * at 0.95-1.0 us: the masks put both children on one chain of dependent
  * instructions every round.  GCC makes the choices branches, and they are
  * well predicted: a node's turns follow its ratio in a regular pattern
- * (weights 4:2:1, 1:1:1, 10:1:1, 3.1:2.9:1.05, 1:5:3 and four sources of
- * 1:1:1:1 and 0.3:1.7:2.2:1.1 all measured 0.39-0.55 us; in a loader,
- * 256-byte records, a worker's time fell from 134.6 to 133.3 ns a
- * sample).  Deeper trees keep the branch-free walk. */
+ * (GCC 12 at -O2; weights 4:2:1, 1:1:1, 10:1:1, 3.1:2.9:1.05, 1:5:3 and
+ * four sources of 1:1:1:1 and 0.3:1.7:2.2:1.1 all measured 0.39-0.55 us;
+ * in a loader, 256-byte records, a worker's time fell from 134.6 to 133.3
+ * ns a sample).  A compiler that makes them conditional moves instead
+ * gives the chain of the masks' version.  Deeper trees keep the
+ * branch-free walk. */
 static void place_shallow(fill_walk *w, uint32_t t, uint32_t stop, uint32_t *srcs,
                           uint32_t *lanes, uint32_t *pos) {
     const fill_node *fn = w->fn;

@@ -14,7 +14,8 @@
  *    and stk_mix_fill from any round agrees with stk_mix_source_at;
  *  - stk__mix_place (a drawn batch's sources and lanes) from any round,
  *    with 1 to 4 samples a round and any first place, gives every sample
- *    its round's source and each source's samples in order;
+ *    its round's source and each source's samples in order; so too for
+ *    trees of 2, 3, 4 and 5 sources at a sample a round, across phases;
  *  - the same (seed, epoch) gives the same schedule, another epoch another
  *    one (for more than one source);
  *  - bad input: no sources, a zero unit count, a weight <= 0 or NaN, counts
@@ -164,15 +165,18 @@ static uint64_t rnd(void) {
 }
 
 /* stk__mix_place against the epoch's sources src (R rounds): batches of
- * random length from random rounds and places. */
-static void check_place(const stk_mix *m, uint64_t e, const uint32_t *src, size_t k) {
+ * random length from random rounds and places (with `one`, a sample a
+ * round from a round's start: the way of a mixture of mixed batches at
+ * one rank). */
+static void check_place_at(const stk_mix *m, uint64_t e, const uint32_t *src, size_t k, bool one,
+                           int tries) {
     uint64_t R = stk_mix_epoch_rounds(m);
     enum { MAXN = 300 };
     uint32_t srcs[MAXN], lanes[MAXN], want[MAXN];
     uint32_t *pos = calloc(k, sizeof *pos), *start = calloc(k + 1, sizeof *start);
     CHECK(pos && start);
-    for (int it = 0; it < 40; it++) {
-        uint64_t per = 1 + rnd() % 4, skip = rnd() % per, a = rnd() % R;
+    for (int it = 0; it < tries; it++) {
+        uint64_t per = one ? 1 : 1 + rnd() % 4, skip = rnd() % per, a = rnd() % R;
         uint64_t room = (R - a) * per - skip; /* places left in the epoch */
         uint32_t n = (uint32_t)(1 + rnd() % (room < MAXN ? room : MAXN));
         memset(start, 0, (k + 1) * sizeof *start);
@@ -196,6 +200,30 @@ static void check_place(const stk_mix *m, uint64_t e, const uint32_t *src, size_
     }
     free(pos);
     free(start);
+}
+
+static void check_place(const stk_mix *m, uint64_t e, const uint32_t *src, size_t k) {
+    check_place_at(m, e, src, k, false, 40);
+}
+
+/* Trees of one and two levels, which stk__mix_place walks with every
+ * remainder in registers (2 to 4 sources: 2 a root over two leaves, 3 a
+ * leaf on the left and a node on the right, 4 two nodes), and the first
+ * deeper one (5).  Exhausting all, the phases of an epoch have 5, 4, 3, 2
+ * and 1 sources, and the batches cross from one to the next. */
+static void test_shallow(void) {
+    for (size_t k = 2; k <= 5; k++) {
+        stk_mix_source s[5];
+        for (size_t i = 0; i < k; i++)
+            s[i] = (stk_mix_source){40 + 70 * (uint64_t)i, 0.3 + 1.7 * (double)(k - i), 0};
+        for (int ex = 0; ex < 3; ex++) {
+            stk_mix *m = open_ok(s, k, (stk_mix_exhaust)ex, 11 + k);
+            uint32_t *src = check_epoch(m, 3, s, k);
+            check_place_at(m, 3, src, k, true, 200);
+            free(src);
+            stk_mix_close(m);
+        }
+    }
 }
 
 static void test_random(void) {
@@ -294,6 +322,7 @@ static void test_errors(void) {
 
 int main(void) {
     test_policies();
+    test_shallow();
     test_random();
     test_many();
     test_errors();

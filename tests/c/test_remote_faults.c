@@ -179,16 +179,32 @@ static void read_budgeted(const char *url, const char *cache, uint64_t budget, s
     stk_dataset_close(ds);
 }
 
+typedef struct resume {
+    pid_t srv;
+    stk__fetcher *f;
+} resume;
+
+/* Lets the server go on once the close has begun (it has told the
+ * read-ahead to stop): the round in flight then lands during the close.
+ * The fetcher outlives this: the close joins the read-ahead, which cannot
+ * finish its round while the server is stopped. */
 static void *resume_server(void *arg) {
-    usleep(300000);
-    kill(*(pid_t *)arg, SIGCONT);
+    const resume *rs = arg;
+    bool stopping = false;
+    for (int i = 0; i < 10000 && !stopping; i++) {
+        pthread_mutex_lock(&rs->f->mu);
+        stopping = rs->f->ahead_stop;
+        pthread_mutex_unlock(&rs->f->mu);
+        if (!stopping) usleep(1000);
+    }
+    kill(rs->srv, SIGCONT);
     return NULL;
 }
 
 /* A dataset closed while its read-ahead fetches (as a loader closed
  * mid-epoch leaves it): the round lands after the close began and still
  * finds the shards' block tables, and the close waits for it.  The server
- * is stopped until after the close began, so that the round is surely in
+ * is stopped until the close has begun, so that the round is surely in
  * flight.  (The close once freed the tables before it stopped the
  * read-ahead: a use after free, seen under ASan.) */
 static void close_while_reading_ahead(const char *url, const stk_open_options *oo, pid_t srv) {
@@ -215,7 +231,8 @@ static void close_while_reading_ahead(const char *url, const stk_open_options *o
     if (!flight) kill(srv, SIGCONT);
     CHECK(flight);
     pthread_t t;
-    CHECK(pthread_create(&t, NULL, resume_server, &srv) == 0);
+    resume rs = {srv, f};
+    CHECK(pthread_create(&t, NULL, resume_server, &rs) == 0);
     stk_dataset_close(ds);
     pthread_join(t, NULL);
 }

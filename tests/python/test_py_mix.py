@@ -330,33 +330,44 @@ def test_torch_output_and_len(srcs):
 @pytest.mark.parametrize("output", ["numpy", "torch", "dlpack"])
 def test_sources_and_ids_of_the_last_batch(srcs, output):
     """sources_of_last() and sample_ids() are the last batch's, copies that
-    outlive it: asking for them keeps no batch buffer (prefetch=2 would
-    run out), and changing what they return changes nothing later."""
+    outlive it and hold no batch buffer: with the epoch's first batch held
+    throughout (a caller keeping one) and prefetch=2, every later batch
+    comes in the one buffer left; a loader that kept the last batch's
+    buffer for these calls would hold a second, and the ring would grow
+    new ones. Changing what they return changes nothing later."""
     if output == "torch":
         torch = pytest.importorskip("torch")
+    as_np = (lambda a: a.numpy()) if output == "torch" else np.asarray
     for field in ("source", None):
         with stoker.Loader(sources(srcs), 16, shuffle="random", prefetch=2, output=output,
                            source_field=field) as mx:
             assert mx.sources_of_last() is None and mx.sample_ids() is None
             seen = collections.Counter()
+            first, buffers = None, set()
             for b in mx:
-                x = np.asarray(b["x"] if output != "torch" else b["x"].numpy())[:, 0]
+                if first is None:
+                    first = b  # (held to the end of the epoch)
+                else:
+                    buffers.add(as_np(b["x"]).ctypes.data)
+                x = as_np(b["x"])[:, 0]
                 s, ids = mx.sources_of_last(), mx.sample_ids()
                 assert s.dtype == np.int32 and ids.dtype == np.uint64 and len(s) == len(ids) == len(x)
                 assert (x % 10 == s).all()
                 if field is None:
                     assert "source" not in b
                 else:
-                    got = b["source"].numpy() if output == "torch" else np.asarray(b["source"])
+                    got = as_np(b["source"])
                     assert got.dtype == np.int32 and (got == s).all()
                 s0, ids0 = s.copy(), ids.copy()
                 s[:] = -1  # copies: the next call gives the batch's again
                 ids[:] = 0
                 assert (mx.sources_of_last() == s0).all() and (mx.sample_ids() == ids0).all()
                 seen.update(s0.tolist())
-                b = None  # (nothing of the batch is held past here)
+                b = x = got = None  # (nothing of this batch is held past here)
             assert sum(seen.values()) == 450 and set(seen) == {0, 1, 2}
             assert (mx.sources_of_last() == s0).all()  # still the last batch's, after the epoch
+            assert len(buffers) == 1  # (the ring's other buffer; the first is held)
+            first = None
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")

@@ -1,6 +1,6 @@
 /*
  * array.c: the Array type, a zero-copy view of one field of a batch (or of
- * its ragged offsets, or its sample ids).  It holds its Batch, so the
+ * its ragged offsets, or a mixture's sources).  It holds its Batch, so the
  * buffer stays untouched while the Array, or anything made from it through
  * the buffer protocol (NumPy) or DLPack (dlpack.c), lives.
  */

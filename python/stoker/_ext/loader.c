@@ -12,19 +12,25 @@
 #include <unistd.h>
 
 void loader_teardown(LoaderObject *self) {
-    if (self->ld && self->pid == getpid()) {
-        Py_BEGIN_ALLOW_THREADS
-        stk_loader_close(self->ld);
-        Py_END_ALLOW_THREADS
-    }
-    if (self->ds && self->pid == getpid()) stk_dataset_close(self->ds);
-    for (size_t i = 0; i < self->nmix; i++)
-        if (self->mix_ds[i] && self->pid == getpid()) stk_dataset_close(self->mix_ds[i]);
-    PyMem_Free(self->mix_ds);
-    self->mix_ds = NULL;
-    self->nmix = 0;
+    stk_loader *ld = self->ld;
+    stk_dataset *ds = self->ds, **mix = self->mix_ds;
+    size_t nmix = self->nmix;
     self->ld = NULL;
     self->ds = NULL;
+    self->mix_ds = NULL;
+    self->nmix = 0;
+    if (self->pid == getpid()) {
+        /* Without the GIL: closing joins the loader's threads, and a
+         * remote dataset's read-ahead, which may be waiting out a round in
+         * flight (up to 64 MiB, or a slow link's timeouts and retries). */
+        Py_BEGIN_ALLOW_THREADS
+        if (ld) stk_loader_close(ld);
+        if (ds) stk_dataset_close(ds);
+        for (size_t i = 0; i < nmix; i++)
+            if (mix[i]) stk_dataset_close(mix[i]);
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_Free(mix);
 }
 
 int check_process(LoaderObject *self) {
