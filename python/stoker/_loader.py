@@ -549,25 +549,24 @@ class Loader:
             # (sample_ids), not every batch.
             ids = item[1]
             arrays = item[0]
-            srcs = None
+            srcs = field = None
             if len(item) > 2:  # a mixture's batch: each sample's source
                 srcs = item[3]  # (a copy, as the ids)
                 field = self._source_field
-                if field is not None:
-                    if field in arrays:  # (homogeneous: a source's own fields)
-                        src = int(np.frombuffer(srcs, np.int32, count=1)[0]) if srcs else 0
-                        raise InvalidArgument(
-                            f"source {src} has a field named {field!r}, the mixture's "
-                            f"source_field: choose another source_field (or None)")
-                    if self.device is None:
-                        # A field of the batch like the others (a view of
-                        # its buffer).
-                        arrays[field] = item[2]
+            if field is not None:
+                if field in arrays:  # (homogeneous: a source's own fields)
+                    src = int(np.frombuffer(srcs, np.int32, count=1)[0]) if srcs else 0
+                    raise InvalidArgument(
+                        f"source {src} has a field named {field!r}, the mixture's "
+                        f"source_field: choose another source_field (or None)")
+                if self.device is None:
+                    # A field of the batch like the others (a view of its
+                    # buffer).
+                    arrays[field] = item[2]
             out = self._convert(arrays)
-            if srcs is not None and self.device is not None and self._source_field is not None:
+            if field is not None and self.device is not None:
                 # Beside the batch's fields, on its device: the sources are
                 # in host memory (a small copy on the current stream).
-                field = self._source_field
                 if self._output == "torch":
                     import torch
                     out[field] = torch.from_dlpack(item[2].__dlpack__()).to(self.device)

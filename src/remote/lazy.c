@@ -587,6 +587,13 @@ static size_t fill_gaps(stk__fetcher *f, want **wp, size_t *cap, size_t nw) {
     return n;
 }
 
+/* Drops the queued ranges (hints all of them: a reader fetches what it
+ * needs).  Under f->mu. */
+static void ahead_drop(stk__fetcher *f) {
+    f->naq = 0;
+    f->aq_bytes = 0;
+}
+
 static void *ahead_main(void *arg) {
     stk__fetcher *f = arg;
     stk__thread_name("stk-ahead");
@@ -604,11 +611,10 @@ static void *ahead_main(void *arg) {
         while (k < f->naq && (k == 0 || bytes < AHEAD_ROUND)) bytes += f->aq[k].hi - f->aq[k].lo, k++;
         stk__range *taken = stk__malloc(k * sizeof *taken);
         if (!taken) {
-            /* Out of memory: the queued ranges are hints, dropped; the
-             * thread goes on (had it ended, ahead() would queue ranges
-             * that nothing takes, without bound). */
-            f->naq = 0;
-            f->aq_bytes = 0;
+            /* Out of memory: the queued ranges are dropped and the thread
+             * goes on (had it ended, ahead() would queue ranges that
+             * nothing takes, without bound). */
+            ahead_drop(f);
             continue;
         }
         memcpy(taken, f->aq, k * sizeof *taken);
@@ -698,11 +704,7 @@ static void ahead(void *ctx, const stk__range *r, size_t n, bool whole) {
     }
     if (!f->ahead_started) {
         f->ahead_started = pthread_create(&f->ahead_tid, NULL, ahead_main, f) == 0;
-        if (!f->ahead_started) {
-            /* No thread to take them: dropped (hints), not kept growing. */
-            f->naq = 0;
-            f->aq_bytes = 0;
-        }
+        if (!f->ahead_started) ahead_drop(f); /* (no thread to take them) */
     }
     pthread_cond_signal(&f->ahead_cv);
     pthread_mutex_unlock(&f->mu);
