@@ -418,21 +418,23 @@ void stk_mix_fill(const stk_mix *m, uint64_t epoch, uint64_t first, uint64_t n,
  * level below the root keeps its remainders in memory, and a round that
  * meets the node the last one stepped waits for that store (store
  * forwarding, about 5 cycles): 0.78-0.93 us for a batch of 256 from 3
- * sources, against 0.39-0.55 here.  The child taken is chosen, stepped and
- * put back; the leaves are numbered 2 * (went left at the root) + (went
- * left below).  A child that is a leaf steps as one (a = 0, t = 1: never
- * left), so under it only the right-hand number comes.
+ * sources.  The child taken is chosen, stepped and put back; the leaves
+ * are numbered 2 * (went left at the root) + (went left below).  A child
+ * that is a leaf steps as one (a = 0, t = 1: never left), so under it
+ * only the right-hand number comes.
  *
- * Written with masks instead of choices, as the deeper walk is, this ran
- * at 0.95-1.0 us: the masks put both children on one chain of dependent
- * instructions every round.  GCC makes the choices branches, and they are
- * well predicted: a node's turns follow its ratio in a regular pattern
- * (GCC 12 at -O2; weights 4:2:1, 1:1:1, 10:1:1, 3.1:2.9:1.05, 1:5:3 and
- * four sources of 1:1:1:1 and 0.3:1.7:2.2:1.1 all measured 0.39-0.55 us;
- * in a loader, 256-byte records, a worker's time fell from 134.6 to 133.3
- * ns a sample).  A compiler that makes them conditional moves instead
- * gives the chain of the masks' version.  Deeper trees keep the
- * branch-free walk. */
+ * Each leaf number writes its lanes through a pointer of its own, kept in
+ * a register: with the positions in memory (lanes[pos[s]++]), a source
+ * drawn again a round or two later waited for its count's store to come
+ * back the same way (0.38-0.80 us a batch, against 0.27-0.52 now; weights
+ * 4:2:1, 1:1:1, 10:1:1, 3.1:2.9:1.05, 1:5:3, 2:4:1, 1:2:4 and four
+ * sources of 1:1:1:1 and 0.3:1.7:2.2:1.1, GCC 12 at -O2 and -O3).
+ *
+ * Written with masks instead of choices, as the deeper walk is, the walk
+ * ran at 0.95-1.0 us: the masks put both children on one chain of
+ * dependent instructions every round.  GCC keeps the choices as branches,
+ * and they are well predicted: a node's turns follow its ratio in a
+ * regular pattern.  Deeper trees keep the branch-free walk. */
 static void place_shallow(fill_walk *w, uint32_t t, uint32_t stop, uint32_t *srcs,
                           uint32_t *lanes, uint32_t *pos) {
     const fill_node *fn = w->fn;
@@ -440,22 +442,45 @@ static void place_shallow(fill_walk *w, uint32_t t, uint32_t stop, uint32_t *src
     const uint64_t a0 = fn[0].a, t0 = fn[0].t;
     const uint64_t al = fn[cl].a, tl = fn[cl].t, ar = fn[cr].a, tr = fn[cr].t;
     uint64_t r0 = w->rem[0], rl = w->rem[cl], rr = w->rem[cr];
-    const uint32_t src[4] = {fn[fn[cr].next[0]].src, fn[fn[cr].next[1]].src,
-                             fn[fn[cl].next[0]].src, fn[fn[cl].next[1]].src};
+    const uint32_t s0 = fn[fn[cr].next[0]].src, s1 = fn[fn[cr].next[1]].src,
+                   s2 = fn[fn[cl].next[0]].src, s3 = fn[fn[cl].next[1]].src;
+    uint32_t *l0 = lanes + pos[s0], *l1 = lanes + pos[s1], *l2 = lanes + pos[s2],
+             *l3 = lanes + pos[s3];
+    uint32_t *const b0 = l0, *const b1 = l1, *const b2 = l2, *const b3 = l3;
     for (uint32_t x = t; x < stop; x++) {
         uint64_t r = r0 + a0;
-        bool left = r >= t0;
-        r0 = left ? r - t0 : r;
-        uint64_t ca = left ? al : ar, ct = left ? tl : tr, c = left ? rl : rr;
-        c += ca;
-        bool down = c >= ct;
-        c = down ? c - ct : c;
-        rl = left ? c : rl;
-        rr = left ? rr : c;
-        uint32_t s = src[2 * left + down];
-        srcs[x] = s;
-        lanes[pos[s]++] = x;
+        if (r >= t0) {
+            r0 = r - t0;
+            uint64_t c = rl + al;
+            if (c >= tl) {
+                rl = c - tl;
+                srcs[x] = s3;
+                *l3++ = x;
+            } else {
+                rl = c;
+                srcs[x] = s2;
+                *l2++ = x;
+            }
+        } else {
+            r0 = r;
+            uint64_t c = rr + ar;
+            if (c >= tr) {
+                rr = c - tr;
+                srcs[x] = s1;
+                *l1++ = x;
+            } else {
+                rr = c;
+                srcs[x] = s0;
+                *l0++ = x;
+            }
+        }
     }
+    /* (A leaf index never reached may name the source of one that is:
+     * only the lanes written count.) */
+    pos[s0] += (uint32_t)(l0 - b0);
+    pos[s1] += (uint32_t)(l1 - b1);
+    pos[s2] += (uint32_t)(l2 - b2);
+    pos[s3] += (uint32_t)(l3 - b3);
     w->rem[0] = r0;
     w->rem[cl] = rl;
     w->rem[cr] = rr;
