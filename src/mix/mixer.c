@@ -303,8 +303,8 @@ static int fill_drawn(stk__mixer *m, stk_batch *s, int wi, stk_error *err) {
         d->np = 0;
         int rc = draw_pieces(m, d, s, wi, piece_note, NULL, err);
         if (rc) return rc;
-        return stk__loader_draw_joint(d->joint, m->parts, wi, d->pc, d->np, stk__batch_mem(s), n,
-                                      stk__batch_ids(s), err);
+        return stk__loader_draw_joint(d->joint, m->shell, m->parts, wi, d->pc, d->np,
+                                      stk__batch_mem(s), n, stk__batch_ids(s), err);
     }
     /* Ragged fields: every sample's rows first, for the offsets. */
     for (size_t i = 0; i < m->nf; i++) {

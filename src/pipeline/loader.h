@@ -315,8 +315,12 @@ struct stk_loader {
     stk_error last_skip;
     stk__trace trace; /* spans per thread, when asked for (trace/trace.c) */
     bool nvtx;        /* NVTX ranges for the stages (under Nsight; cuda/cuda.h) */
-    _Atomic uint64_t st_plan_n, st_plan_ns, st_io_n, st_io_bytes, st_io_ns, st_asm_n,
-        st_asm_bytes, st_asm_ns, st_wait_n, st_wait_ns, st_batches, st_samples, st_ready_sum,
+    /* The workers' counters and the consumer's on lines of their own: a
+     * worker's atomic addition to a line the consumer has just written
+     * waits for the line to come back from the consumer's CPU. */
+    _Alignas(64) _Atomic uint64_t st_plan_n, st_plan_ns, st_io_n, st_io_bytes, st_io_ns,
+        st_asm_n, st_asm_bytes, st_asm_ns;
+    _Alignas(64) _Atomic uint64_t st_wait_n, st_wait_ns, st_batches, st_samples, st_ready_sum,
         st_groups, st_inflight;
     uint64_t st_t0;
 };

@@ -20,10 +20,17 @@
 
 /* ---- open, step by step ---- */
 
+/* A zeroed loader, at the alignment its counters' cache lines ask for. */
+static stk_loader *loader_alloc(void) {
+    stk_loader *ld = stk__aligned_alloc(_Alignof(stk_loader), sizeof *ld);
+    if (ld) memset(ld, 0, sizeof *ld);
+    return ld;
+}
+
 /* A loader with the options copied (less the caller's names, which the
  * loader does not keep) and its locks made. */
 static stk_loader *loader_new(stk_dataset *ds, const stk_loader_options *opts, bool plan_only) {
-    stk_loader *ld = stk__calloc(1, sizeof *ld);
+    stk_loader *ld = loader_alloc();
     if (!ld) return NULL;
     ld->ds = ds;
     ld->plan_only = plan_only;
@@ -554,7 +561,7 @@ int stk_loader_count(stk_dataset *ds, const stk_loader_options *opts, uint64_t *
     if (rc) return rc;
     /* Only what the sample space and the dealing need: no files, buffers
      * or threads. */
-    stk_loader *ld = stk__calloc(1, sizeof *ld);
+    stk_loader *ld = loader_alloc();
     if (!ld) return stk__err(err, -ENOMEM, "out of memory");
     ld->ds = ds;
     if (!(rc = stk__ld_pick_fields(ld, opts, err)) && !(rc = build_space(ld, opts, err))) {

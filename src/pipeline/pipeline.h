@@ -190,9 +190,10 @@ void stk__joint_free(stk__joint *J);
  * wants a read's spans of its own. */
 bool stk__loader_joinable(const stk_loader *ld);
 /* Worker wi draws pieces pc[0 .. np) of lds' samples, n in all, into the
- * batch whose memory is mem, their sample ids into ids[lane]; as n
- * stk__loader_draw calls would, each source's statistics included. */
-int stk__loader_draw_joint(stk__joint *J, stk_loader *const *lds, int wi,
+ * batch whose memory is mem, their sample ids into ids[lane], as the
+ * stk__loader_draw calls of its pieces would; the batch's statistics go
+ * to `mix` (the mixture's own loader, which sums its sources'). */
+int stk__loader_draw_joint(stk__joint *J, stk_loader *mix, stk_loader *const *lds, int wi,
                            const stk__draw_piece *pc, size_t np, uint8_t *mem, uint32_t n,
                            uint64_t *ids, stk_error *err);
 
