@@ -49,6 +49,14 @@ void *stk__aligned_alloc(size_t align, size_t n) {
     return p;
 }
 
+void *stk__calloc_lines(size_t count, size_t size) {
+    if (size && count > SIZE_MAX / size - 64) return NULL;
+    size_t n = (count * size + 63) & ~(size_t)63;
+    void *p = stk__aligned_alloc(64, n ? n : 64);
+    if (p) memset(p, 0, n ? n : 64);
+    return p;
+}
+
 /* Tables read at random (a dataset's record index: one entry per sample
  * drawn) are a TLB miss per access in 4 KiB pages, and much more expensive
  * ones under nested paging.  Large ones are put on 2 MiB boundaries and

@@ -58,6 +58,10 @@ char *stk__strdup(const char *s);
 char *stk__strndup(const char *s, size_t n);
 /* Allocation aligned to `align` (a power of two >= sizeof(void *)). */
 void *stk__aligned_alloc(size_t align, size_t n);
+/* count * size zeroed bytes on cache lines of their own (64-byte aligned,
+ * rounded up to whole lines): memory that one thread writes while others
+ * write theirs, which must not share a line with it. */
+void *stk__calloc_lines(size_t count, size_t size);
 /* A table that will be read at random: large ones in huge pages where the
  * kernel gives them.  Freed with stk__free. */
 void *stk__alloc_table(size_t n);

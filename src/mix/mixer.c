@@ -514,22 +514,24 @@ static void drawers_free(stk__mixer *m) {
     stk__free(m->dw);
 }
 
+/* Each worker's drawer and scratch on cache lines of their own: the
+ * workers write theirs every batch. */
 static int drawers_alloc(stk__mixer *m, stk_error *err) {
-    if (!(m->dw = stk__calloc((size_t)m->workers, sizeof *m->dw)))
+    if (!(m->dw = stk__calloc_lines((size_t)m->workers, sizeof *m->dw)))
         return stk__err(err, -ENOMEM, "out of memory");
     size_t B = m->B, k = m->k;
     bool ragged = false;
     for (size_t i = 0; i < m->nf; i++) ragged |= m->ragged[i];
     for (int w = 0; w < m->workers; w++) {
         drawer *d = &m->dw[w];
-        d->lanes = stk__calloc(B, sizeof *d->lanes);
-        d->cnt = stk__calloc(k + 1, sizeof *d->cnt);
-        d->counts = stk__calloc(k, sizeof *d->counts);
-        d->ends = stk__calloc(k, sizeof *d->ends);
-        d->sep = stk__calloc(k, sizeof *d->sep);
-        d->k0 = stk__calloc(k, sizeof *d->k0);
-        d->ids = stk__calloc(B, sizeof *d->ids);
-        d->rows = stk__calloc(B, sizeof *d->rows);
+        d->lanes = stk__calloc_lines(B, sizeof *d->lanes);
+        d->cnt = stk__calloc_lines(k + 1, sizeof *d->cnt);
+        d->counts = stk__calloc_lines(k, sizeof *d->counts);
+        d->ends = stk__calloc_lines(k, sizeof *d->ends);
+        d->sep = stk__calloc_lines(k, sizeof *d->sep);
+        d->k0 = stk__calloc_lines(k, sizeof *d->k0);
+        d->ids = stk__calloc_lines(B, sizeof *d->ids);
+        d->rows = stk__calloc_lines(B, sizeof *d->rows);
         if (!d->lanes || !d->cnt || !d->counts || !d->ends || !d->sep || !d->k0 || !d->ids ||
             !d->rows)
             return stk__err(err, -ENOMEM, "out of memory");
@@ -537,7 +539,7 @@ static int drawers_alloc(stk__mixer *m, stk_error *err) {
         /* (A piece per source, and one more each time a source's epoch
          * ends within the batch: at most one a sample.) */
         d->joint = stk__joint_new((uint32_t)B, k, m->nf);
-        d->pc = stk__calloc(k + B, sizeof *d->pc);
+        d->pc = stk__calloc_lines(k + B, sizeof *d->pc);
         if (!d->joint || !d->pc) return stk__err(err, -ENOMEM, "out of memory");
     }
     return 0;

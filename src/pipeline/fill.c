@@ -596,18 +596,19 @@ int stk__loader_draw(stk_loader *ld, int wi, uint64_t epoch, uint64_t first, uin
 
 /* ---- joint draws (pipeline.h) ---- */
 
+/* (On cache lines of its own: each worker has one, written every batch.) */
 stk__joint *stk__joint_new(uint32_t batch_size, size_t k, size_t nf) {
-    stk__joint *J = stk__calloc(1, sizeof *J);
+    stk__joint *J = stk__calloc_lines(1, sizeof *J);
     if (!J) return NULL;
     J->cap = batch_size;
     J->k = k;
-    J->ld = stk__calloc(batch_size, sizeof *J->ld);
-    J->recs = stk__calloc(batch_size, sizeof *J->recs);
-    J->shs = stk__calloc(batch_size, sizeof *J->shs);
-    J->ent = stk__calloc(batch_size, sizeof *J->ent);
-    J->tmp = stk__calloc(2 * (size_t)batch_size, sizeof *J->tmp);
-    J->rows = stk__calloc(nf ? nf : 1, sizeof *J->rows);
-    J->n = stk__calloc(k, sizeof *J->n);
+    J->ld = stk__calloc_lines(batch_size, sizeof *J->ld);
+    J->recs = stk__calloc_lines(batch_size, sizeof *J->recs);
+    J->shs = stk__calloc_lines(batch_size, sizeof *J->shs);
+    J->ent = stk__calloc_lines(batch_size, sizeof *J->ent);
+    J->tmp = stk__calloc_lines(2 * (size_t)batch_size, sizeof *J->tmp);
+    J->rows = stk__calloc_lines(nf ? nf : 1, sizeof *J->rows);
+    J->n = stk__calloc_lines(k, sizeof *J->n);
     if (!J->ld || !J->recs || !J->shs || !J->ent || !J->tmp || !J->rows || !J->n) {
         stk__joint_free(J);
         return NULL;

@@ -153,8 +153,9 @@ typedef struct post {
     int conv;         /* POST_CONV: the conversion (the shard's) */
 } post;
 
+/* (On cache lines of its own: each worker writes its own every batch.) */
 typedef struct worker {
-    stk_loader *ld;
+    _Alignas(64) stk_loader *ld;
     pthread_t tid;
     int started;
     stk__io *io;
