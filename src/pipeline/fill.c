@@ -602,14 +602,15 @@ stk__joint *stk__joint_new(uint32_t batch_size, size_t k, size_t nf) {
     if (!J) return NULL;
     J->cap = batch_size;
     J->k = k;
-    J->ld = stk__calloc_lines(batch_size, sizeof *J->ld);
+    J->lane = stk__calloc_lines(batch_size, sizeof *J->lane);
+    J->run = stk__calloc_lines(k ? k : 1, sizeof *J->run);
     J->recs = stk__calloc_lines(batch_size, sizeof *J->recs);
     J->shs = stk__calloc_lines(batch_size, sizeof *J->shs);
     J->ent = stk__calloc_lines(batch_size, sizeof *J->ent);
     J->tmp = stk__calloc_lines(2 * (size_t)batch_size, sizeof *J->tmp);
     J->rows = stk__calloc_lines(nf ? nf : 1, sizeof *J->rows);
     J->n = stk__calloc_lines(k, sizeof *J->n);
-    if (!J->ld || !J->recs || !J->shs || !J->ent || !J->tmp || !J->rows || !J->n) {
+    if (!J->lane || !J->run || !J->recs || !J->shs || !J->ent || !J->tmp || !J->rows || !J->n) {
         stk__joint_free(J);
         return NULL;
     }
@@ -618,7 +619,8 @@ stk__joint *stk__joint_new(uint32_t batch_size, size_t k, size_t nf) {
 
 void stk__joint_free(stk__joint *J) {
     if (!J) return;
-    stk__free(J->ld);
+    stk__free(J->lane);
+    stk__free(J->run);
     stk__free(J->recs);
     stk__free(J->shs);
     stk__free(J->ent);
@@ -641,10 +643,11 @@ bool stk__loader_joinable(const stk_loader *ld) {
     return true;
 }
 
-/* Locates piece p's records into J's lanes (what fill does before it
- * gathers, for one piece). */
+/* Locates piece p's records into J's places at .. at + p->len - 1 (what
+ * fill does before it gathers, for one piece), and its sample ids into
+ * their lanes. */
 static int joint_locate(stk__joint *J, stk_loader *ld, int wi, const stk__draw_piece *p,
-                        uint64_t *ids, stk_error *err) {
+                        uint32_t at, uint64_t *ids, stk_error *err) {
     worker *w = draw_worker(ld, wi, p->epoch);
     int rc = draw_past(ld, w, p->epoch, p->first, p->len, err);
     if (rc) return rc;
@@ -660,9 +663,9 @@ static int joint_locate(stk__joint *J, stk_loader *ld, int wi, const stk__draw_p
     for (uint32_t j = 0; j < n; j++) {
         uint32_t lane = p->lanes[j];
         ids[lane] = recs[j];
-        J->ld[lane] = ld;
-        J->recs[lane] = recs[j];
-        J->ent[lane] = stk__ld_record_entry(ds, recs[j], &J->shs[lane]);
+        J->lane[at + j] = lane;
+        J->recs[at + j] = recs[j];
+        J->ent[at + j] = stk__ld_record_entry(ds, recs[j], &J->shs[at + j]);
     }
     J->n[p->src] += n;
     return 0;
@@ -677,15 +680,29 @@ int stk__loader_draw_joint(stk__joint *J, stk_loader *mix, stk_loader *const *ld
         return stk__err(err, fe ? fe : -EIO, "a mixture's batch: a joint draw failed (on purpose)");
     uint64_t t0 = stk__now_ns();
     memset(J->n, 0, J->k * sizeof *J->n);
-    uint64_t placed = 0;
+    J->nrun = 0;
+    uint32_t placed = 0;
     for (size_t i = 0; i < np; i++) {
-        int rc = joint_locate(J, lds[pc[i].src], wi, &pc[i], ids, err);
+        if (pc[i].len > n - placed)
+            return stk__err(err, -EINVAL, "a joint draw of %u samples was given more", n);
+        if (pc[i].src >= J->k)
+            return stk__err(err, -EINVAL, "a joint draw of %zu sources was given source %u",
+                            J->k, pc[i].src);
+        /* A source's pieces follow one another (the mixture groups a
+         * batch's lanes by source): one run of places each. */
+        stk_loader *ld = lds[pc[i].src];
+        if (i == 0 || pc[i].src != pc[i - 1].src) {
+            if (J->nrun == J->k)
+                return stk__err(err, -EINVAL, "a joint draw's pieces are not grouped by source");
+            J->run[J->nrun++].ld = ld;
+        }
+        int rc = joint_locate(J, ld, wi, &pc[i], placed, ids, err);
         if (rc) return rc;
         placed += pc[i].len;
+        J->run[J->nrun - 1].end = placed;
     }
     if (placed != n)
-        return stk__err(err, -EINVAL, "a joint draw of %u samples was given %llu", n,
-                        (unsigned long long)placed);
+        return stk__err(err, -EINVAL, "a joint draw of %u samples was given %u", n, placed);
     uint64_t t1 = stk__now_ns();
     stk_batch v = {0};
     v.ld = lds[0];
@@ -694,6 +711,7 @@ int stk__loader_draw_joint(stk__joint *J, stk_loader *mix, stk_loader *const *ld
     v.mem = mem;
     v.samples = ids;
     v.ragged_rows = J->rows;
+    v.lanes = J->lane;
     int rc = stk__ld_gather_joint(J, &v, n, err);
     if (rc) return rc;
     /* The batch's statistics, once, to the mixture's own loader (whose

@@ -32,12 +32,12 @@ static inline void prefetch_record(const stk_dataset *ds, const stk__shard *sh, 
 }
 
 /* What one gather keeps: the batch's records located (in a joint draw,
- * each lane's loader too), and its counts.  seq: hashes its worker made
- * before it (one in HASH_SAMPLE is timed, counted across batches, so
- * that the timed ones are not always a batch's first record, whose
- * bytes were the least prefetched). */
+ * by place, and the runs of places of each loader), and its counts.  seq:
+ * hashes its worker made before it (one in HASH_SAMPLE is timed, counted
+ * across batches, so that the timed ones are not always a batch's first
+ * record, whose bytes were the least prefetched). */
 typedef struct gather {
-    stk_loader *const *lds; /* joint: lane j's loader; else NULL */
+    const stk__joint_run *run; /* joint: its runs of places; else NULL */
     const uint64_t *const *ent;
     const uint32_t *shs;
     const uint64_t *recs;
@@ -53,27 +53,32 @@ static int gather_mismatch(const stk__shard *sh, uint64_t rec, stk_error *err) {
                     sh->path, (unsigned long long)rec);
 }
 
-/* Record j's dataset: the loader's, ds, or in a joint draw (ds NULL) its
- * lane's loader's. */
-static STK__ALWAYS_INLINE const stk_dataset *gather_ds(const stk_dataset *ds, const gather *g,
-                                                       uint32_t j) {
-    return ds ? ds : g->lds[j]->ds;
+/* The dataset of place j of a joint draw: its run's loader's. */
+static const stk_dataset *joint_ds(const gather *g, uint32_t j) {
+    const stk__joint_run *r = g->run;
+    while (r->end <= j) r++;
+    return r->ld->ds;
 }
 
-static STK__ALWAYS_INLINE void gather_ahead(const stk_dataset *ds, const gather *g, uint32_t j) {
+/* Prefetches what is needed AHEAD_E and AHEAD places after place j, which
+ * belongs to dataset ds as the places before `end` do (in a joint draw,
+ * those from `end` on to the next runs' datasets). */
+static STK__ALWAYS_INLINE void gather_ahead(const stk_dataset *ds, uint32_t end, const gather *g,
+                                            uint32_t j) {
     if (j + AHEAD_E < g->n) __builtin_prefetch(g->ent[j + AHEAD_E]);
     if (j + AHEAD < g->n) {
-        const stk_dataset *d = gather_ds(ds, g, j + AHEAD);
+        const stk_dataset *d = STK__LIKELY(j + AHEAD < end) ? ds : joint_ds(g, j + AHEAD);
         prefetch_record(d, &d->shards[g->shs[j + AHEAD]], g->ent[j + AHEAD]);
     }
 }
 
 /* The first records' entries and bytes, before the pass (which then
- * keeps them coming AHEAD_E and AHEAD records ahead). */
+ * keeps them coming AHEAD_E and AHEAD records ahead): of dataset ds, or
+ * in a joint draw (ds NULL) of their runs' datasets. */
 static void gather_prime(const stk_dataset *ds, const gather *g) {
     for (uint32_t j = 0; j < STK__MIN(g->n, AHEAD_E); j++) __builtin_prefetch(g->ent[j]);
     for (uint32_t j = 0; j < STK__MIN(g->n, (uint32_t)AHEAD); j++) {
-        const stk_dataset *d = gather_ds(ds, g, j);
+        const stk_dataset *d = ds ? ds : joint_ds(g, j);
         prefetch_record(d, &d->shards[g->shs[j]], g->ent[j]);
     }
 }
@@ -165,18 +170,16 @@ static uint64_t hash_share(uint64_t total, uint64_t ver_ns, uint64_t nhashed, ui
     return timed ? STK__MIN(total, ver_ns * nhashed / timed) : 0;
 }
 
-/* The pass over records 0 .. n - 1: of loader ld, checked when `check`;
- * in a joint draw (ld NULL), each of its lane's loader, checked when that
- * one checks records. */
-static STK__ALWAYS_INLINE int gather_loop(stk_loader *ld, stk_batch *s, gather *g, bool check,
-                                          uint64_t *ver_ns, uint64_t *timed, stk_error *err) {
-    const stk_dataset *ds = ld ? ld->ds : NULL;
+/* The pass over records a .. end - 1, of loader ld, checked when `check`
+ * (in a joint draw, the places from `end` on are of the next runs). */
+static STK__ALWAYS_INLINE int gather_loop(stk_loader *ld, stk_batch *s, gather *g, uint32_t a,
+                                          uint32_t end, bool check, uint64_t *ver_ns,
+                                          uint64_t *timed, stk_error *err) {
+    const stk_dataset *ds = ld->ds;
     int rc = 0;
-    for (uint32_t j = 0; j < g->n && rc == 0; j++) {
-        gather_ahead(ds, g, j);
-        stk_loader *l = ld ? ld : g->lds[j];
-        rc = gather_record(l, ld ? ds : l->ds, s, g, j, ld ? check : l->rec_check, ver_ns, timed,
-                           err);
+    for (uint32_t j = a; j < end && rc == 0; j++) {
+        gather_ahead(ds, end, g, j);
+        rc = gather_record(ld, ds, s, g, j, check, ver_ns, timed, err);
     }
     return rc;
 }
@@ -185,7 +188,7 @@ static int gather_one_pass(stk_loader *ld, worker *w, stk_batch *s, gather *g, b
                            stk_error *err) {
     const uint32_t n = g->n;
     uint64_t t0 = stk__ld_span_open(ld, STK__EV_READ), ver_ns = 0, timed = 0;
-    int rc = gather_loop(ld, s, g, check, &ver_ns, &timed, err);
+    int rc = gather_loop(ld, s, g, 0, n, check, &ver_ns, &timed, err);
     uint64_t t1 = stk__now_ns(), total = t1 - t0;
     uint64_t est = hash_share(total, ver_ns, g->nhashed, timed);
     ld->st_ver_ns += est;
@@ -204,7 +207,7 @@ static int gather_in_runs(stk_loader *ld, worker *w, stk_batch *s, gather *g, st
     for (uint32_t j0 = 0, j1 = 0; j0 < n && rc == 0; j0 = j1) {
         uint64_t t0 = stk__ld_span_open(ld, STK__EV_VERIFY), run = 0;
         for (j1 = j0; j1 < n && rc == 0 && (j1 == j0 || run < RUN); j1++) {
-            gather_ahead(ds, g, j1);
+            gather_ahead(ds, n, g, j1);
             uint64_t x, z;
             stk__record_span(ds, g->ent[j1], &x, &z);
             run += z - x;
@@ -245,11 +248,19 @@ int stk__ld_gather_records(stk_loader *ld, worker *w, stk_batch *s, const uint64
     return 0;
 }
 
+/* Run by run, each of one loader (its loader, dataset and checks stay put
+ * through the run, as in one loader's gather), the prefetches running on
+ * across the runs' edges. */
 int stk__ld_gather_joint(stk__joint *J, stk_batch *s, uint32_t n, stk_error *err) {
-    gather g = {J->ld, J->ent, J->shs, J->recs, n, J->hashes, 0, 0, 0};
+    gather g = {J->run, J->ent, J->shs, J->recs, n, J->hashes, 0, 0, 0};
     gather_prime(NULL, &g);
     uint64_t t0 = stk__now_ns(), ver_ns = 0, timed = 0;
-    int rc = gather_loop(NULL, s, &g, false, &ver_ns, &timed, err);
+    int rc = 0;
+    for (size_t r = 0; r < J->nrun && rc == 0; r++) {
+        stk_loader *ld = J->run[r].ld;
+        rc = gather_loop(ld, s, &g, r ? J->run[r - 1].end : 0, J->run[r].end, ld->rec_check,
+                         &ver_ns, &timed, err);
+    }
     J->hashes += g.nhashed;
     J->read_ns = stk__now_ns() - t0;
     J->ver_ns = hash_share(J->read_ns, ver_ns, g.nhashed, timed);

@@ -483,16 +483,25 @@ static inline const uint64_t *stk__ld_record_entry(const stk_dataset *ds, uint64
 int stk__ld_gather_records(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *recs,
                            bool check, stk_error *err);
 
-/* A joint draw's scratch (pipeline.h): per lane of the batch, its
- * loader, record, shard and index entry; per source, its samples in the
- * batch; the last gather's counts and times. */
+/* A joint draw's scratch (pipeline.h).  The batch's samples are taken in
+ * runs, one per source (a source's lanes in increasing order, as the
+ * mixture groups them), and indexed by place in that sequence: per place,
+ * its lane, record, shard and index entry; per run, its loader and where
+ * it ends.  Per source, its samples in the batch; the last gather's counts
+ * and times. */
+typedef struct stk__joint_run {
+    stk_loader *ld;
+    uint32_t end; /* places a .. end - 1, a the last run's end */
+} stk__joint_run;
 struct stk__joint {
-    uint32_t cap; /* lanes: the batch size */
+    uint32_t cap; /* places: the batch size */
     size_t k;     /* sources */
-    stk_loader **ld;
+    uint32_t *lane;
     uint64_t *recs;
     uint32_t *shs;
     const uint64_t **ent;
+    stk__joint_run *run; /* k */
+    size_t nrun;
     uint64_t *tmp;  /* a piece's records (its sample ids) and first rows (2 x cap) */
     uint64_t *rows; /* per field, the batch view's ragged rows (none is ragged) */
     uint64_t *n;    /* per source */
@@ -501,8 +510,9 @@ struct stk__joint {
     uint64_t hashes;          /* records hashed by every gather (which ones are timed) */
 };
 
-/* Gathers lanes 0 .. n - 1 of a joint draw (located in J) into s, in one
- * pass: each record checked (when its loader checks records) and copied. */
+/* Gathers places 0 .. n - 1 of a joint draw (located in J) into s, whose
+ * lanes are J's, in one pass, run by run: each record checked (when its
+ * loader checks records) and copied. */
 int stk__ld_gather_joint(stk__joint *J, stk_batch *s, uint32_t n, stk_error *err);
 
 /* ---- groups.c ---- */
