@@ -155,6 +155,13 @@ def main():
             cpu = {k: [] for k in contenders}
             work = {k: [] for k in contenders}
             for _ in range(a.reps):
+                # Evicted and brought in again before every repetition: where
+                # a file's pages land in memory changes its speed (here one
+                # dataset's 16 KiB records read 16 to 30% slower than
+                # another's in one settling, and the other way round after
+                # the next), so each repetition draws the placement afresh
+                # rather than fixing one for the whole run.
+                settle([one] + parts)
                 for k, mk in contenders.items():
                     r, c, w = epoch_rate(mk)
                     res[k].append(r)
@@ -181,7 +188,7 @@ def main():
 
 Machine: {machine()}. Medians of {a.reps} repetitions, the contenders in turn in each. Produced by `make bench` (bench/mix.py).
 
-The same samples (x float32 and a label y; {a.small:,} records of 256 B, and {a.large:,} of 16 KiB) as one dataset and as three datasets of 4:2:1 of them, mixed at those weights with `exhaust="all"` (so each epoch reads every sample once, as the single dataset's does). Warm (all in the page cache, every file in 2 MiB folios as stoker's warm-up leaves them), random or block order, batches of 256, the second epoch of each loader (the first, untimed, takes the start-up); M samples/s.
+The same samples (x float32 and a label y; {a.small:,} records of 256 B, and {a.large:,} of 16 KiB) as one dataset and as three datasets of 4:2:1 of them, mixed at those weights with `exhaust="all"` (so each epoch reads every sample once, as the single dataset's does). Warm (all in the page cache, every file in 2 MiB folios as stoker's warm-up leaves them; evicted and brought in again before every repetition, since where a file's pages land changes its speed), random or block order, batches of 256, the second epoch of each loader (the first, untimed, takes the start-up); M samples/s.
 
 | records | order | way | M samples/s | against one dataset (its better setting) | against one dataset (same threads), paired | CPU ns a sample | against one dataset (same threads) | workers' CPU ns a sample | against one dataset (same threads) |
 |---|---|---|---:|---:|---:|---:|---:|---:|---:|
@@ -191,12 +198,14 @@ The mixture of one source, the whole dataset, isolates what mixing itself costs 
 
 CPU time is the whole process's (workers and the consumer, user and system) over the epoch, a sample's share; the workers' is that of the loader's own threads alone (each thread's CPU clock), which is the cost of the loading itself: no consumer, and none of its waiting or spinning. They are the steadier measures at 256 B: with two workers beside the consumer on two cores, throughput swings between repetitions (the spread below) with how the three threads meet on the cores, while the work done varies little. The "1 thread" rows leave the consumer a core of its own, on which it spins for a batch being filled (docs/ARCHITECTURE.md, "The consumer's wait"), so their process CPU time grows with the time spent waiting; they are compared with the single dataset at one thread.
 
-Mixed and homogeneous batches are drawn: the mixture's workers (the threads one loader would have) read each source's samples straight into the batch. Here every source gathers whole records of plain fields from the mapping, so each batch is one joint draw: every source's samples located, then the whole batch gathered in one pass, as one dataset's batch is (docs/ARCHITECTURE.md, "Mixtures"). With 16 KiB records the copy bounds every way: mixed batches ran at 0.92 to 1.00 of one dataset in the runs so far, with 0 to 6% more of the workers' CPU.
+Mixed and homogeneous batches are drawn: the mixture's workers (the threads one loader would have) read each source's samples straight into the batch. Here every source gathers whole records of plain fields from the mapping, so each batch is one joint draw: every source's samples located, then the whole batch gathered in one pass, run by run of each source's places, as one dataset's batch is (docs/ARCHITECTURE.md, "Mixtures"). With 16 KiB records the copy bounds every way.
+
+**Placement.** Where a file's pages land in memory changes how fast its records are read on this machine: with the datasets brought in once for a whole run, one dataset of 16 KiB records read 16% slower than the parts of the mixture (C loop, each read alone as one dataset), and 30% faster after the next eviction and reading in. A run that settles the files once compares placements as much as loaders (a mixture of 16 KiB records at 0.82 of one dataset, 1.24 of its workers' time, in one such run; 0.96 to 1.00 in another). So every repetition now evicts and reads in again all four datasets before its contenders run.
 
 At 256 B a batch's own work is small (about 30 us of a worker's time), and three things show:
-- **The mixing itself** (the schedule's walk over the batch, locating each source's samples in their lanes, each source's order over its own size): about 6% of the workers' CPU time a sample in random order, where there is no locality to lose, half of it with one source (in C, 21 paired runs at one thread: 1.06, 18 of the pairs 1.03 to 1.09, the others 0.99, 1.15 and 1.16).
+- **The mixing itself** (the schedule's walk over the batch, locating each source's samples, each source's order over its own size). In C (a loop taking batches, one worker, 13 alternating runs, twice), a worker's time a sample was 119.8 and 124.1 ns for the mixture against 119.4 and 124.2 for one dataset; at two workers (15 runs), 10.92 M samples/s against 10.66. In a worker's batch of 256 (about 71,000 cycles), the walk takes about 1,200 cycles for three sources (330 for one) and the rest is the same work as one dataset's. From Python the consumer adds its share: 10.0 to 10.4 us of its CPU a batch for a mixture against 9.4 for one dataset (two workers, 5 runs), with or without the source field.
 - **Block order's windows.** Through the mapping, block order beats random order at 256 B because a batch's samples lie in one window of block_group blocks (64 MiB here): less memory to reach than the whole dataset, the caches and the TLB covering more of it. A batch mixing three sources draws from three windows at once, and costs about what one dataset with three times the window costs: the "3 windows" row. Homogeneous batches keep three windows live too, one after another. Lowering the sources' block_group trades shuffle for that locality; random order is the better choice for data that is in memory anyway.
-- **Two workers on two CPUs.** With the consumer on the same two CPUs, the threads wait on one another at every batch, and a few percent more CPU time a sample becomes a larger loss of throughput than at one worker (whose consumer spins on the CPU left free). The 1-thread rows and the workers' CPU columns are the steadier comparison.
+- **Two workers on two CPUs.** With the consumer on the same two CPUs, the threads wait on one another at every batch, and a few percent more CPU time a sample becomes a larger loss of throughput than at one worker (whose consumer spins on the CPU left free). Some runs also fall into a state where the threads wait on a run queue while a CPU is idle (docs/ARCHITECTURE.md, "The pipeline"), at 0.55 to 0.75 of the usual rate, for one dataset and mixtures alike; a run or two of those among 9 moves a median. The 1-thread rows and the workers' CPU columns are the steadier comparison.
 
 All repetitions (M samples/s): """ + "; ".join(raw) + "\n"
     write_section("mix", text)
