@@ -13,6 +13,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,9 @@ struct stk__http {
     long timeout_s;    /* no progress for this long: abandoned, retried */
     int connections;
     unsigned rng;
-    stk_remote_stats st;
+    /* Counters a fetching thread adds to while another may read them
+     * (stk__http_stats, from remote_stats()): atomic, relaxed. */
+    _Atomic uint64_t st_requests, st_retries, st_bytes, st_network_ns;
     double rate;     /* bytes/s a transfer typically gets (moving average) */
     int late;        /* a transfer taking this many times longer than that
                       * rate predicts is sent again (0: never) */
@@ -80,7 +83,18 @@ void stk__http_free(stk__http *h) {
     stk__free(h);
 }
 
-void stk__http_stats(const stk__http *h, stk_remote_stats *out) { *out = h->st; }
+void stk__http_stats(const stk__http *h, stk_remote_stats *out) {
+    memset(out, 0, sizeof *out);
+    out->requests = atomic_load_explicit(&h->st_requests, memory_order_relaxed);
+    out->retries = atomic_load_explicit(&h->st_retries, memory_order_relaxed);
+    out->bytes_fetched = atomic_load_explicit(&h->st_bytes, memory_order_relaxed);
+    out->network_seconds =
+        (double)atomic_load_explicit(&h->st_network_ns, memory_order_relaxed) / 1e9;
+}
+
+static void count(_Atomic uint64_t *c, uint64_t v) {
+    atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
 
 uint64_t stk__http_part_bytes(void) {
     return (uint64_t)env_long("STOKER_REMOTE_PART_MB", 8, 1, 1024) << 20;
@@ -155,7 +169,7 @@ static size_t on_body(char *buf, size_t size, size_t n, void *arg) {
         return len;
     }
     if (x->stale) return 0; /* aborts the transfer */
-    x->h->st.bytes_fetched += len;
+    count(&x->h->st_bytes, len);
     const char *p = buf;
     size_t k = len;
     if (f->skip) {
@@ -320,7 +334,7 @@ static int start(stk__http *h, xfer *x, stk_error *err) {
     }
     if (hd) curl_easy_setopt(e, CURLOPT_HTTPHEADER, hd);
     x->headers = hd;
-    h->st.requests++;
+    count(&h->st_requests, 1);
     CURLMcode mc = curl_multi_add_handle(h->multi, e);
     if (mc != CURLM_OK) {
         curl_slist_free_all(hd);
@@ -526,7 +540,7 @@ int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err) {
                 h->rate = h->rate > 0 ? 0.8 * h->rate + 0.2 * r : r;
             }
             if (v == 1 && fx->attempts <= h->retries) {
-                h->st.retries++;
+                count(&h->st_retries, 1);
                 /* A late one goes again at once: the server was not busy. */
                 fx->not_before_ns = (int64_t)stk__now_ns() +
                                     (x->late ? 0 : backoff_ns(h, fx, fx->attempts));
@@ -549,7 +563,7 @@ int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err) {
         if (active > 0) curl_multi_poll(h->multi, NULL, 0, ms, NULL);
         else if (ms > 0) usleep((useconds_t)ms * 1000);
     }
-    h->st.network_seconds += (double)(stk__now_ns() - t0) / 1e9;
+    count(&h->st_network_ns, stk__now_ns() - t0);
     for (size_t i = 0; i < n; i++)
         if (f[i].rc && rc == 0) {
             rc = f[i].rc;

@@ -435,6 +435,24 @@ void stk_mix_fill(const stk_mix *m, uint64_t epoch, uint64_t first, uint64_t n,
  * dependent instructions every round.  GCC keeps the choices as branches,
  * and they are well predicted: a node's turns follow its ratio in a
  * regular pattern.  Deeper trees keep the branch-free walk. */
+/* Round x below the root, in the child taken (remainder *r, stepping by
+ * a of t): it goes left, to the leaf of source s_left, or right, to s_right;
+ * the leaf's lane pointer takes x. */
+static STK__ALWAYS_INLINE void shallow_child(uint64_t *r, uint64_t a, uint64_t t, uint32_t x,
+                                             uint32_t *srcs, uint32_t s_left, uint32_t **l_left,
+                                             uint32_t s_right, uint32_t **l_right) {
+    uint64_t c = *r + a;
+    if (c >= t) {
+        *r = c - t;
+        srcs[x] = s_left;
+        *(*l_left)++ = x;
+    } else {
+        *r = c;
+        srcs[x] = s_right;
+        *(*l_right)++ = x;
+    }
+}
+
 static void place_shallow(fill_walk *w, uint32_t t, uint32_t stop, uint32_t *srcs,
                           uint32_t *lanes, uint32_t *pos) {
     const fill_node *fn = w->fn;
@@ -451,28 +469,10 @@ static void place_shallow(fill_walk *w, uint32_t t, uint32_t stop, uint32_t *src
         uint64_t r = r0 + a0;
         if (r >= t0) {
             r0 = r - t0;
-            uint64_t c = rl + al;
-            if (c >= tl) {
-                rl = c - tl;
-                srcs[x] = s3;
-                *l3++ = x;
-            } else {
-                rl = c;
-                srcs[x] = s2;
-                *l2++ = x;
-            }
+            shallow_child(&rl, al, tl, x, srcs, s3, &l3, s2, &l2);
         } else {
             r0 = r;
-            uint64_t c = rr + ar;
-            if (c >= tr) {
-                rr = c - tr;
-                srcs[x] = s1;
-                *l1++ = x;
-            } else {
-                rr = c;
-                srcs[x] = s0;
-                *l0++ = x;
-            }
+            shallow_child(&rr, ar, tr, x, srcs, s1, &l1, s0, &l0);
         }
     }
     /* (A leaf index never reached may name the source of one that is:
