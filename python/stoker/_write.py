@@ -18,11 +18,31 @@ _NP_TO_STK = {
     np.dtype("float32"): "f32", np.dtype("float64"): "f64", np.dtype("bool"): "u8",
 }
 
+# bfloat16 has no dtype in NumPy itself: its values travel through here as
+# their raw 16-bit words, under this marker (one uint16 in a structured
+# dtype, which nothing else produces).
+_BF16 = np.dtype([("bfloat16", "<u2")])
+_NP_TO_STK[_BF16] = "bf16"
+
+
+def _bf16_words(v):
+    """A torch tensor of bfloat16 as its raw words under _BF16; None for
+    anything else."""
+    if type(v).__module__.split(".")[0] != "torch":
+        return None
+    import torch
+    if getattr(v, "dtype", None) != torch.bfloat16:
+        return None
+    return v.detach().cpu().contiguous().view(torch.int16).numpy().view(_BF16)
+
 
 def _contig(v):
     """v as a C-contiguous array, keeping its shape: np.ascontiguousarray
-    would turn a 0-d value (a per-record scalar) into shape (1,)."""
-    a = np.asarray(v)
+    would turn a 0-d value (a per-record scalar) into shape (1,).  A
+    bfloat16 tensor or array comes as its words (_BF16)."""
+    a = _bf16_words(v)
+    if a is None:
+        a = np.asarray(v)
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
@@ -211,6 +231,11 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
               RecordBatchReader, polars DataFrame...), consumed in C through
               the Arrow C stream interface: each row is a record, or with
               ``group_by`` each distinct key one record holding its rows.
+
+            Arrays are NumPy arrays (numeric or bool) or anything
+            ``np.asarray`` takes; a torch tensor of ``torch.bfloat16`` makes
+            a bf16 field (read back as ``torch.bfloat16`` through torch and
+            DLPack, and as the raw 16-bit words, uint16, through NumPy).
         overwrite: Replace an existing dataset at ``path``.
         shard_bytes: The size shards are cut at.
         align: The alignment of each record's data in a shard.

@@ -280,3 +280,46 @@ def test_windows_kept_by_a_validity_rule(tmp_path, valid, field, order):
             np.testing.assert_array_equal(b["row"][j], recs[r]["row"][t:t + window])
             np.testing.assert_array_equal(b["x"][j], recs[r]["x"][t:t + window])
             np.testing.assert_array_equal(b["m"][j], recs[r]["m"][t:t + window])
+
+
+def test_bfloat16_fields_from_torch(tmp_path):
+    """A torch.bfloat16 tensor makes a bf16 field, from a dict source and
+    from records (fixed and ragged): torch reads back the same values, in
+    bfloat16; NumPy reads the raw 16-bit words; the manifest says bf16."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(40, 6, generator=g).to(torch.bfloat16)
+    y = torch.randn(40, generator=g).to(torch.bfloat16)
+    assert stoker.write(tmp_path / "cols", {"x": x, "y": y, "i": np.arange(40)}) == 40
+    rows = [torch.randn(1 + i % 5, 3, generator=g).to(torch.bfloat16) for i in range(40)]
+    assert stoker.write(tmp_path / "recs", [{"x": x[i], "r": rows[i]} for i in range(40)]) == 40
+    import json
+    manifest = json.loads((tmp_path / "cols" / "manifest.json").read_text())
+    assert {f["name"]: f["dtype"] for f in manifest["fields"]} == {"x": "bf16", "y": "bf16",
+                                                                   "i": "i64"}
+    for order in ORDERS:
+        with stoker.Loader(tmp_path / "cols", 8, shuffle=order, output="torch") as ld:
+            for b in ld:
+                i = b["i"]
+                assert b["x"].dtype == torch.bfloat16 and torch.equal(b["x"], x[i])
+                assert torch.equal(b["y"], y[i])
+        with stoker.Loader(tmp_path / "recs", 8, shuffle=order, output="torch") as ld:
+            for b in ld:
+                ids = ld.sample_ids()
+                assert torch.equal(b["x"], x[torch.from_numpy(ids.astype(np.int64))])
+                offs = b["r_offsets"]
+                for j, r in enumerate(ids):
+                    assert torch.equal(b["r"][offs[j]:offs[j + 1]], rows[int(r)])
+    with stoker.Loader(tmp_path / "cols", 40, shuffle="sequential") as ld:
+        b = next(iter(ld))
+    assert b["x"].dtype == np.uint16
+    assert np.array_equal(b["x"], x.view(torch.int16).numpy().view(np.uint16))
+
+
+def test_bfloat16_mixed_with_other_dtypes_is_refused_per_record(tmp_path):
+    """A record whose bf16 field comes as another dtype is refused, naming
+    the record and the field."""
+    torch = pytest.importorskip("torch")
+    recs = [{"x": torch.zeros(3, dtype=torch.bfloat16)}, {"x": torch.zeros(3)}]
+    with pytest.raises(stoker.InvalidArgument, match=r"record 1: field 'x'"):
+        stoker.write(tmp_path / "d", recs)
