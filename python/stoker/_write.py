@@ -38,8 +38,8 @@ def _bf16_words(v):
 
 def _contig(v):
     """v as a C-contiguous array, keeping its shape: np.ascontiguousarray
-    would turn a 0-d value (a per-record scalar) into shape (1,).  A
-    bfloat16 tensor or array comes as its words (_BF16)."""
+    would turn a 0-d value (a per-record scalar) into shape (1,).  A torch
+    tensor of bfloat16 comes as its words (_BF16)."""
     a = _bf16_words(v)
     if a is None:
         a = np.asarray(v)

@@ -50,7 +50,7 @@ void *stk__aligned_alloc(size_t align, size_t n) {
 }
 
 void *stk__calloc_lines(size_t count, size_t size) {
-    if (size && count > SIZE_MAX / size - 64) return NULL;
+    if (size && count > (SIZE_MAX - 63) / size) return NULL;
     size_t n = (count * size + 63) & ~(size_t)63;
     void *p = stk__aligned_alloc(64, n ? n : 64);
     if (p) memset(p, 0, n ? n : 64);

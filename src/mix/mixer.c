@@ -43,8 +43,10 @@ typedef struct feed {
  * round and after its last, its epoch and place, a draw's sample ids, the
  * rows of a ragged field; and for joint draws (none where a field is
  * ragged) the batch's pieces and the draw's own scratch. */
+/* (On cache lines of its own: each worker writes its own every batch.) */
 typedef struct drawer {
-    uint32_t *lanes, *cnt;
+    _Alignas(64) uint32_t *lanes; /* (aligns the structure, not only lanes) */
+    uint32_t *cnt;
     uint64_t *counts, *ends, *sep, *k0, *ids, *rows;
     stk__joint *joint;
     stk__draw_piece *pc;

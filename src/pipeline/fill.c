@@ -734,8 +734,10 @@ int stk__loader_draw_joint(stk__joint *J, stk_loader *mix, stk_loader *const *ld
     mix->st_io_n += io_n;
     mix->st_io_bytes += bytes;
     mix->st_io_ns += J->read_ns - J->ver_ns;
+    /* (A run of records whose blocks were all checked already hashes none
+     * and still takes its time.) */
+    mix->st_ver_ns += J->ver_ns;
     if (J->nhashed) {
-        mix->st_ver_ns += J->ver_ns;
         mix->st_ver_bytes += J->hashed;
         mix->st_ver_n += J->nhashed;
     }

@@ -147,9 +147,10 @@ static void gather_locate(stk_loader *ld, worker *w, uint32_t n, const uint64_t 
  * fields, copied to several places) are hashed straight from the mapping,
  * then copied from the cache.  The hashing time is sampled (one record in
  * HASH_SAMPLE timed alone) for the statistics: timing every one would cost
- * two clock reads a record.  One pass beat hashing runs of records and
- * then copying them (gather_in_runs) by about 10% on 512-byte and 1 KiB
- * records. */
+ * two clock reads a record.  Hashing runs of records from the mapping
+ * first and copying them after (gather_in_runs) was about 10% slower than
+ * this one pass on 512-byte and 1 KiB records (1 KiB records have since
+ * gone to runs the other way round: copies first, below). */
 static STK__ALWAYS_INLINE int gather_record(stk_loader *ld, const stk_dataset *ds, stk_batch *s,
                                             gather *g, uint32_t j, bool check, uint64_t *ver_ns,
                                             uint64_t *timed, stk_error *err) {
@@ -193,10 +194,10 @@ static uint64_t hash_share(uint64_t total, const hash_time *ht, uint64_t nhashed
  * right after a copy waits for the copy's bytes, and the copies of the
  * records after it no longer overlap their misses.  A worker's time a
  * sample, one worker, warm, random order, C loop, medians of 5 alternating
- * runs: 1 KiB records (one field) 340.0 ns one by one, 249.9 in runs, 169
- * unchecked; 16 KiB (two fields) 2,796 and 2,629.  Smaller records lost in
- * runs (512 B: 128.6 against 135.1; 256 B, two fields: 119.2 against
- * 129.5), so they keep the one-by-one check.  In a microbenchmark (random
+ * runs: 1 KiB records (one field) 333.1 ns one by one, 258.5 in runs (169
+ * unchecked, in another set of runs); 16 KiB (two fields) 2,698 and 2,634.
+ * Smaller records lost in runs (512 B: 128.6 against 135.1; 256 B, two
+ * fields: 119.2 against 129.5), so they keep the one-by-one check.  In a microbenchmark (random
  * records from 2 GiB, XXH3 for AVX2), hashing each copy 1 to 32 records
  * behind it did not help at 1 KiB: what helps is the copies of a run
  * following one another. */

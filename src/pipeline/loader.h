@@ -155,7 +155,7 @@ typedef struct post {
 
 /* (On cache lines of its own: each worker writes its own every batch.) */
 typedef struct worker {
-    _Alignas(64) stk_loader *ld;
+    _Alignas(64) stk_loader *ld; /* (aligns the structure, not only ld) */
     pthread_t tid;
     int started;
     stk__io *io;
@@ -308,7 +308,6 @@ struct stk_loader {
     /* Whether any bit may be set this epoch: while none is, a record's
      * check need not look its blocks up (two divisions a record). */
     atomic_bool any_verified;
-    _Atomic uint64_t st_ver_n, st_ver_bytes, st_ver_ns;
     /* on_error = skip: blocks found damaged, samples replaced, the last
      * replacement's reason (under mu). */
     _Atomic uint64_t *bad;
@@ -316,13 +315,16 @@ struct stk_loader {
     stk_error last_skip;
     stk__trace trace; /* spans per thread, when asked for (trace/trace.c) */
     bool nvtx;        /* NVTX ranges for the stages (under Nsight; cuda/cuda.h) */
-    /* The workers' counters and the consumer's on lines of their own: a
-     * worker's atomic addition to a line the consumer has just written
-     * waits for the line to come back from the consumer's CPU. */
-    _Alignas(64) _Atomic uint64_t st_plan_n, st_plan_ns, st_io_n, st_io_bytes, st_io_ns,
-        st_asm_n, st_asm_bytes, st_asm_ns;
-    _Alignas(64) _Atomic uint64_t st_wait_n, st_wait_ns, st_batches, st_samples, st_ready_sum,
-        st_groups, st_inflight;
+    /* The workers' counters and the consumer's, each group on lines of its
+     * own (the alignment is on each group's first member: on a declaration
+     * it would align every name it declares): a worker's atomic addition
+     * to a line the consumer has just written waits for the line to come
+     * back from the consumer's CPU. */
+    _Alignas(64) _Atomic uint64_t st_plan_n;
+    _Atomic uint64_t st_plan_ns, st_io_n, st_io_bytes, st_io_ns, st_asm_n, st_asm_bytes,
+        st_asm_ns, st_ver_n, st_ver_bytes, st_ver_ns, st_groups;
+    _Alignas(64) _Atomic uint64_t st_wait_n;
+    _Atomic uint64_t st_wait_ns, st_batches, st_samples, st_ready_sum, st_inflight;
     uint64_t st_t0;
 };
 

@@ -396,7 +396,7 @@ static void test_big_records(void) {
         CHECK(checked == BIGREC_N);
     }
     /* Record 70: in sequential order the 7th of the second batch, amid a
-     * run (21 records of 1.5 KiB make 32 KiB). */
+     * run (a run ends at its 22nd record of 1.5 KiB, past 32 KiB). */
     stk_dataset *ds = NULL;
     CHECK_OK(stk_dataset_open(dir, &ds, &err));
     stk_extent x;
