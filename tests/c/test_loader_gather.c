@@ -371,6 +371,57 @@ static int bigrec_epoch(const char *dir, stk_order order, uint64_t *checked, stk
     return rc;
 }
 
+/* The same records as a mixture of two sources (two openings of the
+ * dataset), drawn jointly: runs of each source's places, each run copied
+ * and then hashed.  Every sample equals its record; intact, each record
+ * is checked once for each source, every time (no warm-up). */
+static int bigrec_mix_epoch(const char *dir, int warm, uint64_t *checked, stk_error *out) {
+    stk_error err = {0};
+    stk_dataset *ds[2] = {NULL, NULL};
+    stk_loader_options so[2];
+    stk_mixture_source s[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(stk_dataset_open(dir, &ds[i], &err));
+        base(&so[i]);
+        so[i].order = i ? STK_ORDER_SEQUENTIAL : STK_ORDER_RANDOM;
+        so[i].warm_up = warm ? STK_WARM_UP_ON : STK_WARM_UP_OFF;
+        s[i] = (stk_mixture_source){ds[i], &so[i], 1, 0, NULL};
+    }
+    stk_loader_options c;
+    base(&c);
+    c.batch_size = 64;
+    stk_mixture_options mo = {STK_MIX_ALL, 0, 9};
+    stk_loader *ld = NULL;
+    CHECK_OK(stk_loader_open_mixture(s, 2, &c, &mo, &ld, &err));
+    static int seen[2][BIGREC_N];
+    memset(seen, 0, sizeof seen);
+    stk_batch *b;
+    int rc;
+    while ((rc = stk_loader_next(ld, &b, &err)) == 0) {
+        stk_batch_field bf;
+        CHECK_OK(stk_batch_field_get(b, 0, &bf));
+        const uint64_t *ids = stk_batch_samples(b);
+        const uint32_t *src = stk_batch_sources(b);
+        for (uint32_t j = 0; j < stk_batch_size(b); j++) {
+            const float *v = (const float *)bf.data + (size_t)j * BIGREC_F;
+            for (size_t k = 0; k < BIGREC_F; k++) CHECK(v[k] == bigrec_value(ids[j], k));
+            seen[src[j]][ids[j]]++;
+        }
+        stk_loader_release(ld, b);
+    }
+    if (rc == STK_END) {
+        for (int i = 0; i < 2; i++)
+            for (int r = 0; r < BIGREC_N; r++) CHECK(seen[i][r] == 1);
+        stk_loader_stats st;
+        stk_loader_stats_get(ld, &st);
+        *checked = st.verify.count;
+    }
+    *out = err;
+    stk_loader_close(ld);
+    for (int i = 0; i < 2; i++) stk_dataset_close(ds[i]);
+    return rc;
+}
+
 static void test_big_records(void) {
     stk_error err = {0};
     char dir[4200];
@@ -395,6 +446,11 @@ static void test_big_records(void) {
         CHECK(bigrec_epoch(dir, orders[oi], &checked, &err) == STK_END);
         CHECK(checked == BIGREC_N);
     }
+    for (int warm = 0; warm <= 1; warm++) {
+        uint64_t checked = 0;
+        CHECK(bigrec_mix_epoch(dir, warm, &checked, &err) == STK_END);
+        CHECK(warm || checked == 2 * BIGREC_N);
+    }
     /* Record 70: in sequential order the 7th of the second batch, amid a
      * run (a run ends at its 22nd record of 1.5 KiB, past 32 KiB). */
     stk_dataset *ds = NULL;
@@ -414,6 +470,12 @@ static void test_big_records(void) {
         uint64_t checked = 0;
         memset(&err, 0, sizeof err);
         int rc = bigrec_epoch(dir, orders[oi], &checked, &err);
+        CHECK(rc == STK_ECHECKSUM && test_names_record(err.message, 70));
+    }
+    for (int warm = 0; warm <= 1; warm++) {
+        uint64_t checked = 0;
+        memset(&err, 0, sizeof err);
+        int rc = bigrec_mix_epoch(dir, warm, &checked, &err);
         CHECK(rc == STK_ECHECKSUM && test_names_record(err.message, 70));
     }
     test_rmrf(dir);
