@@ -332,7 +332,46 @@ static void test_damage(const tds *d) {
 
 static float bigrec_value(uint64_t r, size_t k) { return (float)(r * 1000 + k) * 0.5f; }
 
-static int bigrec_epoch(const char *dir, stk_order order, uint64_t *checked, stk_error *out) {
+/* Checks batch b against the written records, counting each sample in
+ * seen[its source][its record] (source 0 for a loader's own batch). */
+static void bigrec_check_batch(const stk_batch *b, int seen[][BIGREC_N]) {
+    stk_batch_field bf;
+    CHECK(stk_batch_field_get(b, 0, &bf) == 0);
+    const uint64_t *ids = stk_batch_samples(b);
+    const uint32_t *src = stk_batch_sources(b);
+    for (uint32_t j = 0; j < stk_batch_size(b); j++) {
+        const float *v = (const float *)bf.data + (size_t)j * BIGREC_F;
+        for (size_t k = 0; k < BIGREC_F; k++) CHECK(v[k] == bigrec_value(ids[j], k));
+        seen[src ? src[j] : 0][ids[j]]++;
+    }
+}
+
+/* Takes the epoch of loader ld over `nsrc` sources of the records (1: a
+ * loader of its own), checking every batch; at its end, every record came
+ * once from each source, and checked[] holds the records checked and
+ * their bytes.  Returns STK_END or the error (in *err), and closes ld. */
+static int bigrec_drain(stk_loader *ld, int nsrc, uint64_t checked[2], stk_error *err) {
+    static int seen[2][BIGREC_N];
+    memset(seen, 0, sizeof seen);
+    stk_batch *b;
+    int rc;
+    while ((rc = stk_loader_next(ld, &b, err)) == 0) {
+        bigrec_check_batch(b, seen);
+        stk_loader_release(ld, b);
+    }
+    if (rc == STK_END) {
+        for (int i = 0; i < nsrc; i++)
+            for (int r = 0; r < BIGREC_N; r++) CHECK(seen[i][r] == 1);
+        stk_loader_stats st;
+        stk_loader_stats_get(ld, &st);
+        checked[0] = st.verify.count;
+        checked[1] = st.verify.bytes;
+    }
+    stk_loader_close(ld);
+    return rc;
+}
+
+static int bigrec_epoch(const char *dir, stk_order order, uint64_t checked[2], stk_error *out) {
     stk_error err = {0};
     stk_dataset *ds = NULL;
     CHECK_OK(stk_dataset_open(dir, &ds, &err));
@@ -343,30 +382,7 @@ static int bigrec_epoch(const char *dir, stk_order order, uint64_t *checked, stk
     o.warm_up = STK_WARM_UP_OFF;
     stk_loader *ld = NULL;
     CHECK_OK(stk_loader_open(ds, &o, &ld, &err));
-    static int seen[BIGREC_N];
-    memset(seen, 0, sizeof seen);
-    stk_batch *b;
-    int rc;
-    while ((rc = stk_loader_next(ld, &b, &err)) == 0) {
-        stk_batch_field bf;
-        CHECK_OK(stk_batch_field_get(b, 0, &bf));
-        const uint64_t *ids = stk_batch_samples(b);
-        for (uint32_t j = 0; j < stk_batch_size(b); j++) {
-            const float *v = (const float *)bf.data + (size_t)j * BIGREC_F;
-            for (size_t k = 0; k < BIGREC_F; k++) CHECK(v[k] == bigrec_value(ids[j], k));
-            seen[ids[j]]++;
-        }
-        stk_loader_release(ld, b);
-    }
-    if (rc == STK_END) {
-        for (int r = 0; r < BIGREC_N; r++) CHECK(seen[r] == 1);
-        stk_loader_stats st;
-        stk_loader_stats_get(ld, &st);
-        *checked = st.verify.count;
-        CHECK(st.verify.bytes == (uint64_t)BIGREC_N * BIGREC_F * 4);
-    }
-    *out = err;
-    stk_loader_close(ld);
+    int rc = bigrec_drain(ld, 1, checked, out);
     stk_dataset_close(ds);
     return rc;
 }
@@ -375,7 +391,7 @@ static int bigrec_epoch(const char *dir, stk_order order, uint64_t *checked, stk
  * dataset), drawn jointly: runs of each source's places, each run copied
  * and then hashed.  Every sample equals its record; intact, each record
  * is checked once for each source, every time (no warm-up). */
-static int bigrec_mix_epoch(const char *dir, int warm, uint64_t *checked, stk_error *out) {
+static int bigrec_mix_epoch(const char *dir, int warm, uint64_t checked[2], stk_error *out) {
     stk_error err = {0};
     stk_dataset *ds[2] = {NULL, NULL};
     stk_loader_options so[2];
@@ -393,31 +409,7 @@ static int bigrec_mix_epoch(const char *dir, int warm, uint64_t *checked, stk_er
     stk_mixture_options mo = {STK_MIX_ALL, 0, 9};
     stk_loader *ld = NULL;
     CHECK_OK(stk_loader_open_mixture(s, 2, &c, &mo, &ld, &err));
-    static int seen[2][BIGREC_N];
-    memset(seen, 0, sizeof seen);
-    stk_batch *b;
-    int rc;
-    while ((rc = stk_loader_next(ld, &b, &err)) == 0) {
-        stk_batch_field bf;
-        CHECK_OK(stk_batch_field_get(b, 0, &bf));
-        const uint64_t *ids = stk_batch_samples(b);
-        const uint32_t *src = stk_batch_sources(b);
-        for (uint32_t j = 0; j < stk_batch_size(b); j++) {
-            const float *v = (const float *)bf.data + (size_t)j * BIGREC_F;
-            for (size_t k = 0; k < BIGREC_F; k++) CHECK(v[k] == bigrec_value(ids[j], k));
-            seen[src[j]][ids[j]]++;
-        }
-        stk_loader_release(ld, b);
-    }
-    if (rc == STK_END) {
-        for (int i = 0; i < 2; i++)
-            for (int r = 0; r < BIGREC_N; r++) CHECK(seen[i][r] == 1);
-        stk_loader_stats st;
-        stk_loader_stats_get(ld, &st);
-        *checked = st.verify.count;
-    }
-    *out = err;
-    stk_loader_close(ld);
+    int rc = bigrec_drain(ld, 2, checked, out);
     for (int i = 0; i < 2; i++) stk_dataset_close(ds[i]);
     return rc;
 }
@@ -442,14 +434,15 @@ static void test_big_records(void) {
     stk_writer_free(w);
     const stk_order orders[2] = {STK_ORDER_SEQUENTIAL, STK_ORDER_RANDOM};
     for (int oi = 0; oi < 2; oi++) {
-        uint64_t checked = 0;
-        CHECK(bigrec_epoch(dir, orders[oi], &checked, &err) == STK_END);
-        CHECK(checked == BIGREC_N);
+        uint64_t checked[2] = {0, 0};
+        CHECK(bigrec_epoch(dir, orders[oi], checked, &err) == STK_END);
+        CHECK(checked[0] == BIGREC_N && checked[1] == (uint64_t)BIGREC_N * BIGREC_F * 4);
     }
     for (int warm = 0; warm <= 1; warm++) {
-        uint64_t checked = 0;
-        CHECK(bigrec_mix_epoch(dir, warm, &checked, &err) == STK_END);
-        CHECK(warm || checked == 2 * BIGREC_N);
+        uint64_t checked[2] = {0, 0};
+        CHECK(bigrec_mix_epoch(dir, warm, checked, &err) == STK_END);
+        CHECK(warm || (checked[0] == 2 * BIGREC_N &&
+                       checked[1] == 2 * (uint64_t)BIGREC_N * BIGREC_F * 4));
     }
     /* Record 70: in sequential order the 7th of the second batch, amid a
      * run (a run ends at its 22nd record of 1.5 KiB, past 32 KiB). */
@@ -467,15 +460,15 @@ static void test_big_records(void) {
     c ^= 0x04;
     test_poke(path, x.offset + 700, &c, 1);
     for (int oi = 0; oi < 2; oi++) {
-        uint64_t checked = 0;
+        uint64_t checked[2];
         memset(&err, 0, sizeof err);
-        int rc = bigrec_epoch(dir, orders[oi], &checked, &err);
+        int rc = bigrec_epoch(dir, orders[oi], checked, &err);
         CHECK(rc == STK_ECHECKSUM && test_names_record(err.message, 70));
     }
     for (int warm = 0; warm <= 1; warm++) {
-        uint64_t checked = 0;
+        uint64_t checked[2];
         memset(&err, 0, sizeof err);
-        int rc = bigrec_mix_epoch(dir, warm, &checked, &err);
+        int rc = bigrec_mix_epoch(dir, warm, checked, &err);
         CHECK(rc == STK_ECHECKSUM && test_names_record(err.message, 70));
     }
     test_rmrf(dir);
