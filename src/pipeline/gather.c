@@ -197,10 +197,10 @@ static uint64_t hash_share(uint64_t total, const hash_time *ht, uint64_t nhashed
  * runs: 1 KiB records (one field) 333.1 ns one by one, 258.5 in runs (169
  * unchecked, in another set of runs); 16 KiB (two fields) 2,698 and 2,634.
  * Smaller records lost in runs (512 B: 128.6 against 135.1; 256 B, two
- * fields: 119.2 against 129.5), so they keep the one-by-one check.  In a microbenchmark (random
- * records from 2 GiB, XXH3 for AVX2), hashing each copy 1 to 32 records
- * behind it did not help at 1 KiB: what helps is the copies of a run
- * following one another. */
+ * fields: 119.2 against 129.5), so they keep the one-by-one check.  In a
+ * microbenchmark (random records from 2 GiB, XXH3 for AVX2), hashing each
+ * copy 1 to 32 records behind it did not help at 1 KiB: what helps is the
+ * copies of a run following one another. */
 #define HASH_RUN_MIN 1024u
 #define HASH_RUN 32
 #define HASH_RUN_BYTES (32u << 10)
