@@ -609,8 +609,7 @@ stk__joint *stk__joint_new(uint32_t batch_size, size_t k, size_t nf) {
     J->ent = stk__calloc_lines(batch_size, sizeof *J->ent);
     J->tmp = stk__calloc_lines(2 * (size_t)batch_size, sizeof *J->tmp);
     J->rows = stk__calloc_lines(nf ? nf : 1, sizeof *J->rows);
-    J->n = stk__calloc_lines(k, sizeof *J->n);
-    if (!J->lane || !J->run || !J->recs || !J->shs || !J->ent || !J->tmp || !J->rows || !J->n) {
+    if (!J->lane || !J->run || !J->recs || !J->shs || !J->ent || !J->tmp || !J->rows) {
         stk__joint_free(J);
         return NULL;
     }
@@ -626,7 +625,6 @@ void stk__joint_free(stk__joint *J) {
     stk__free(J->ent);
     stk__free(J->tmp);
     stk__free(J->rows);
-    stk__free(J->n);
     stk__free(J);
 }
 
@@ -667,7 +665,6 @@ static int joint_locate(stk__joint *J, stk_loader *ld, int wi, const stk__draw_p
         J->recs[at + j] = recs[j];
         J->ent[at + j] = stk__ld_record_entry(ds, recs[j], &J->shs[at + j]);
     }
-    J->n[p->src] += n;
     return 0;
 }
 
@@ -679,7 +676,6 @@ int stk__loader_draw_joint(stk__joint *J, stk_loader *mix, stk_loader *const *ld
     if (stk__fault_hit(STK__FAULT_JOINT, &fe))
         return stk__err(err, fe ? fe : -EIO, "a mixture's batch: a joint draw failed (on purpose)");
     uint64_t t0 = stk__now_ns();
-    memset(J->n, 0, J->k * sizeof *J->n);
     J->nrun = 0;
     uint32_t placed = 0;
     for (size_t i = 0; i < np; i++) {
@@ -723,11 +719,11 @@ int stk__loader_draw_joint(stk__joint *J, stk_loader *mix, stk_loader *const *ld
      * 128 bits a batch of 3 sources (about 330 cycles more a batch than
      * one source), for shares that nothing reports apart. */
     uint64_t io_n = 0, bytes = 0;
-    for (size_t i = 0; i < J->k; i++) {
-        uint64_t c = J->n[i];
-        if (!c) continue;
-        io_n += c * lds[i]->nf;
-        for (size_t f = 0; f < lds[i]->nf; f++) bytes += c * lds[i]->f[f].sample_bytes;
+    for (size_t r = 0; r < J->nrun; r++) {
+        const stk_loader *ld = J->run[r].ld;
+        uint64_t c = J->run[r].end - (r ? J->run[r - 1].end : 0);
+        io_n += c * ld->nf;
+        for (size_t f = 0; f < ld->nf; f++) bytes += c * ld->f[f].sample_bytes;
     }
     mix->st_plan_n += n;
     mix->st_plan_ns += t1 - t0;

@@ -489,8 +489,8 @@ int stk__ld_gather_records(stk_loader *ld, worker *w, stk_batch *s, const uint64
  * runs, one per source (a source's lanes in increasing order, as the
  * mixture groups them), and indexed by place in that sequence: per place,
  * its lane, record, shard and index entry; per run, its loader and where
- * it ends.  Per source, its samples in the batch; the last gather's counts
- * and times. */
+ * it ends (so also how many samples each source gave); the last gather's
+ * counts and times. */
 typedef struct stk__joint_run {
     stk_loader *ld;
     uint32_t end; /* places a .. end - 1, a the last run's end */
@@ -506,7 +506,6 @@ struct stk__joint {
     size_t nrun;
     uint64_t *tmp;  /* a piece's records (its sample ids) and first rows (2 x cap) */
     uint64_t *rows; /* per field, the batch view's ragged rows (none is ragged) */
-    uint64_t *n;    /* per source */
     uint64_t hashed, nhashed; /* bytes and records the last gather hashed */
     uint64_t read_ns, ver_ns; /* its time, and the hashes' share */
     uint64_t hashes;          /* records hashed by every gather (which ones are timed) */

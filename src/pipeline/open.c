@@ -21,11 +21,8 @@
 /* ---- open, step by step ---- */
 
 /* A zeroed loader, at the alignment its counters' cache lines ask for. */
-static stk_loader *loader_alloc(void) {
-    stk_loader *ld = stk__aligned_alloc(_Alignof(stk_loader), sizeof *ld);
-    if (ld) memset(ld, 0, sizeof *ld);
-    return ld;
-}
+_Static_assert(_Alignof(stk_loader) <= 64, "stk__calloc_lines aligns to 64 bytes");
+static stk_loader *loader_alloc(void) { return stk__calloc_lines(1, sizeof(stk_loader)); }
 
 /* A loader with the options copied (less the caller's names, which the
  * loader does not keep) and its locks made. */
