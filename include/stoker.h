@@ -769,13 +769,46 @@ typedef enum stk_backend {
     STK_BACKEND_MMAP = 3   /* copies from a read-only mapping */
 } stk_backend;
 
+/*
+ * Validity.  A window is a sample only if every rule holds for it.  A rule
+ * tests one field over the last `last` rows of the window (all of it when
+ * `last` is 0); valid_field/valid is the rule {valid_field, valid, last 1}.
+ * The tests:
+ */
 typedef enum stk_valid {
     STK_VALID_ALL = 0,     /* every window start is valid */
-    STK_VALID_MASK = 1,    /* valid_field's row at the window's last row has
-                            * no zero element */
-    STK_VALID_NOT_NAN = 2  /* valid_field's row at the window's last row has
-                            * no NaN (f16, bf16, f32, f64 fields) */
+    STK_VALID_MASK = 1,    /* every element of the rows tested is nonzero */
+    STK_VALID_NOT_NAN = 2, /* no element of the rows tested is NaN (f16,
+                            * bf16, f32, f64 fields) */
+    STK_VALID_FINITE = 3,  /* no element is NaN or infinite (float fields) */
+    STK_VALID_SOME = 4,    /* at least one element of the rows tested is not
+                            * NaN (float fields): NeuralHydrology's rule for
+                            * targets, which drops a sample only when every
+                            * target of its last predict_last_n steps is NaN */
+    STK_VALID_RANGE = 5,   /* each row tested (one integer element: a time
+                            * field such as write's order_by column) lies in
+                            * [lo, hi]: with last = 1, a period that the
+                            * window's end must lie in, the rows before it
+                            * read as warm-up */
+    STK_VALID_STEP = 6     /* each row tested (one integer element) but the
+                            * first exceeds the row before it by exactly
+                            * `lo` (0: the smallest positive difference
+                            * between consecutive rows in the dataset): with
+                            * last = 0, windows without gaps in time */
 } stk_valid;
+
+/* One rule of stk_loader_options.valid_rules. */
+typedef struct stk_valid_rule {
+    const char *field;  /* the field tested: any field whose records have as
+                         * many rows as the time axis, stored uncompressed;
+                         * it need not be one the loader yields */
+    stk_valid test;     /* not STK_VALID_ALL */
+    uint64_t last;      /* rows tested, ending at the window's last row;
+                         * 0: every row of the window; more than the window:
+                         * the window */
+    int64_t lo, hi;     /* RANGE: the bounds, both included; STEP: lo is the
+                         * step; otherwise unused */
+} stk_valid_rule;
 
 /* Returned by stk_loader_next when the epoch has no more batches. */
 #define STK_END 1
@@ -889,6 +922,11 @@ typedef struct stk_loader_options {
                                 * in its order, that its batches use instead
                                 * of the field's own (a NULL entry keeps it);
                                 * NULL (default): their own names */
+    const stk_valid_rule *valid_rules; /* further validity rules, all of which
+                                * a window must pass (see stk_valid), with
+                                * valid_field's if set; read at open, not
+                                * kept.  Default NULL */
+    size_t nvalid_rules;       /* entries in valid_rules; at most 64 */
 } stk_loader_options;
 
 /* Fills `opts` with the defaults above. */

@@ -219,6 +219,8 @@ struct stk_loader {
     stk__space space;
     uint64_t fingerprint;
     int valid_dsf; /* the validity rule's field (dataset index), or -1 */
+    stk__rule rules[STK__MAX_RULES]; /* every validity rule, resolved */
+    size_t nrules;
     uint64_t block_samples;
     uint64_t max_group_bytes;
 
@@ -438,6 +440,10 @@ static STK__ALWAYS_INLINE uint8_t *stk__ld_place(const stk_loader *ld, const lfi
 int stk__ld_pick_fields(stk_loader *ld, const stk_loader_options *o, stk_error *err);
 void stk__ld_field_maxima(stk_loader *ld, uint64_t *max_rows);
 uint64_t stk__ld_fingerprint(const stk_loader *ld);
+/* The validity rules of checked options, resolved into out (room for
+ * STK__MAX_RULES): valid_field's first, then valid_rules.  Returns how
+ * many. */
+size_t stk__ld_rules(const stk_dataset *ds, const stk_loader_options *o, stk__rule *out);
 uint64_t stk__ld_mean_sample_bytes(const stk_loader *ld);
 int stk__ld_choose_backend(stk_loader *ld, const stk_loader_options *o, stk_error *err);
 uint64_t stk__ld_budget(const stk_loader *ld, const stk_loader_options *o);

@@ -38,7 +38,11 @@ static const named orders[] = {{"sequential", STK_ORDER_SEQUENTIAL},
                                {"block", STK_ORDER_BLOCK}};
 static const named valids[] = {{"all", STK_VALID_ALL},
                                {"mask", STK_VALID_MASK},
-                               {"notnan", STK_VALID_NOT_NAN}};
+                               {"notnan", STK_VALID_NOT_NAN},
+                               {"finite", STK_VALID_FINITE},
+                               {"some", STK_VALID_SOME},
+                               {"range", STK_VALID_RANGE},
+                               {"step", STK_VALID_STEP}};
 static const named warm_ups[] = {{"auto", STK_WARM_UP_AUTO},
                                  {"on", STK_WARM_UP_ON},
                                  {"off", STK_WARM_UP_OFF}};

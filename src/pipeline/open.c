@@ -35,6 +35,8 @@ static stk_loader *loader_new(stk_dataset *ds, const stk_loader_options *opts, b
     ld->opt = *opts;
     ld->opt.fields = NULL;
     ld->opt.valid_field = NULL;
+    ld->opt.valid_rules = NULL;
+    ld->opt.nvalid_rules = 0;
     ld->opt.names = NULL;
     ld->opt.queue_depth = opts->queue_depth ? opts->queue_depth : 64;
     ld->opt.streams = opts->streams ? opts->streams : opts->world_size;
@@ -61,13 +63,12 @@ static int build_space(stk_loader *ld, const stk_loader_options *opts, stk_error
                       "dimension, or a fixed one of at least %llu rows)",
                       (unsigned long long)opts->window);
     } else {
-        stk__space_params sp = {
-            opts->window, opts->stride, time_fields, ntime,
-            opts->valid_field ? stk_dataset_find_field(ld->ds, opts->valid_field) : -1,
-            opts->valid};
-        ld->valid_dsf = sp.valid_field;
-        /* The validity rule reads its field in every record. */
-        rc = sp.valid_field >= 0 ? stk__dataset_ensure_all(ld->ds, err) : 0;
+        ld->nrules = stk__ld_rules(ld->ds, opts, ld->rules);
+        stk__space_params sp = {opts->window, opts->stride, time_fields, ntime, ld->rules,
+                                ld->nrules};
+        ld->valid_dsf = opts->valid_field ? stk_dataset_find_field(ld->ds, opts->valid_field) : -1;
+        /* The validity rules read their fields in every record. */
+        rc = ld->nrules ? stk__dataset_ensure_all(ld->ds, err) : 0;
         if (rc == 0) rc = stk__space_build(&ld->space, ld->ds, &sp, err);
     }
     stk__free(time_fields);

@@ -45,23 +45,81 @@ const char *stk_backend_name(stk_backend b) {
 
 /* ---- checks ---- */
 
-static int check_valid_field(const stk_dataset *ds, const stk_loader_options *o,
-                             stk_error *err) {
-    int k = stk_dataset_find_field(ds, o->valid_field);
-    if (k < 0)
-        return stk__err(err, -EINVAL, "valid_field: '%s' is not a field of %s", o->valid_field,
-                        ds->dir);
-    stk_dtype t = ds->fields[k].dtype;
-    if (o->valid == STK_VALID_NOT_NAN && t != STK_F16 && t != STK_BF16 && t != STK_F32 &&
-        t != STK_F64)
-        return stk__err(err, -EINVAL,
-                        "valid_field: '%s' is %s; the not-NaN rule needs a float field",
-                        o->valid_field, stk_dtype_name(t));
-    if (ds->fields[k].codec != STK_CODEC_NONE || ds->fields[k].ndim == 0)
-        return stk__err(err, -EINVAL,
-                        "valid_field: '%s' must be an uncompressed field with rows",
-                        o->valid_field);
+/* A validity rule's field and test, `opt` naming the option in messages. */
+static int check_rule(const stk_dataset *ds, const char *opt, const char *field, stk_valid test,
+                      int64_t lo, int64_t hi, stk_error *err) {
+    if (!field) return stk__err(err, -EINVAL, "%s: a validity rule needs a field", opt);
+    if (test < STK_VALID_ALL || test > STK_VALID_STEP ||
+        (test == STK_VALID_ALL && strcmp(opt, "valid_field")))
+        return stk__err(err, -EINVAL, "%s: '%s': unknown test %d", opt, field, (int)test);
+    int k = stk_dataset_find_field(ds, field);
+    if (k < 0) return stk__err(err, -EINVAL, "%s: '%s' is not a field of %s", opt, field, ds->dir);
+    const stk_field *f = &ds->fields[k];
+    stk_dtype t = f->dtype;
+    bool flt = t == STK_F16 || t == STK_BF16 || t == STK_F32 || t == STK_F64;
+    bool integer = t == STK_I8 || t == STK_U8 || t == STK_I16 || t == STK_U16 || t == STK_I32 ||
+                   t == STK_U32 || t == STK_I64 || t == STK_U64;
+    if ((test == STK_VALID_NOT_NAN || test == STK_VALID_FINITE || test == STK_VALID_SOME) && !flt)
+        return stk__err(err, -EINVAL, "%s: '%s' is %s; the %s rule needs a float field", opt,
+                        field, stk_dtype_name(t), stk_valid_name(test));
+    if (f->codec != STK_CODEC_NONE || f->ndim == 0)
+        return stk__err(err, -EINVAL, "%s: '%s' must be an uncompressed field with rows", opt,
+                        field);
+    if (test == STK_VALID_MASK && t == STK_BYTES)
+        return stk__err(err, -EINVAL, "%s: '%s' is bytes; the mask rule needs numbers", opt,
+                        field);
+    if (test == STK_VALID_RANGE || test == STK_VALID_STEP) {
+        uint64_t elems = 1;
+        for (int d = 1; d < f->ndim; d++) elems *= (uint64_t)f->shape[d];
+        if (!integer || elems != 1)
+            return stk__err(err, -EINVAL,
+                            "%s: '%s' is %s with %llu elements a row; the %s rule needs one "
+                            "integer a row (a time field)",
+                            opt, field, stk_dtype_name(t), (unsigned long long)elems,
+                            stk_valid_name(test));
+        if (test == STK_VALID_RANGE && lo > hi)
+            return stk__err(err, -EINVAL, "%s: '%s': an empty range [%lld, %lld]", opt, field,
+                            (long long)lo, (long long)hi);
+        if (test == STK_VALID_STEP && lo < 0)
+            return stk__err(err, -EINVAL, "%s: '%s': a negative step %lld", opt, field,
+                            (long long)lo);
+    }
     return 0;
+}
+
+static int check_rules(const stk_dataset *ds, const stk_loader_options *o, stk_error *err) {
+    int rc;
+    if (o->valid_field && (rc = check_rule(ds, "valid_field", o->valid_field, o->valid, 0, 0, err)))
+        return rc;
+    if (o->valid == STK_VALID_RANGE || o->valid == STK_VALID_STEP)
+        return stk__err(err, -EINVAL,
+                        "valid: the %s rule takes bounds or a step: give it in valid_rules",
+                        stk_valid_name(o->valid));
+    if (o->nvalid_rules && !o->valid_rules)
+        return stk__err(err, -EINVAL, "valid_rules: NULL with nvalid_rules %zu", o->nvalid_rules);
+    if (o->nvalid_rules > STK__MAX_RULES - 1)
+        return stk__err(err, -EINVAL, "valid_rules: at most %d rules, not %zu",
+                        STK__MAX_RULES - 1, o->nvalid_rules);
+    for (size_t i = 0; i < o->nvalid_rules; i++) {
+        const stk_valid_rule *r = &o->valid_rules[i];
+        if ((rc = check_rule(ds, "valid_rules", r->field, r->test, r->lo, r->hi, err))) return rc;
+    }
+    return 0;
+}
+
+/* The loader's validity rules, resolved: valid_field's first, then
+ * valid_rules.  Returns how many (the options were checked). */
+size_t stk__ld_rules(const stk_dataset *ds, const stk_loader_options *o, stk__rule *out) {
+    size_t n = 0;
+    if (o->valid_field && o->valid != STK_VALID_ALL)
+        out[n++] = (stk__rule){"valid_field", (size_t)stk_dataset_find_field(ds, o->valid_field),
+                               o->valid, 1, 0, 0};
+    for (size_t i = 0; i < o->nvalid_rules && n < STK__MAX_RULES; i++) {
+        const stk_valid_rule *r = &o->valid_rules[i];
+        out[n++] = (stk__rule){"valid_rules", (size_t)stk_dataset_find_field(ds, r->field),
+                               r->test, r->last, r->lo, r->hi};
+    }
+    return n;
 }
 
 /* What the dataset's files cannot do (an in-place index of users' own
@@ -81,7 +139,7 @@ static int check_caps(const stk_dataset *ds, const stk_loader_options *o, stk_er
                         "backend: an index of more than %d files is not mapped; use "
                         "uring or pool",
                         STK_INDEX_MAP_MAX);
-    if (o->valid_field && !ds->caps.mapped)
+    if ((o->valid_field || o->nvalid_rules) && !ds->caps.mapped)
         return stk__err(err, -EINVAL,
                         "valid_field: needs the files mapped, and an index of more than "
                         "%d files is not",
@@ -124,9 +182,11 @@ int stk__loader_check(const stk_dataset *ds, const stk_loader_options *o, stk_er
     if (o->window && o->stride == 0) return stk__err(err, -EINVAL, "stride: must be at least 1");
     if (!o->window && (o->valid != STK_VALID_ALL || o->valid_field))
         return stk__err(err, -EINVAL, "valid: a validity rule needs windows (window > 0)");
+    if (!o->window && o->nvalid_rules)
+        return stk__err(err, -EINVAL, "valid_rules: validity rules need windows (window > 0)");
     if (o->valid != STK_VALID_ALL && !o->valid_field)
         return stk__err(err, -EINVAL, "valid_field: the validity rule needs a field");
-    if (o->valid_field && (rc = check_valid_field(ds, o, err))) return rc;
+    if ((rc = check_rules(ds, o, err))) return rc;
     if (o->order == STK_ORDER_BLOCK && o->block_group == 0)
         return stk__err(err, -EINVAL, "block_group: must be at least 1");
     if (o->on_error != STK_ON_ERROR_RAISE && o->on_error != STK_ON_ERROR_SKIP)
@@ -276,6 +336,14 @@ uint64_t stk__ld_fingerprint(const stk_loader *ld) {
     h = stk__mix2(h, ld->opt.stride);
     h = stk__mix2(h, (uint64_t)ld->opt.valid);
     if (ld->opt.valid != STK_VALID_ALL) h = stk__mix2(h, (uint64_t)ld->valid_dsf);
+    /* Further rules only change it when there are some, so that a state
+     * saved before they existed still resumes. */
+    for (size_t i = 0; i < ld->nrules; i++) {
+        const stk__rule *r = &ld->rules[i];
+        if (!strcmp(r->opt, "valid_field")) continue;
+        h = stk__mix2(h, stk__mix2(r->field, (uint64_t)r->test));
+        h = stk__mix2(h, stk__mix2(r->last, stk__mix2((uint64_t)r->lo, (uint64_t)r->hi)));
+    }
     h = stk__mix2(h, (uint64_t)ld->opt.order);
     if (ld->opt.order != STK_ORDER_SEQUENTIAL) h = stk__mix2(h, STK__ORDER_VERSION);
     h = stk__mix2(h, ld->space.n);

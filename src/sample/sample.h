@@ -200,12 +200,25 @@ typedef struct stk__space {
     uint64_t nruns;
 } stk__space;
 
+/* Validity rules a loader takes (stk_loader_options.valid_rules, and
+ * valid_field's). */
+#define STK__MAX_RULES 65
+
+/* A validity rule (stk_valid_rule) with its field resolved. */
+typedef struct stk__rule {
+    const char *opt; /* the option it came from, for messages (static) */
+    size_t field;    /* dataset field index */
+    stk_valid test;
+    uint64_t last; /* 0: the whole window */
+    int64_t lo, hi;
+} stk__rule;
+
 typedef struct stk__space_params {
     uint64_t window, stride;
     const size_t *time_fields; /* dataset field indexes, ntime of them */
     size_t ntime;
-    int valid_field; /* dataset field index, or -1 */
-    stk_valid valid;
+    const stk__rule *rules; /* all must hold; nrules of them */
+    size_t nrules;
 } stk__space_params;
 
 int stk__space_build(stk__space *sp, const stk_dataset *ds, const stk__space_params *p,

@@ -5,6 +5,12 @@
  * record of a sample is a binary search over records.  A validity rule
  * removes starts; the valid ones are kept as runs of consecutive starts,
  * so memory grows with records and runs, never with samples.
+ *
+ * Validity rules are counted, not tested window by window: one pass over a
+ * record's rows of each rule's field fills running counts of its bad rows,
+ * and a window passes a rule when the counts at its ends (of the rows the
+ * rule tests) differ as the rule asks: O(rows) a rule and O(1) a window,
+ * whatever the window's length.
  */
 #include "sample.h"
 
@@ -27,45 +33,124 @@ static uint64_t rows_of(const stk_dataset *ds, uint64_t rec, size_t field) {
     return x.rows;
 }
 
-/* Is row `row` of the valid field acceptable under the rule? */
-static bool row_ok(const uint8_t *p, stk_dtype t, uint64_t elems, stk_valid rule) {
-    size_t isz = stk_dtype_size(t);
-    for (uint64_t k = 0; k < elems; k++, p += isz) {
-        if (rule == STK_VALID_MASK) {
-            bool zero = true;
-            for (size_t b = 0; b < isz; b++) zero &= p[b] == 0;
-            /* -0.0 counts as zero for float masks. */
-            if (!zero && (t == STK_F32 || t == STK_F64 || t == STK_F16 || t == STK_BF16)) {
-                uint8_t q[8];
-                memcpy(q, p, isz);
-                q[isz - 1] &= 0x7f;
-                zero = true;
-                for (size_t b = 0; b < isz; b++) zero &= q[b] == 0;
-            }
-            if (zero) return false;
-        } else {
-            bool nan = false;
-            if (t == STK_F32) {
-                float v;
-                memcpy(&v, p, 4);
-                nan = isnan(v);
-            } else if (t == STK_F64) {
-                double v;
-                memcpy(&v, p, 8);
-                nan = isnan(v);
-            } else if (t == STK_F16) {
-                uint16_t v;
-                memcpy(&v, p, 2);
-                nan = (v & 0x7c00) == 0x7c00 && (v & 0x03ff);
-            } else if (t == STK_BF16) {
-                uint16_t v;
-                memcpy(&v, p, 2);
-                nan = (v & 0x7f80) == 0x7f80 && (v & 0x007f);
-            }
-            if (nan) return false;
-        }
+/* ---- what a row of a rule's field is ---- */
+
+static bool elem_nan(const uint8_t *p, stk_dtype t) {
+    if (t == STK_F32) {
+        float v;
+        memcpy(&v, p, 4);
+        return isnan(v);
     }
+    if (t == STK_F64) {
+        double v;
+        memcpy(&v, p, 8);
+        return isnan(v);
+    }
+    uint16_t v;
+    memcpy(&v, p, 2);
+    if (t == STK_F16) return (v & 0x7c00) == 0x7c00 && (v & 0x03ff);
+    if (t == STK_BF16) return (v & 0x7f80) == 0x7f80 && (v & 0x007f);
+    return false;
+}
+
+/* NaN or an infinity: every exponent bit set. */
+static bool elem_nonfinite(const uint8_t *p, stk_dtype t) {
+    if (t == STK_F32) {
+        float v;
+        memcpy(&v, p, 4);
+        return !isfinite(v);
+    }
+    if (t == STK_F64) {
+        double v;
+        memcpy(&v, p, 8);
+        return !isfinite(v);
+    }
+    uint16_t v;
+    memcpy(&v, p, 2);
+    if (t == STK_F16) return (v & 0x7c00) == 0x7c00;
+    if (t == STK_BF16) return (v & 0x7f80) == 0x7f80;
+    return false;
+}
+
+/* Zero, -0.0 included for floats. */
+static bool elem_zero(const uint8_t *p, stk_dtype t, size_t isz) {
+    uint8_t q[8];
+    memcpy(q, p, isz);
+    if (t == STK_F32 || t == STK_F64 || t == STK_F16 || t == STK_BF16) q[isz - 1] &= 0x7f;
+    for (size_t b = 0; b < isz; b++)
+        if (q[b]) return false;
     return true;
+}
+
+/* An integer element as int64 (uint64 values above INT64_MAX wrap, which
+ * keeps differences between neighbours right). */
+static int64_t elem_int(const uint8_t *p, stk_dtype t) {
+    switch (t) {
+    case STK_I8: return (int8_t)p[0];
+    case STK_U8: return p[0];
+    case STK_I16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case STK_U16: { uint16_t v; memcpy(&v, p, 2); return v; }
+    case STK_I32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case STK_U32: { uint32_t v; memcpy(&v, p, 4); return v; }
+    default: { uint64_t v; memcpy(&v, p, 8); return (int64_t)v; }
+    }
+}
+
+/* Whether a row (elems elements) counts as bad for a test: for SOME, a row
+ * of NaNs only; for the others, a row with one failing element.  (STEP is
+ * a property of neighbouring rows: see count_bad.) */
+static bool row_bad(const uint8_t *p, stk_dtype t, size_t isz, uint64_t elems, const stk__rule *r) {
+    switch (r->test) {
+    case STK_VALID_SOME:
+        for (uint64_t k = 0; k < elems; k++, p += isz)
+            if (!elem_nan(p, t)) return false;
+        return true;
+    case STK_VALID_RANGE: {
+        int64_t v = elem_int(p, t);
+        return v < r->lo || v > r->hi;
+    }
+    default:
+        for (uint64_t k = 0; k < elems; k++, p += isz) {
+            bool bad = r->test == STK_VALID_MASK       ? elem_zero(p, t, isz)
+                       : r->test == STK_VALID_FINITE ? elem_nonfinite(p, t)
+                                                     : elem_nan(p, t);
+            if (bad) return true;
+        }
+        return false;
+    }
+}
+
+/* cnt[i] = bad rows among the first i of a record's `rows` (cnt has
+ * rows + 1 entries): one pass over the field, so that any window's count
+ * is a difference of two entries.  For STEP, row i > 0 is bad when it does
+ * not follow row i - 1 by the step (differences taken modulo 2^64, so an
+ * overflow cannot pass for the step). */
+static void count_bad(const stk__rule *r, const uint8_t *base, stk_dtype t, size_t isz,
+                      uint64_t row_bytes, uint64_t rows, uint64_t *cnt) {
+    uint64_t elems = row_bytes / isz;
+    cnt[0] = 0;
+    if (r->test == STK_VALID_STEP) {
+        int64_t prev = 0;
+        for (uint64_t i = 0; i < rows; i++) {
+            int64_t v = elem_int(base + i * row_bytes, t);
+            bool bad = i > 0 && (uint64_t)v - (uint64_t)prev != (uint64_t)r->lo;
+            cnt[i + 1] = cnt[i] + bad;
+            prev = v;
+        }
+        return;
+    }
+    for (uint64_t i = 0; i < rows; i++)
+        cnt[i + 1] = cnt[i] + row_bad(base + i * row_bytes, t, isz, elems, r);
+}
+
+/* Whether the window ending before row `end` passes the rule, from its
+ * counts: m rows tested; STEP looks at the m - 1 steps into rows
+ * end - m + 1 .. end - 1, SOME needs one row that is not all NaN, the
+ * others no bad row. */
+static bool window_ok(const stk__rule *r, const uint64_t *cnt, uint64_t end, uint64_t m) {
+    if (r->test == STK_VALID_STEP) return cnt[end] == cnt[end - m + 1];
+    uint64_t bad = cnt[end] - cnt[end - m];
+    return r->test == STK_VALID_SOME ? bad < m : bad == 0;
 }
 
 static int push_run(stk__space *sp, uint64_t *cap, uint64_t t0, uint64_t n, uint64_t cum) {
@@ -86,6 +171,53 @@ static int push_run(stk__space *sp, uint64_t *cap, uint64_t t0, uint64_t n, uint
     return 0;
 }
 
+/* The bytes of a rule's field in record r: its rows must be the time
+ * axis's.  A remote dataset's bytes are all there by now (the loader asked
+ * for them), though its extents do not point at them. */
+static int rule_rows(const stk_dataset *ds, const stk__rule *r, uint64_t rec, uint64_t rows,
+                     const uint8_t **base, stk_error *err) {
+    stk_extent x;
+    stk_dataset_get(ds, rec, r->field, &x, NULL);
+    const stk_field *f = &ds->fields[r->field];
+    size_t s = stk__dataset_shard_of(ds, rec);
+    if (x.rows != rows)
+        return stk__err(err, STK_ESCHEMA,
+                        "%s: record %llu: %s '%s' has %llu rows but the time axis has %llu",
+                        ds->shards[s].path, (unsigned long long)rec, r->opt, f->name,
+                        (unsigned long long)x.rows, (unsigned long long)rows);
+    *base = x.data        ? (const uint8_t *)x.data
+            : ds->caps.lazy ? ds->shards[x.shard].map + x.offset
+                            : NULL;
+    if (!*base && rows)
+        return stk__err(err, -EINVAL,
+                        "%s: %s '%s' is converted as it is read, so its values cannot be "
+                        "scanned in place",
+                        ds->shards[s].path, r->opt, f->name);
+    return 0;
+}
+
+/* STEP with step 0: the smallest positive difference between consecutive
+ * rows anywhere in the dataset (0 if there is none). */
+static int infer_step(const stk_dataset *ds, const stk__space_params *p, stk__rule *r,
+                      stk_error *err) {
+    const stk__fieldinfo *fi = &ds->info[r->field];
+    stk_dtype t = ds->fields[r->field].dtype;
+    uint64_t best = 0;
+    for (uint64_t rec = 0; rec < ds->nrec; rec++) {
+        uint64_t rows = rows_of(ds, rec, p->time_fields[0]);
+        const uint8_t *base;
+        int rc = rule_rows(ds, r, rec, rows, &base, err);
+        if (rc) return rc;
+        for (uint64_t i = 1; i < rows; i++) {
+            int64_t a = elem_int(base + (i - 1) * fi->row_bytes, t);
+            int64_t b = elem_int(base + i * fi->row_bytes, t);
+            if (b > a && (!best || (uint64_t)b - (uint64_t)a < best)) best = (uint64_t)b - (uint64_t)a;
+        }
+    }
+    r->lo = (int64_t)best;
+    return 0;
+}
+
 int stk__space_build(stk__space *sp, const stk_dataset *ds, const stk__space_params *p,
                      stk_error *err) {
     memset(sp, 0, sizeof *sp);
@@ -99,12 +231,20 @@ int stk__space_build(stk__space *sp, const stk_dataset *ds, const stk__space_par
     sp->S = p->stride ? p->stride : 1;
     sp->prefix = stk__malloc((ds->nrec + 1) * 8);
     if (!sp->prefix) return stk__err(err, -ENOMEM, "out of memory");
-    bool rule = p->valid != STK_VALID_ALL && p->valid_field >= 0;
-    uint64_t run_cap = 0;
-    if (rule && !(sp->run_first = stk__malloc((ds->nrec + 1) * 8))) {
-        stk__space_free(sp);
-        return stk__err(err, -ENOMEM, "out of memory");
-    }
+    stk__rule rules[STK__MAX_RULES];
+    size_t nrules = 0;
+    for (size_t i = 0; i < p->nrules && nrules < STK__MAX_RULES; i++)
+        if (p->rules[i].test != STK_VALID_ALL) rules[nrules++] = p->rules[i];
+    bool rule = nrules > 0;
+    uint64_t run_cap = 0, cnt_cap = 0, ok_cap = 0;
+    uint64_t *cnt = NULL;
+    uint8_t *ok = NULL;
+    int rc = 0;
+    if (rule && !(sp->run_first = stk__malloc((ds->nrec + 1) * 8))) goto oom;
+    for (size_t i = 0; i < nrules; i++)
+        if (rules[i].test == STK_VALID_STEP && rules[i].lo == 0 &&
+            (rc = infer_step(ds, p, &rules[i], err)))
+            goto fail;
     uint64_t total = 0;
     uint64_t longest = 0;
     for (uint64_t r = 0; r < ds->nrec; r++) {
@@ -114,15 +254,14 @@ int stk__space_build(stk__space *sp, const stk_dataset *ds, const stk__space_par
             uint64_t other = rows_of(ds, r, p->time_fields[k]);
             if (other != rows) {
                 size_t s = stk__dataset_shard_of(ds, r);
-                int rc = stk__err(err, STK_ESCHEMA,
-                                  "%s: record %llu: time fields '%s' and '%s' have %llu and "
-                                  "%llu rows; windows need them equal",
-                                  ds->shards[s].path, (unsigned long long)r,
-                                  ds->fields[p->time_fields[0]].name,
-                                  ds->fields[p->time_fields[k]].name, (unsigned long long)rows,
-                                  (unsigned long long)other);
-                stk__space_free(sp);
-                return rc;
+                rc = stk__err(err, STK_ESCHEMA,
+                              "%s: record %llu: time fields '%s' and '%s' have %llu and "
+                              "%llu rows; windows need them equal",
+                              ds->shards[s].path, (unsigned long long)r,
+                              ds->fields[p->time_fields[0]].name,
+                              ds->fields[p->time_fields[k]].name, (unsigned long long)rows,
+                              (unsigned long long)other);
+                goto fail;
             }
         }
         longest = STK__MAX(longest, rows);
@@ -133,40 +272,38 @@ int stk__space_build(stk__space *sp, const stk_dataset *ds, const stk__space_par
         }
         sp->run_first[r] = sp->nruns;
         if (!nstarts) continue;
-        stk_extent x;
-        stk_dataset_get(ds, r, (size_t)p->valid_field, &x, NULL);
-        const stk_field *vf = &ds->fields[p->valid_field];
-        const stk__fieldinfo *vi = &ds->info[p->valid_field];
-        if (x.rows != rows) {
-            size_t s = stk__dataset_shard_of(ds, r);
-            int rc = stk__err(err, STK_ESCHEMA,
-                              "%s: record %llu: valid_field '%s' has %llu rows but the time "
-                              "axis has %llu",
-                              ds->shards[s].path, (unsigned long long)r, vf->name,
-                              (unsigned long long)x.rows, (unsigned long long)rows);
-            stk__space_free(sp);
-            return rc;
+        if (rows + 1 > cnt_cap) {
+            uint64_t c = STK__MAX(rows + 1, cnt_cap * 2);
+            uint64_t *a = stk__realloc(cnt, c * 8);
+            if (!a) goto oom;
+            cnt = a;
+            cnt_cap = c;
         }
-        /* A remote dataset's bytes are all there by now (the loader asked
-         * for them), though its extents do not point at them. */
-        const uint8_t *base = x.data   ? (const uint8_t *)x.data
-                              : ds->caps.lazy ? ds->shards[x.shard].map + x.offset
-                                              : NULL;
-        if (!base) {
-            size_t s = stk__dataset_shard_of(ds, r);
-            stk__space_free(sp);
-            return stk__err(err, -EINVAL,
-                            "%s: valid_field '%s' is converted as it is read, so its values "
-                            "cannot be scanned in place",
-                            ds->shards[s].path, vf->name);
+        if (nstarts > ok_cap) {
+            uint64_t c = STK__MAX(nstarts, ok_cap * 2);
+            uint8_t *a = stk__realloc(ok, c);
+            if (!a) goto oom;
+            ok = a;
+            ok_cap = c;
         }
-        uint64_t elems = vi->row_bytes / vi->itemsize;
+        memset(ok, 1, nstarts);
+        /* Per rule: one pass over the record's rows for the counts, then
+         * O(1) a window. */
+        for (size_t i = 0; i < nrules; i++) {
+            const stk__rule *ru = &rules[i];
+            const uint8_t *base;
+            if ((rc = rule_rows(ds, ru, r, rows, &base, err))) goto fail;
+            const stk__fieldinfo *vi = &ds->info[ru->field];
+            count_bad(ru, base, ds->fields[ru->field].dtype, vi->itemsize, vi->row_bytes, rows,
+                      cnt);
+            uint64_t m = ru->last && ru->last < sp->L ? ru->last : sp->L;
+            for (uint64_t k = 0; k < nstarts; k++)
+                ok[k] &= window_ok(ru, cnt, k * sp->S + sp->L, m);
+        }
         uint64_t cum = 0, run_t0 = 0, run_n = 0;
         for (uint64_t k = 0; k < nstarts; k++) {
-            uint64_t t = k * sp->S;
-            bool ok = row_ok(base + (t + sp->L - 1) * vi->row_bytes, vf->dtype, elems, p->valid);
-            if (ok) {
-                if (!run_n) run_t0 = t;
+            if (ok[k]) {
+                if (!run_n) run_t0 = k * sp->S;
                 run_n++;
             } else if (run_n) {
                 if (push_run(sp, &run_cap, run_t0, run_n, cum)) goto oom;
@@ -180,20 +317,27 @@ int stk__space_build(stk__space *sp, const stk_dataset *ds, const stk__space_par
         }
         total += cum;
     }
+    stk__free(cnt);
+    stk__free(ok);
+    cnt = NULL;
+    ok = NULL;
     sp->prefix[ds->nrec] = total;
     if (rule) sp->run_first[ds->nrec] = sp->nruns;
     sp->n = total;
     if (ds->nrec && longest < sp->L) {
-        int rc = stk__err(err, -EINVAL,
-                          "window: %llu rows is longer than every record (the longest has %llu)",
-                          (unsigned long long)sp->L, (unsigned long long)longest);
-        stk__space_free(sp);
-        return rc;
+        rc = stk__err(err, -EINVAL,
+                      "window: %llu rows is longer than every record (the longest has %llu)",
+                      (unsigned long long)sp->L, (unsigned long long)longest);
+        goto fail;
     }
     return 0;
 oom:
+    rc = stk__err(err, -ENOMEM, "out of memory");
+fail:
+    stk__free(cnt);
+    stk__free(ok);
     stk__space_free(sp);
-    return stk__err(err, -ENOMEM, "out of memory");
+    return rc;
 }
 
 /* The last index in a[lo, hi) whose value is <= x (a is non-decreasing,
