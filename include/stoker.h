@@ -173,7 +173,21 @@ typedef enum stk_codec {
  * 1..19, 0 means its default, 3).
  *
  * `name` is 1..STK_NAME_MAX-1 bytes of [A-Za-z0-9_.-].
+ *
+ * `type` is the field's logical type, or NULL (the default: the dtype says
+ * all).  It is recorded in the manifest ("type") and tells readers how to
+ * present the stored elements; the library itself only carries it.  It is
+ * 1..STK_TYPE_MAX-1 printable ASCII characters.  Those stoker writes:
+ * "string" (a ragged bytes field of UTF-8 text, one string a record) and
+ * "binary" (a ragged bytes field, one byte string a record);
+ * "timestamp[U]" or "timestamp[U, tz=ZONE]" (i64 counts of unit U, one of
+ * s ms us ns, since 1970-01-01 UTC), "date32" (i32 days), "date64" (i64
+ * milliseconds), "duration[U]" (i64), "time32[U]" (i32, U s or ms) and
+ * "time64[U]" (i64, U us or ns; times of day since midnight).  A reader
+ * that does not know a type presents the dtype's values.  Copied with the
+ * schema wherever `name` is.
  */
+#define STK_TYPE_MAX 128
 typedef struct stk_field {
     const char *name;
     stk_dtype dtype;
@@ -181,6 +195,7 @@ typedef struct stk_field {
     int64_t shape[STK_MAX_DIMS];
     stk_codec codec;
     int codec_level;
+    const char *type;
 } stk_field;
 
 /* Element size in bytes of a dtype (1 for STK_BYTES), 0 for an unknown one. */

@@ -120,7 +120,9 @@ typedef struct stk__fieldinfo {
 /* Checks a schema; fills `info` (nfields entries) when not NULL. */
 int stk__schema_check(const stk_field *fields, size_t nfields,
                       stk__fieldinfo *info, stk_error *err);
-/* Deep copy: the names are duplicated. Free with stk__schema_free. */
+/* A field's logical type is 1..STK_TYPE_MAX-1 printable ASCII characters. */
+bool stk__type_ok(const char *type);
+/* Deep copy: the names and types are duplicated. Free with stk__schema_free. */
 int stk__schema_copy(const stk_field *fields, size_t nfields, stk_field **out);
 void stk__schema_free(stk_field *fields, size_t nfields);
 /* XXH3-64 of the canonical text of the schema. */

@@ -52,6 +52,7 @@ json_t *stk__field_json(const stk_field *f) {
     json_object_set_new(o, "shape", shape);
     json_object_set_new(o, "codec", json_string(stk__codec_name(f->codec)));
     json_object_set_new(o, "codec_level", json_integer(f->codec_level));
+    if (f->type) json_object_set_new(o, "type", json_string(f->type));
     return o;
 }
 
@@ -187,6 +188,10 @@ int stk__field_parse(json_t *o, size_t i, const char *what, stk_field *f,
     const char *codec = json_string_value(json_object_get(o, "codec"));
     json_t *shape = json_object_get(o, "shape");
     json_t *level = json_object_get(o, "codec_level");
+    json_t *type = json_object_get(o, "type");
+    if (type && (!json_is_string(type) || !stk__type_ok(json_string_value(type))))
+        return BAD("%s: %s: \"type\" must be a string of 1 to %d printable ASCII characters",
+                   what, ctx, STK_TYPE_MAX - 1);
     if (!name || !dtype || !codec || !json_is_array(shape))
         return BAD("%s: %s needs string \"name\", \"dtype\", \"codec\" and "
                    "array \"shape\"",
@@ -204,6 +209,8 @@ int stk__field_parse(json_t *o, size_t i, const char *what, stk_field *f,
     f->dtype = (stk_dtype)d;
     f->codec = (stk_codec)c;
     f->codec_level = json_is_integer(level) ? (int)json_integer_value(level) : 0;
+    if (type && !(f->type = stk__strdup(json_string_value(type))))
+        return stk__err(err, -ENOMEM, "out of memory");
     f->ndim = (int)nd;
     for (size_t k = 0; k < nd; k++) {
         json_t *v = json_array_get(shape, k);
@@ -264,7 +271,7 @@ static int check_integrity(json_t *root, const char *what, stk_error *err) {
     static const char *const top[] = {"format", "kind", "version", "writer", "part", "records",
                                       "align", "block_size", "fields", "shards", "attrs", "inputs",
                                       NULL};
-    static const char *const field[] = {"name", "dtype", "shape", "codec", "codec_level", NULL};
+    static const char *const field[] = {"name", "dtype", "shape", "codec", "codec_level", "type", NULL};
     static const char *const shard[] = {"file", "records", "bytes", "header_xxh3", NULL};
     const char *k = unknown_key(root, top);
     json_t *a = json_object_get(root, "fields"), *b = json_object_get(root, "shards"), *v;

@@ -50,6 +50,14 @@ int stk__codec_parse(const char *name) {
     return -EINVAL;
 }
 
+bool stk__type_ok(const char *s) {
+    size_t n = strnlen(s, STK_TYPE_MAX);
+    if (n == 0 || n >= STK_TYPE_MAX) return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < 0x20 || s[i] > 0x7e) return false;
+    return true;
+}
+
 static bool valid_name(const char *s) {
     size_t n = s ? strlen(s) : 0;
     if (n == 0 || n >= STK_NAME_MAX) return false;
@@ -111,6 +119,11 @@ int stk__schema_check(const stk_field *fields, size_t nfields,
         if (f->codec != STK_CODEC_NONE && f->codec != STK_CODEC_ZSTD)
             return stk__err(err, -EINVAL, "field '%s': unknown codec %d",
                             f->name, (int)f->codec);
+        if (f->type && !stk__type_ok(f->type))
+            return stk__err(err, -EINVAL,
+                            "field '%s': type '%.*s' must be 1 to %d printable ASCII "
+                            "characters",
+                            f->name, STK_TYPE_MAX, f->type, STK_TYPE_MAX - 1);
         if (f->codec_level < 0 || f->codec_level > 22)
             return stk__err(err, -EINVAL,
                             "field '%s': codec level %d is not in 0..22",
@@ -128,7 +141,10 @@ int stk__schema_check(const stk_field *fields, size_t nfields,
 
 void stk__schema_free(stk_field *fields, size_t nfields) {
     if (!fields) return;
-    for (size_t i = 0; i < nfields; i++) stk__free((char *)fields[i].name);
+    for (size_t i = 0; i < nfields; i++) {
+        stk__free((char *)fields[i].name);
+        stk__free((char *)fields[i].type);
+    }
     stk__free(fields);
 }
 
@@ -138,7 +154,10 @@ int stk__schema_copy(const stk_field *fields, size_t nfields, stk_field **out) {
     for (size_t i = 0; i < nfields; i++) {
         c[i] = fields[i];
         c[i].name = stk__strdup(fields[i].name);
-        if (!c[i].name) {
+        c[i].type = fields[i].type ? stk__strdup(fields[i].type) : NULL;
+        if (!c[i].name || (fields[i].type && !c[i].type)) {
+            stk__free((char *)c[i].name);
+            stk__free((char *)c[i].type);
             stk__schema_free(c, i);
             return -ENOMEM;
         }
@@ -164,6 +183,14 @@ uint64_t stk__schema_hash(const stk_field *fields, size_t nfields) {
             n += snprintf(buf + n, sizeof buf - (size_t)n, "|%s;",
                           stk__codec_name(f->codec));
         stk__hash_update(st, buf, STK__MIN((size_t)n, sizeof buf - 1));
+        /* A logical type joins the hash only where there is one, so that
+         * the hash of a schema without types (every dataset written before
+         * they existed) is unchanged. */
+        if (f->type) {
+            stk__hash_update(st, "type=", 5);
+            stk__hash_update(st, f->type, strlen(f->type));
+            stk__hash_update(st, ";", 1);
+        }
     }
     return XXH3_64bits_digest(st);
 }

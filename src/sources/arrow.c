@@ -54,6 +54,28 @@ static int parse_prim(const char *fmt, stk_dtype *dt, bool *is_float) {
     return -1;
 }
 
+/* The logical type (stk_field.type) of a primitive Arrow format into out
+ * ("" for plain numbers): dates, times, timestamps and durations keep their
+ * unit, and a timestamp its time zone, which the stored integers lose. */
+static void logical_type(const char *fmt, char *out, size_t cap) {
+    out[0] = 0;
+    if (fmt[0] != 't' || !fmt[1] || !fmt[2]) return;
+    const char *u = fmt[2] == 's' ? "s" : fmt[2] == 'm' ? "ms" : fmt[2] == 'u' ? "us"
+                  : fmt[2] == 'n' ? "ns" : NULL;
+    if (!strcmp(fmt, "tdD")) snprintf(out, cap, "date32");
+    else if (!strcmp(fmt, "tdm")) snprintf(out, cap, "date64");
+    else if (fmt[1] == 't' && u && !fmt[3])
+        snprintf(out, cap, "%s[%s]", fmt[2] == 's' || fmt[2] == 'm' ? "time32" : "time64", u);
+    else if (fmt[1] == 'D' && u && !fmt[3]) snprintf(out, cap, "duration[%s]", u);
+    else if (fmt[1] == 's' && u && fmt[3] == ':') {
+        const char *tz = fmt + 4;
+        bool ok = *tz != 0;
+        for (const char *q = tz; *q; q++) ok = ok && *q >= 0x20 && *q <= 0x7e;
+        if (ok && strlen(tz) < cap - 32) snprintf(out, cap, "timestamp[%s, tz=%s]", u, tz);
+        else snprintf(out, cap, "timestamp[%s]", u);
+    }
+}
+
 /* What to say about a column that cannot be packed, given its format. */
 static const char *remedy(const char *f) {
     if (!strncmp(f, "d:", 2) || !strncmp(f, "d", 1))
@@ -64,36 +86,73 @@ static const char *remedy(const char *f) {
     if (!strcmp(f, "+s") || !strcmp(f, "+m") || !strncmp(f, "+u", 2) || !strcmp(f, "+r"))
         return "nested types (structs, maps, unions) cannot be packed: flatten it into columns "
                "of numbers first";
-    return "numbers, booleans, dates, times, timestamps, durations and lists of those can be "
-           "packed; strings and binaries only as the group key";
+    return "numbers, booleans, dates, times, timestamps, durations, strings, binaries and "
+           "lists of numbers (or of fixed-size lists of numbers) can be packed";
 }
 
 static int describe_values(const struct ArrowSchema *s, col *c, stk_error *err) {
     c->width = 1;
     const char *f = s->format ? s->format : "";
     c->format = f;
+    c->inner_n = 1;
     int k = parse_prim(f, &c->dtype, &c->is_float);
     if (k >= 0) {
         c->kind = k;
         c->isz = stk_dtype_size(c->dtype);
+        logical_type(f, c->type, sizeof c->type);
         return 0;
     }
-    if (!strcmp(f, "u") || !strcmp(f, "z")) return c->kind = K_STR, 0;
-    if (!strcmp(f, "U") || !strcmp(f, "Z")) return c->kind = K_LSTR, 0;
-    if (!strcmp(f, "vu") || !strcmp(f, "vz")) return c->kind = K_VSTR, 0;
+    /* Strings and binaries: a ragged bytes field, one string a row. */
+    const char *bin = NULL;
+    if (!strcmp(f, "u") || !strcmp(f, "z")) c->kind = K_STR, bin = f;
+    else if (!strcmp(f, "U") || !strcmp(f, "Z")) c->kind = K_LSTR, bin = f;
+    else if (!strcmp(f, "vu") || !strcmp(f, "vz")) c->kind = K_VSTR, bin = f + 1;
+    else if (!strncmp(f, "w:", 2)) {
+        c->kind = K_FBIN;
+        bin = "z";
+        c->width = strtoll(f + 2, NULL, 10);
+        if (c->width < 1)
+            return stk__err(err, -EINVAL, "column '%s': bad fixed-size binary '%s'", c->name, f);
+    }
+    if (bin) {
+        c->dtype = STK_BYTES;
+        c->isz = 1;
+        snprintf(c->type, sizeof c->type, "%s", bin[0] == 'u' || bin[0] == 'U' ? "string"
+                                                                               : "binary");
+        return 0;
+    }
     bool fixed = strncmp(f, "+w:", 3) == 0;
     int lk = !strcmp(f, "+l") ? K_LIST : !strcmp(f, "+L") ? K_LLIST
            : !strcmp(f, "+vl") ? K_LVIEW : !strcmp(f, "+vL") ? K_LLVIEW : -1;
     if ((fixed || lk >= 0) && s->n_children == 1) {
         const struct ArrowSchema *ch = s->children[0];
+        /* Fixed-size lists inside (an image's rows, HF's ArrayND once cast
+         * to fixed-size lists) are the field's inner dimensions. */
+        while (ch && !ch->dictionary && ch->format && !strncmp(ch->format, "+w:", 3) &&
+               ch->n_children == 1 && c->ninner < STK_MAX_DIMS - 1) {
+            int64_t w = strtoll(ch->format + 3, NULL, 10);
+            if (w < 1)
+                return stk__err(err, -EINVAL, "column '%s': bad fixed-size list '%s'", c->name,
+                                ch->format);
+            c->inner[c->ninner++] = w;
+            c->inner_n *= w;
+            ch = ch->children[0];
+        }
         int ck = ch->dictionary ? -1
                                 : parse_prim(ch->format ? ch->format : "", &c->dtype, &c->is_float);
         if (ck != K_PRIM)
             return stk__err(err, -EINVAL,
                             "column '%s': a list of Arrow type '%s'%s cannot be packed (lists of "
-                            "numbers, dates and timestamps can)",
+                            "numbers, dates and timestamps can, and lists of fixed-size lists "
+                            "of those%s)",
                             c->name, ch->format ? ch->format : "?",
-                            ch->dictionary ? " (dictionary-encoded)" : "");
+                            ch->dictionary ? " (dictionary-encoded)" : "",
+                            ch->format && (!strcmp(ch->format, "+l") || !strcmp(ch->format, "+L"))
+                                ? ": lists of lists whose inner lists have one length can be "
+                                  "cast to lists of fixed-size lists first (stoker.write does "
+                                  "so for a pyarrow Table)"
+                                : "");
+        logical_type(ch->format, c->type, sizeof c->type);
         c->isz = stk_dtype_size(c->dtype);
         if (fixed) {
             c->kind = K_FIXED;
@@ -239,16 +298,24 @@ static int plan(ctx *c, const stk_arrow_options *o, stk_error *err) {
         const col *c0 = &c->cols[f->cols[0]];
         f->kind = c0->kind;
         f->dtype = c0->dtype;
-        if (is_str(f->kind))
+        f->type = c0->type[0] ? c0->type : NULL;
+        if (is_str(f->kind) && (ncols > 1 || grouped))
             return stk__err(err, -EINVAL,
-                            "column '%s' holds %s (Arrow type '%s'%s): strings and binaries can "
-                            "only be the group key (group_by); turn the column into integer "
-                            "codes first (pandas: .cat.codes, polars: .to_physical() of a "
-                            "Categorical, pyarrow: pyarrow.compute.dictionary_encode(...).indices)"
-                            " or leave it out with fields=",
-                            c0->name, c0->format[strlen(c0->format) - 1] == 'z' ? "binaries"
-                                                                                : "strings",
-                            c0->format, c0->dict ? ", dictionary-encoded" : "");
+                            "column '%s' holds %ss (Arrow type '%s'%s): a %s column is a field "
+                            "of its own, one string a row, %s",
+                            c0->name, c0->type, c0->format, c0->dict ? ", dictionary-encoded" : "",
+                            c0->type,
+                            grouped ? "so with group_by it can only be the group key (a group's "
+                                      "rows would each hold one; leave it out with fields=, or "
+                                      "turn it into integer codes first: pyarrow: "
+                                      "pyarrow.compute.dictionary_encode(...).indices)"
+                                    : "not stacked with other columns in fields=");
+        if (c0->ninner && (ncols > 1 || grouped))
+            return stk__err(err, -EINVAL,
+                            "column '%s' (Arrow type '%s') holds fixed-size lists inside its "
+                            "rows: it is a field of its own%s",
+                            c0->name, c0->format,
+                            grouped ? ", and cannot be grouped" : ", not stacked with others");
         for (size_t k = 0; k < ncols && ncols > 1; k++) {
             const col *ck = &c->cols[f->cols[k]];
             bool scalar0 = c0->kind == K_PRIM || c0->kind == K_BOOL;
@@ -260,6 +327,12 @@ static int plan(ctx *c, const stk_arrow_options *o, stk_error *err) {
                                 "columns, or list columns (lists of one length per row), not "
                                 "a mix; give each a field of its own",
                                 f->name, c0->name, c0->format, ck->name, ck->format);
+            if (strcmp(ck->type, c0->type) != 0)
+                return stk__err(err, -EINVAL,
+                                "field '%s': columns '%s' (%s) and '%s' (%s) differ in type (the "
+                                "columns of one field must have one type: cast them first)",
+                                f->name, c0->name, c0->type[0] ? c0->type : stk_dtype_name(c0->dtype),
+                                ck->name, ck->type[0] ? ck->type : stk_dtype_name(ck->dtype));
             if (ck->dtype != f->dtype)
                 return stk__err(err, -EINVAL,
                                 "field '%s': columns '%s' (%s) and '%s' (%s) differ in type (the "
@@ -272,7 +345,9 @@ static int plan(ctx *c, const stk_arrow_options *o, stk_error *err) {
                             "column '%s': a list column cannot be grouped (each group row "
                             "would be ragged)",
                             c0->name);
-        f->row_bytes = stk_dtype_size(f->dtype) * (ncols > 1 ? (uint64_t)ncols : (uint64_t)c0->width);
+        f->row_bytes = is_str(f->kind) ? 0
+                       : stk_dtype_size(f->dtype) * (uint64_t)c0->inner_n *
+                             (ncols > 1 ? (uint64_t)ncols : (uint64_t)c0->width);
         for (size_t j = 0; j + 1 < c->nf; j++)
             if (strcmp(c->f[j].name, f->name) == 0)
                 return stk__err(err, -EINVAL, "field '%s' appears twice", f->name);
@@ -302,9 +377,19 @@ static void schema_of(const ctx *c, const stk_arrow_options *o, stk_field *out, 
         s->dtype = f->dtype;
         s->codec = f->codec;
         s->codec_level = f->level;
+        s->type = f->type;
+        const col *c0 = &c->cols[f->cols[0]];
         int64_t inner = f->ncols > 1 ? (int64_t)f->ncols
-                        : f->kind == K_FIXED ? c->cols[f->cols[0]].width : 0;
-        if (grouped && !f->is_static) {
+                        : f->kind == K_FIXED ? c0->width : 0;
+        if (is_str(f->kind)) {
+            s->ndim = 1;
+            s->shape[0] = STK_RAGGED;
+        } else if (c0->ninner) {
+            /* [*, inner...] for a list, [width, inner...] for a fixed one. */
+            s->ndim = 1 + c0->ninner;
+            s->shape[0] = f->kind == K_FIXED ? c0->width : STK_RAGGED;
+            memcpy(&s->shape[1], c0->inner, (size_t)c0->ninner * sizeof c0->inner[0]);
+        } else if (grouped && !f->is_static) {
             s->ndim = inner ? 2 : 1;
             s->shape[0] = STK_RAGGED;
             s->shape[1] = inner;

@@ -9,9 +9,11 @@
 #include "../format/format.h"
 
 /* Column kinds.  Strings and binaries (K_STR: 32-bit offsets, K_LSTR:
- * 64-bit, K_VSTR: views) can only be a group key; list views (K_LVIEW,
- * K_LLVIEW) are lists whose rows are (offset, size) pairs. */
-enum { K_PRIM, K_BOOL, K_FIXED, K_LIST, K_LLIST, K_LVIEW, K_LLVIEW, K_STR, K_LSTR, K_VSTR };
+ * 64-bit, K_VSTR: views, K_FBIN: fixed-size binaries) are a group key, or a
+ * ragged bytes field of one string a row; list views (K_LVIEW, K_LLVIEW)
+ * are lists whose rows are (offset, size) pairs. */
+enum { K_PRIM, K_BOOL, K_FIXED, K_LIST, K_LLIST, K_LVIEW, K_LLVIEW, K_STR, K_LSTR, K_VSTR,
+       K_FBIN };
 
 typedef struct col {
     const char *name; /* points into the schema, valid while it lives */
@@ -19,7 +21,13 @@ typedef struct col {
     int kind;        /* of the values (a dictionary's values, for dict) */
     stk_dtype dtype; /* element type (of the child for lists) */
     size_t isz;
-    int64_t width;   /* fixed-size list length; 1 otherwise */
+    int64_t width;   /* fixed-size list length (fixed-size binary: bytes); 1 otherwise */
+    /* A list (or fixed-size list) of fixed-size lists: the inner lengths,
+     * outermost first (ninner of them), and their product (1 without). */
+    int ninner;
+    int64_t inner[STK_MAX_DIMS];
+    int64_t inner_n;
+    char type[STK_TYPE_MAX]; /* the values' logical type (stk_field.type), or "" */
     bool is_float;
     /* Dictionary-encoded: the rows are indices (ixsz bytes, signed unless
      * ixunsigned) into the batch's dictionary array, which holds the
@@ -29,7 +37,7 @@ typedef struct col {
 } col;
 
 static inline bool is_list(int k) { return k == K_LIST || k == K_LLIST || k == K_LVIEW || k == K_LLVIEW; }
-static inline bool is_str(int k) { return k == K_STR || k == K_LSTR || k == K_VSTR; }
+static inline bool is_str(int k) { return k == K_STR || k == K_LSTR || k == K_VSTR || k == K_FBIN; }
 
 typedef struct afield {
     const char *name;
@@ -39,7 +47,8 @@ typedef struct afield {
     int level;
     int kind;         /* of its columns */
     stk_dtype dtype;
-    uint64_t row_bytes; /* per row of the stream */
+    const char *type;   /* logical type (its first column's), or NULL */
+    uint64_t row_bytes; /* per row of the stream (strings: 0, each its own) */
     bool is_static;     /* group mode: one value per record */
     bool named_static;  /* listed in the options' statics */
     /* group mode: the field's rows, in stream order */

@@ -141,21 +141,99 @@ static int list_at(const struct ArrowArray *a, const col *c, int64_t r, uint64_t
     return 0;
 }
 
+/* The bytes of row r of a string or binary array (offsets, views, or a
+ * fixed size of `width` bytes). */
+static void str_at(const struct ArrowArray *a, int kind, int64_t width, int64_t r, const char **p,
+                   uint64_t *n) {
+    int64_t i = a->offset + r;
+    if (kind == K_FBIN) {
+        *n = (uint64_t)width;
+        *p = (const char *)a->buffers[1] + (uint64_t)i * (uint64_t)width;
+    } else if (kind == K_STR) {
+        const int32_t *off = a->buffers[1];
+        *p = (const char *)a->buffers[2] + off[i];
+        *n = (uint64_t)(off[i + 1] - off[i]);
+    } else if (kind == K_LSTR) {
+        const int64_t *off = a->buffers[1];
+        *p = (const char *)a->buffers[2] + off[i];
+        *n = (uint64_t)(off[i + 1] - off[i]);
+    } else {
+        /* A view: 16 bytes, the length, then the bytes themselves when
+         * they fit in 12, else a 4-byte prefix, the data buffer's number
+         * and the offset in it. */
+        const uint8_t *v = (const uint8_t *)a->buffers[1] + (uint64_t)i * 16;
+        int32_t len, buf, off;
+        memcpy(&len, v, 4);
+        *n = (uint64_t)len;
+        if (len <= 12) {
+            *p = (const char *)v + 4;
+        } else {
+            memcpy(&buf, v + 8, 4);
+            memcpy(&off, v + 12, 4);
+            *p = (const char *)a->buffers[2 + buf] + off;
+        }
+    }
+}
+
+/* A list's child elements [b, e) as the leaf's elements: fixed-size lists
+ * inside the list (col.inner) step down to the numbers, *leaf being the
+ * array that holds them.  Fails on a null inner list. */
+static int leaf_range(const struct ArrowArray *child, const col *c, int64_t *b, int64_t *e,
+                      const struct ArrowArray **leaf, uint64_t grow, stk_error *err) {
+    for (int d = 0; d < c->ninner; d++) {
+        if (child->null_count)
+            for (int64_t i = *b; i < *e; i++)
+                if (!valid_at(child, i))
+                    return stk__err(err, -EINVAL, "column '%s': row %llu holds a null list",
+                                    c->name, (unsigned long long)grow);
+        *b = (child->offset + *b) * c->inner[d];
+        *e = (child->offset + *e) * c->inner[d];
+        child = child->children[0];
+    }
+    *leaf = child;
+    return 0;
+}
+
 /* The row's bytes of field f (one row of the stream) into dst; for lists
  * sets *rows.  dst must hold row_bytes (or the list's bytes). */
 int stk__arrow_field_row(ctx *c, afield *f, struct ArrowArray *batch, int64_t r, uint64_t grow,
                      uint8_t **dst, uint64_t *rows, stk_error *err) {
     const col *c0 = &c->cols[f->cols[0]];
     const struct ArrowArray *a0 = batch->children[f->cols[0]];
+    if (is_str(f->kind)) {
+        /* Row mode only: the string lands in the field's own buffer. */
+        int rc = resolve(&a0, c0, &r, grow, err);
+        if (rc) return rc;
+        if (!a0 || !valid_at(a0, r))
+            return stk__err(err, -EINVAL,
+                            "column '%s': row %llu is null; a %s cannot be (fill the nulls "
+                            "first, e.g. pyarrow.compute.fill_null(column, \"\"))",
+                            c0->name, (unsigned long long)grow, c0->type);
+        const char *p;
+        uint64_t n;
+        str_at(a0, c0->kind, c0->width, r, &p, &n);
+        if (stk__arrow_grow_bytes(&f->data, &f->cap, n + 1))
+            return stk__err(err, -ENOMEM, "out of memory");
+        if (n) memcpy(f->data, p, (size_t)n);
+        *dst = f->data;
+        *rows = n;
+        return 0;
+    }
     if (is_list(f->kind)) {
         int64_t b, e;
         int rc = list_at(a0, c0, r, grow, &b, &e, err);
         if (rc) return rc;
         *rows = (uint64_t)(e - b);
         /* Row mode only: the list lands in the field's own buffer. */
-        if (stk__arrow_grow_bytes(&f->data, &f->cap, (uint64_t)(e - b) * c0->isz * f->ncols + 1))
+        if (stk__arrow_grow_bytes(&f->data, &f->cap,
+                                  (uint64_t)(e - b) * c0->isz * (uint64_t)c0->inner_n * f->ncols + 1))
             return stk__err(err, -ENOMEM, "out of memory");
         *dst = f->data;
+        if (c0->ninner) {
+            const struct ArrowArray *leaf;
+            if ((rc = leaf_range(a0->children[0], c0, &b, &e, &leaf, grow, err))) return rc;
+            return copy_elems(leaf, c0, b, e - b, f->data, err, grow);
+        }
         if (f->ncols == 1) return copy_elems(a0->children[0], c0, b, e - b, f->data, err, grow);
         /* Several list columns stacked: row k of the record holds element
          * k of each column's list; the lists must have one length. */
@@ -184,8 +262,13 @@ int stk__arrow_field_row(ctx *c, afield *f, struct ArrowArray *batch, int64_t r,
         if (!valid_at(a0, r))
             return stk__err(err, -EINVAL, "column '%s': row %llu is null", c0->name,
                             (unsigned long long)grow);
-        return copy_elems(a0->children[0], c0, (a0->offset + r) * c0->width, c0->width, *dst,
-                          err, grow);
+        int64_t b = (a0->offset + r) * c0->width, e = b + c0->width;
+        const struct ArrowArray *leaf = a0->children[0];
+        if (c0->ninner) {
+            int rc = leaf_range(a0->children[0], c0, &b, &e, &leaf, grow, err);
+            if (rc) return rc;
+        }
+        return copy_elems(leaf, c0, b, e - b, *dst, err, grow);
     }
     for (size_t k = 0; k < f->ncols; k++) {
         int rc = copy_one(batch->children[f->cols[k]], &c->cols[f->cols[k]], r,
@@ -246,35 +329,6 @@ static int intern(ctx *c, const char *p, uint64_t n, int64_t *id) {
     return 0;
 }
 
-/* The bytes of row r of a string or binary array (offsets or views). */
-static void str_at(const struct ArrowArray *a, int kind, int64_t r, const char **p, uint64_t *n) {
-    int64_t i = a->offset + r;
-    if (kind == K_STR) {
-        const int32_t *off = a->buffers[1];
-        *p = (const char *)a->buffers[2] + off[i];
-        *n = (uint64_t)(off[i + 1] - off[i]);
-    } else if (kind == K_LSTR) {
-        const int64_t *off = a->buffers[1];
-        *p = (const char *)a->buffers[2] + off[i];
-        *n = (uint64_t)(off[i + 1] - off[i]);
-    } else {
-        /* A view: 16 bytes, the length, then the bytes themselves when
-         * they fit in 12, else a 4-byte prefix, the data buffer's number
-         * and the offset in it. */
-        const uint8_t *v = (const uint8_t *)a->buffers[1] + (uint64_t)i * 16;
-        int32_t len, buf, off;
-        memcpy(&len, v, 4);
-        *n = (uint64_t)len;
-        if (len <= 12) {
-            *p = (const char *)v + 4;
-        } else {
-            memcpy(&buf, v + 8, 4);
-            memcpy(&off, v + 12, 4);
-            *p = (const char *)a->buffers[2 + buf] + off;
-        }
-    }
-}
-
 static int key_of(ctx *c, const struct ArrowArray *a, int64_t r, int64_t *out, uint64_t grow,
                   stk_error *err) {
     const col *g = &c->cols[c->group_col];
@@ -300,7 +354,7 @@ static int key_of(ctx *c, const struct ArrowArray *a, int64_t r, int64_t *out, u
     }
     const char *p;
     uint64_t n;
-    str_at(a, g->kind, r, &p, &n);
+    str_at(a, g->kind, g->width, r, &p, &n);
     if (intern(c, p, n, out)) return stk__err(err, -ENOMEM, "out of memory");
     return 0;
 }

@@ -206,7 +206,7 @@ static int add_npy(builder *b, ifile *f, const uint8_t *head, size_t n, stk_erro
                         "file has %llu bytes",
                         f->path, (unsigned long long)h.data_bytes,
                         (unsigned long long)h.data_offset, (unsigned long long)f->size);
-    stk_field s = {NULL, h.dtype, 0, {0}, STK_CODEC_NONE, 0};
+    stk_field s = {NULL, h.dtype, 0, {0}, STK_CODEC_NONE, 0, NULL};
     if (b->o->split_axis0) {
         if (h.ndim < 1)
             return stk__err(err, STK_ESCHEMA,
@@ -249,7 +249,7 @@ static int add_wav(builder *b, ifile *f, const uint8_t *head, size_t n, stk_erro
     int conv = f32 ? enc[h.encoding].conv_f32 : enc[h.encoding].conv_plain;
     stk_dtype out = f32 ? enc[h.encoding].f32 : enc[h.encoding].plain;
     /* The stored form, for comparing files: 24-bit samples as 3 bytes. */
-    stk_field s = {NULL, enc[h.encoding].stored, 2, {STK_RAGGED, h.channels}, STK_CODEC_NONE, 0};
+    stk_field s = {NULL, enc[h.encoding].stored, 2, {STK_RAGGED, h.channels}, STK_CODEC_NONE, 0, NULL};
     if (h.encoding == STK_WAV_PCM24) s.shape[1] = 3 * (int64_t)h.channels;
     if (b->have && b->rate != h.sample_rate)
         return stk__err(err, STK_ESCHEMA,
@@ -286,7 +286,7 @@ static int add_hdf5(builder *b, ifile *f, stk_error *err) {
     stk__h5info h;
     int rc = stk__hdf5_index(f->path, b->o->hdf5_dataset, &h, err);
     if (rc) return rc;
-    stk_field s = {NULL, h.dtype, h.ndim - 1, {0}, STK_CODEC_NONE, 0};
+    stk_field s = {NULL, h.dtype, h.ndim - 1, {0}, STK_CODEC_NONE, 0, NULL};
     for (int d = 1; d < h.ndim; d++) s.shape[d - 1] = h.dims[d];
     uint64_t row = stk_dtype_size(h.dtype);
     for (int d = 1; d < h.ndim; d++) row *= (uint64_t)h.dims[d];
@@ -333,7 +333,7 @@ static int add_file(builder *b, const char *path, const struct stat *st, stk_err
     ifile *f = new_file(b, path, st, err);
     if (!f) return err ? err->code : -ENOMEM;
     if (s == STK_SOURCE_RAW) {
-        stk_field fs = {NULL, STK_BYTES, 1, {(int64_t)f->size}, STK_CODEC_NONE, 0};
+        stk_field fs = {NULL, STK_BYTES, 1, {(int64_t)f->size}, STK_CODEC_NONE, 0, NULL};
         int rc = settle(b, path, &fs, STK_BYTES, STK__CONV_NONE, true, err);
         if (rc == 0 && f->size) rc = add_run(f, 0, 1, 0, f->size, err);
         if (rc == 0 && !f->size) rc = add_run(f, 0, 1, 0, 0, err);

@@ -113,7 +113,9 @@ def test_grouped_dataset_feeds_windows_with_valid_targets(tmp_path):
 
 @pytest.mark.parametrize("table, kw, words", [
     (pa.table({"s": pa.array([{"a": 1}, {"a": 2}])}), {}, ["'s'"]),
-    (pa.table({"name": ["x", "y"], "v": [1.0, 2.0]}), {}, ["'name'", "strings"]),
+    (pa.table({"k": [1, 1], "name": ["x", "y"]}), {"group_by": "k"}, ["'name'", "strings"]),
+    (pa.table({"name": ["x", "y"], "v": [1.0, 2.0]}), {"fields": {"x": ["name", "v"]}},
+     ["'name'", "stacked"]),
     (pa.table({"k": [1, 1], "v": [1.0, 2.0]}), {"group_by": "nope"}, ["group_by", "nope"]),
     (pa.table({"k": [1, 1], "v": [1.0, 2.0]}), {"order_by": "k"}, ["order_by", "group_by"]),
     (pa.table({"k": [1, 1], "l": pa.array([[1.0], [2.0]])}), {"group_by": "k"}, ["'l'", "list"]),

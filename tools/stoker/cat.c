@@ -127,7 +127,8 @@ static int print_field(stk_dataset *ds, uint64_t rec, size_t i, uint64_t limit) 
     memcpy(real, f->shape, sizeof real);
     if (f->ndim) real[0] = (int64_t)x.rows;
     shape_str(real, f->ndim, sh, sizeof sh);
-    printf("%s: %s %s\n", f->name, stk_dtype_name(f->dtype), sh);
+    printf("%s: %s %s%s%s%s\n", f->name, stk_dtype_name(f->dtype), sh, f->type ? " (" : "",
+           f->type ? f->type : "", f->type ? ")" : "");
     uint64_t n = len / stk_dtype_size(f->dtype), show = limit && limit < n ? limit : n;
     if (f->dtype == STK_BYTES) print_bytes(buf, show, n);
     else print_values(f, buf, show, n);

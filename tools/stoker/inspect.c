@@ -37,8 +37,9 @@ static void print_fields(stk_dataset *ds) {
         const stk_field *f = stk_dataset_field(ds, i);
         char sh[128];
         field_shape(f, sh, sizeof sh);
-        printf("  %-20s %-6s %-20s %s\n", f->name, stk_dtype_name(f->dtype), sh,
-               f->codec == STK_CODEC_ZSTD ? "zstd" : "none");
+        printf("  %-20s %-6s %-20s %s%s%s\n", f->name, stk_dtype_name(f->dtype), sh,
+               f->codec == STK_CODEC_ZSTD ? "zstd" : "none", f->type ? "   type " : "",
+               f->type ? f->type : "");
     }
 }
 

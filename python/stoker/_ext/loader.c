@@ -316,6 +316,27 @@ static PyObject *loader_names(LoaderObject *self, void *c) {
     return self->names;
 }
 
+/* {name: logical type} of the fields that have one (stk_field.type), by
+ * the names batches use; empty once closed. */
+static PyObject *loader_types(LoaderObject *self, void *c) {
+    (void)c;
+    PyObject *d = PyDict_New();
+    if (!d || !self->ld || self->pid != getpid()) return d;
+    size_t nf = stk_loader_num_fields(self->ld);
+    for (size_t i = 0; i < nf; i++) {
+        const stk_field *f = stk_loader_field(self->ld, i);
+        if (!f || !f->type) continue;
+        PyObject *t = PyUnicode_FromString(f->type);
+        if (!t || PyDict_SetItemString(d, f->name, t)) {
+            Py_XDECREF(t);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(t);
+    }
+    return d;
+}
+
 static PyMethodDef loader_methods[] = {
     {"trace_start", (PyCFunction)loader_trace_start, METH_O,
      "trace_start(max_spans): records spans per thread (0: 65536 each)."},
@@ -353,6 +374,7 @@ static PyMethodDef loader_methods[] = {
 static PyGetSetDef loader_getset[] = {
     {"closed", (getter)loader_closed, NULL, "whether close() was called", NULL},
     {"field_names", (getter)loader_names, NULL, "the fields each batch holds", NULL},
+    {"field_types", (getter)loader_types, NULL, "{name: logical type} of typed fields", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 PyTypeObject LoaderType = {

@@ -25,13 +25,15 @@ typedef struct {
 } WriterObject;
 
 /* One field of the schema from (name, dtype name, shape tuple with -1 for
- * ragged, codec name, level).  The name stays valid while `spec` lives.
- * Returns 0 or -1. */
+ * ragged, codec name, level[, logical type or None]).  The name and type
+ * stay valid while `spec` lives.  Returns 0 or -1. */
 static int field_spec(PyObject *spec, stk_field *f) {
-    const char *name, *dtype, *codec;
+    const char *name, *dtype, *codec, *type = NULL;
     PyObject *shape;
     int level;
-    if (!PyArg_ParseTuple(spec, "ssOsi", &name, &dtype, &shape, &codec, &level)) return -1;
+    if (!PyArg_ParseTuple(spec, "ssOsi|z", &name, &dtype, &shape, &codec, &level, &type))
+        return -1;
+    f->type = type;
     int d = stk_dtype_parse(dtype);
     if (d < 0) {
         PyErr_Format(InvalidArgument, "field '%s': unknown dtype '%s'", name, dtype);
