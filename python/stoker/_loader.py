@@ -245,7 +245,65 @@ def _count(path: PathLike, batch_size: int, **options: Any) -> Dict[str, int]:
     bound = inspect.signature(Loader.__init__).bind(None, path, batch_size, **options)
     bound.apply_defaults()
     del bound.arguments["self"]
+    del bound.arguments["strings"]  # (how batches look: no count depends on it)
     return _stoker.count(*_loader_args(**bound.arguments, resolve=False).c)
+
+
+_STRINGS = ("list", "numpy", "arrow")
+
+
+def _typed_fields(types, window, c):
+    """The loader's typed fields ({name: type}) once checked: string and
+    binary fields have no rows to window (a window would cut a string's
+    bytes), so a windowed loader that selects one is refused (closed)."""
+    if window is not None:
+        text = [k for k, t in types.items() if t in ("string", "binary")]
+        if text:
+            c.close()
+            raise InvalidArgument(
+                f"window: field '{text[0]}' holds {types[text[0]]}s, which have no rows to "
+                "window; leave it out with fields=, or read it in record mode (window=None)")
+    return types
+
+
+def _present(out, name, t, strings):
+    """Field `name` of a numpy batch as its logical type `t` says, in place:
+    strings and binaries as `strings` asks (their offsets taken in), dates,
+    timestamps, durations and times as datetime64 / timedelta64 of their
+    unit; a type this version does not know stays as stored."""
+    a = out[name]
+    if t in ("string", "binary"):
+        off = out.pop(name + "_offsets")
+        if strings == "arrow":
+            import pyarrow as pa
+            out[name] = pa.Array.from_buffers(
+                pa.large_string() if t == "string" else pa.large_binary(), len(off) - 1,
+                [None, pa.py_buffer(off), pa.py_buffer(a)])
+            return
+        buf, o = a.tobytes(), off.tolist()
+        vals = [buf[o[i]:o[i + 1]] for i in range(len(o) - 1)]
+        if t == "string":
+            vals = [v.decode() for v in vals]
+        if strings == "numpy":
+            if t == "string":
+                vals = np.array(vals, dtype=np.dtypes.StringDType())
+            else:
+                arr = np.empty(len(vals), dtype=object)
+                arr[:] = vals
+                vals = arr
+        out[name] = vals
+        return
+    unit = t[t.find("[") + 1:].split("]")[0].split(",")[0] if "[" in t else None
+    if t.startswith("timestamp[") and a.dtype == np.int64:
+        out[name] = a.view(f"datetime64[{unit}]")
+    elif t == "date32" and a.dtype == np.int32:
+        out[name] = a.astype("datetime64[D]")
+    elif t == "date64" and a.dtype == np.int64:
+        out[name] = a.view("datetime64[ms]")
+    elif t.startswith(("duration[", "time64[")) and a.dtype == np.int64:
+        out[name] = a.view(f"timedelta64[{unit}]")
+    elif t.startswith("time32[") and a.dtype == np.int32:
+        out[name] = a.astype(f"timedelta64[{unit}]")
 
 
 class Loader:
@@ -335,6 +393,18 @@ class Loader:
         max_skips: With ``"skip"``, this many failures in a row raise.
         output: ``"numpy"`` (the default without a device), ``"torch"`` (the
             default with one) or ``"dlpack"``.
+        strings: How numpy output delivers string and binary fields (Arrow
+            string and binary columns, str and bytes values): ``"list"``
+            (the default: a list of str, or of bytes), ``"numpy"`` (a NumPy
+            array of ``StringDType``; binaries an object array of bytes) or
+            ``"arrow"`` (a ``pyarrow`` large_string / large_binary array
+            over the batch's bytes). Torch and DLPack output keep them as
+            ragged fields: ``name`` (uint8, the strings' UTF-8 bytes back to
+            back) and ``name_offsets`` (int64, batch_size + 1). Dates,
+            timestamps, durations and times come as NumPy ``datetime64`` /
+            ``timedelta64`` of their unit through numpy output (timestamps
+            in UTC; the time zone is in the dataset's manifest), as int64
+            (date32 and time32: int32) through torch.
         max_open_files: Descriptors kept open; past it (an in-place index of
             many small files) files are opened on demand and cached (0: from
             the process's limit).
@@ -407,6 +477,12 @@ class Loader:
             return open_mixture(path, *args, **kwargs)
         return super().__new__(cls)
 
+    # Fields with a logical type (stk_field.type) that numpy output turns
+    # into strings, datetimes or durations: {name: type}.  (A mixture's
+    # batches keep their stored form.)
+    _types: Dict[str, str] = {}
+    _strings = "list"
+
     def __init__(self, path: PathLike, batch_size: int, *,
                  fields: Optional[Union[str, Sequence[str]]] = None,
                  window: Optional[int] = None, stride: int = _D["stride"],
@@ -431,7 +507,8 @@ class Loader:
                  warm_up: Union[bool, Literal["auto", "on", "off"]] = _D["warm_up"],
                  split: Optional[Tuple[int, int]] = None, root: Optional[PathLike] = None,
                  cache_dir: Optional[PathLike] = None, cache_budget: Optional[int] = None,
-                 streams: Optional[int] = None):
+                 streams: Optional[int] = None,
+                 strings: Literal["list", "numpy", "arrow"] = "list"):
         a = _loader_args(path=path, batch_size=batch_size, fields=fields, window=window,
                          stride=stride, valid_field=valid_field, valid=valid, shuffle=shuffle,
                          seed=seed, epoch=epoch, block_bytes=block_bytes,
@@ -444,6 +521,8 @@ class Loader:
                          resident_budget=resident_budget, warm_up=warm_up, split=split,
                          root=root, cache_dir=cache_dir, cache_budget=cache_budget,
                          streams=streams)
+        if strings not in _STRINGS:
+            raise InvalidArgument(f"strings must be one of {_STRINGS}, not {strings!r}")
         self._output = a.output
         self._c = _stoker.Loader(*a.c)
         self._path = a.c[0]
@@ -461,6 +540,8 @@ class Loader:
         self._started = False     # a batch of the current epoch was taken
         self._exhausted = False   # the current epoch ended
         self._last_ids: Optional[bytes] = None  # (the last batch's, a copy)
+        self._strings = strings
+        self._types = _typed_fields(self._c.field_types, window, self._c)
 
     def __repr__(self) -> str:
         parts = [f"path={self._path!r}", f"batch_size={self.batch_size}",
@@ -509,7 +590,11 @@ class Loader:
         if output == "numpy":
             # (A bfloat16 field's buffer format is "H": it arrives as the
             # raw 16-bit words, uint16.)
-            return {k: np.asarray(v) for k, v in arrays.items()}
+            out = {k: np.asarray(v) for k, v in arrays.items()}
+            for name, t in self._types.items():
+                if name in out:
+                    _present(out, name, t, self._strings)
+            return out
         if output == "dlpack":
             return arrays
         import torch
