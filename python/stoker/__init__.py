@@ -47,7 +47,7 @@ Exceptions:
 """
 from . import _stoker
 from ._errors import AccessDenied, InvalidArgument, NotFound, OutOfMemory, StokerError, Timeout
-from ._loader import Loader, gpu_count, gpu_status
+from ._loader import Loader, gpu_count, gpu_status, neuralhydrology_rules
 from ._mix import Mixture, Source
 from ._types import Batch, PathLike
 from ._parquet import parquet, s3_filesystem
@@ -56,7 +56,8 @@ from .profile import profile
 
 __all__ = ["Loader", "Mixture", "Source", "StokerError", "InvalidArgument", "NotFound", "AccessDenied", "OutOfMemory",
            "Timeout",
-           "bits", "gpu_count", "gpu_status", "index", "merge", "parquet", "profile",
+           "bits", "gpu_count", "gpu_status", "index", "merge", "neuralhydrology_rules",
+           "parquet", "profile",
            "s3_filesystem", "write", "version"]
 __version__: str = _stoker.version
 version: str = _stoker.version

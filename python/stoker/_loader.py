@@ -145,10 +145,156 @@ def _space_args(fields, window, stride, valid_field, valid):
     stride = _check_int("stride", stride, 1)
     if valid_field is not None and not isinstance(valid_field, str):
         raise TypeError("valid_field must be a field name (str)")
-    valid_code = _check_choice("valid", valid, _VALID)
+    if isinstance(valid, Mapping):
+        if valid_field is not None:
+            raise InvalidArgument("valid_field goes with a rule name (valid='notnan'); a dict "
+                                  "of rules names its fields itself")
+        return fields, window or 0, stride, None, 0
+    if valid not in _VALID_LEGACY:
+        raise InvalidArgument(f"valid must be a dict {{field: rule}} or one of "
+                              f"{sorted(k for k in _VALID_LEGACY if k)}, not {valid!r}")
+    valid_code = _VALID[valid]
     if valid_field is not None and valid_code == 0:
         raise InvalidArgument("valid_field needs valid='mask' or valid='notnan'")
+    if valid_field is None and valid_code != 0:
+        raise InvalidArgument(f"valid={valid!r} needs valid_field, or give a dict "
+                              f"{{field: {valid!r}}}")
     return fields, window or 0, stride, valid_field, valid_code
+
+
+# -- validity rules, periods and calendars ----------------------------------
+#
+# Each becomes a (field, test, last, lo, hi) tuple of stk_valid_rule: `last`
+# rows tested at the window's end (0: the whole window).
+
+# valid_field's rules (the last row only, as they always were).
+_VALID_LEGACY = (None, "all", "mask", "notnan", "not_nan")
+_RULE_TESTS = ("mask", "notnan", "finite", "some")
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _rule(field, spec):
+    """One entry of valid={field: spec}: "notnan" (the whole window),
+    "notnan_last" (its last row) or ("notnan", n) (its last n rows)."""
+    if not isinstance(field, str):
+        raise TypeError(f"valid: field names are str, not {type(field).__name__}")
+    last = 0
+    if isinstance(spec, tuple) and len(spec) == 2:
+        spec, last = spec
+        last = _check_int(f"valid[{field!r}] rows", last, 1)
+    elif isinstance(spec, str) and spec.endswith("_last"):
+        spec, last = spec[:-5], 1
+    if spec == "not_nan":
+        spec = "notnan"
+    if spec not in _RULE_TESTS:
+        raise InvalidArgument(
+            f"valid[{field!r}] must be one of {list(_RULE_TESTS)} (the whole window), the same "
+            f"with '_last' (its last row) or (rule, n) (its last n rows), not {spec!r}")
+    return (field, _stoker.option_value("valid", spec), last, 0, 0)
+
+
+def _time_type(path, order_by, root, cache_dir):
+    """The logical type stoker.write recorded for field `order_by`
+    ("timestamp[ns]", "date32", ...), or None."""
+    c = _stoker.Loader(os.fspath(path), 1, fields=[order_by], threads=1, prefetch=2,
+                       warm_up=_WARM_UP["off"], verify=False,
+                       root=None if root is None else os.fspath(root),
+                       cache_dir=None if cache_dir is None else os.fspath(cache_dir))
+    try:
+        return c.field_types.get(order_by)
+    finally:
+        c.close()
+
+
+def _time_unit(t):
+    """The NumPy unit of a time type, or None."""
+    if t is None:
+        return None
+    if t == "date32":
+        return "D"
+    if t == "date64":
+        return "ms"
+    if t.startswith(("timestamp[", "duration[")):
+        return t[t.find("[") + 1:].split("]")[0].split(",")[0].strip()
+    return None
+
+
+def _time_value(v, unit, what, end=False):
+    """A period's bound (or a calendar's step) in the field's stored
+    integers. An end given to the day (a date, "2008-09-30") takes in the
+    whole day, as NeuralHydrology's periods do."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return int(v)
+    if unit is None:
+        raise InvalidArgument(
+            f"{what}: {v!r} is not an integer, and order_by's field has no time type to "
+            "convert it with (a dataset written by stoker.write records one for dates and "
+            "timestamps); give the field's own integer values")
+    if what == "calendar":
+        if isinstance(v, str):
+            import pandas as pd
+            v = pd.Timedelta(v)
+        d = np.timedelta64(v.to_timedelta64() if hasattr(v, "to_timedelta64") else v)
+        return int(d / np.timedelta64(1, unit))
+    d = np.datetime64(v.to_datetime64() if hasattr(v, "to_datetime64") else v)
+    if end and np.datetime_data(d.dtype)[0] in ("D", "W", "M", "Y"):
+        d = np.datetime64(d, "D") + np.timedelta64(1, "D")
+        return int(d.astype(f"datetime64[{unit}]").astype(np.int64)) - 1
+    return int(d.astype(f"datetime64[{unit}]").astype(np.int64))
+
+
+def _valid_rules(valid, period, order_by, calendar, path, root, cache_dir):
+    """The rules of valid={...}, period= and calendar=, as the extension
+    takes them (None: none)."""
+    rules = []
+    if isinstance(valid, Mapping):
+        rules = [_rule(k, v) for k, v in valid.items()]
+    if order_by is not None and not isinstance(order_by, str):
+        raise TypeError("order_by must be a field name (str)")
+    if (period is not None or calendar) and order_by is None:
+        raise InvalidArgument("period and calendar need order_by, the time field "
+                              "(stoker.write's order_by column, 'date')")
+    unit = None
+    needs_type = (period is not None and any(
+        b is not None and not isinstance(b, (int, np.integer)) for b in period)) or \
+        (calendar is not None and not isinstance(calendar, (bool, int, np.integer)))
+    if needs_type:
+        unit = _time_unit(_time_type(path, order_by, root, cache_dir))
+    if period is not None:
+        if not isinstance(period, (tuple, list)) or len(period) != 2:
+            raise TypeError("period must be a pair (start, end), either None (open)")
+        lo = _I64_MIN if period[0] is None else _time_value(period[0], unit, "period")
+        hi = _I64_MAX if period[1] is None else _time_value(period[1], unit, "period", end=True)
+        if lo > hi:
+            raise InvalidArgument(f"period: {period[0]!r} is after {period[1]!r}")
+        rules.append((order_by, _stoker.option_value("valid", "range"), 1, lo, hi))
+    if calendar is not None and calendar is not False:
+        step = 0 if calendar is True else _time_value(calendar, unit, "calendar")
+        if step <= 0 and calendar is not True:
+            raise InvalidArgument(f"calendar: the step must be positive, not {calendar!r}")
+        rules.append((order_by, _stoker.option_value("valid", "step"), 0, step, 0))
+    return rules or None
+
+
+def neuralhydrology_rules(inputs: Union[str, Sequence[str]], targets: Union[str, Sequence[str]],
+                          predict_last_n: int = 1,
+                          evolving: Union[None, str, Sequence[str]] = None) -> Dict[str, Any]:
+    """NeuralHydrology's rules for a training sample, as ``valid=`` takes
+    them (its ``_validate_samples``): no NaN in any input over the whole
+    window, at least one target not NaN in the last ``predict_last_n``
+    rows, and no NaN in the evolving attributes at the last row. With
+    ``period=`` and ``calendar=True`` (NeuralHydrology fills gaps in time
+    with NaN, which its input rule then refuses) a Loader keeps the samples
+    its Dataset keeps.
+    """
+    def names(v):
+        return [] if v is None else [v] if isinstance(v, str) else list(v)
+    rules: Dict[str, Any] = {f: "notnan" for f in names(inputs)}
+    for f in names(targets):
+        rules[f] = ("some", _check_int("predict_last_n", predict_last_n, 1))
+    for f in names(evolving):
+        rules[f] = "notnan_last"
+    return rules
 
 
 def _order_args(shuffle, seed, epoch, block_bytes, block_samples, block_group):
@@ -210,13 +356,15 @@ def _loader_args(*, path, batch_size, fields, window, stride, valid_field, valid
                  drop_last, backend, direct, threads, prefetch, queue_depth, memory_budget,
                  verify, on_error, max_skips, output, max_open_files, device, gpu_slots,
                  resident_budget, warm_up, split, root, cache_dir=None, cache_budget=None,
-                 streams=None, resolve=True) -> _LoaderArgs:
+                 streams=None, period=None, order_by=None, calendar=False,
+                 resolve=True) -> _LoaderArgs:
     """Every argument of Loader checked; resolve=False (counting) neither
     asks torch for the current CUDA device nor imports torch."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
     batch_size = _check_int("batch_size", batch_size, 1, high=_U32)
     space = _space_args(fields, window, stride, valid_field, valid)
+    rules = _valid_rules(valid, period, order_by, calendar, path, root, cache_dir)
     order = _order_args(shuffle, seed, epoch, block_bytes, block_samples, block_group)
     rank, world_size, split = _share_args(rank, world_size, split)
     streams = world_size if streams is None else _check_int("streams", streams, 1, high=_U32)
@@ -233,7 +381,7 @@ def _loader_args(*, path, batch_size, fields, window, stride, valid_field, valid
          resident_budget, warm_up, split[0], split[1], None if root is None else os.fspath(root),
          None if cache_dir is None else os.fspath(cache_dir),
          _U64 if cache_budget is None else _check_int("cache_budget", cache_budget, high=_U64),
-         streams)
+         streams, rules)
     return _LoaderArgs(c, output, dev, on_error == 1, batch_size, rank, world_size, split,
                        order[2], streams)
 
@@ -329,10 +477,37 @@ class Loader:
             ``window`` rows); a sample is then a window. Default: a sample is
             a whole record.
         stride: Rows between window starts.
-        valid_field: With ``valid``, the field whose row at a window's last
-            row decides whether the window is a sample.
-        valid: ``"mask"`` (that row is nonzero) or ``"notnan"`` (it is not
-            NaN); default: every window.
+        valid_field: With ``valid`` a rule name, the field whose row at a
+            window's last row decides whether the window is a sample.
+        valid: Which windows are samples (default: every window). With
+            ``valid_field``: ``"mask"`` (that field's last row is nonzero)
+            or ``"notnan"`` (it has no NaN). Or a dict of rules, all of
+            which a window must pass, one per field (any field with the
+            time axis's rows, loaded or not): ``"notnan"`` (no NaN in any
+            element of any row of the window), ``"finite"`` (no NaN or
+            infinity), ``"mask"`` (no zero) or ``"some"`` (at least one
+            element not NaN) over the whole window; the same name with
+            ``"_last"`` (``"notnan_last"``) tests the window's last row
+            only, and ``(name, n)`` its last n rows. A multi-column field's
+            row fails ``"notnan"`` when any of its elements is NaN, and
+            ``"some"`` only when all are. ``neuralhydrology_rules(...)``
+            gives NeuralHydrology's set: ``{"x": "notnan", "y": ("some",
+            predict_last_n)}``. Rules are counted at open, in one pass
+            over each rule's field (O(rows), not O(windows x window)).
+        period: ``(start, end)``, with ``order_by``: only windows whose
+            last row's time lies in [start, end] (either may be None);
+            rows before ``start`` serve as warm-up, as NeuralHydrology's
+            train/validation/test periods do. Dates, strings
+            (``"1999-10-01"``) and datetime64 are converted to the unit
+            stoker.write recorded for the field (an end given to the day
+            takes in the whole day); ints are taken as the stored values.
+        order_by: The time field (stoker.write's ``order_by`` column,
+            ``"date"``) that ``period`` and ``calendar`` read.
+        calendar: True: only windows whose rows follow each other at the
+            series' step (the smallest step between consecutive rows in
+            the dataset), so that a window never spans a gap in time; or
+            the step itself (``"1D"``, a timedelta, or an int of stored
+            units).
         shuffle: The epoch's order: ``"block"`` (blocks of consecutive
             samples in random order, taken ``block_group`` at a time and
             shuffled within each group), ``"random"`` (a uniform permutation)
@@ -487,7 +662,10 @@ class Loader:
                  fields: Optional[Union[str, Sequence[str]]] = None,
                  window: Optional[int] = None, stride: int = _D["stride"],
                  valid_field: Optional[str] = None,
-                 valid: Optional[Literal["mask", "notnan", "not_nan", "all"]] = None,
+                 valid: Union[None, Literal["mask", "notnan", "not_nan", "all"],
+                              Mapping[str, Any]] = None,
+                 period: Optional[Tuple[Any, Any]] = None, order_by: Optional[str] = None,
+                 calendar: Any = False,
                  shuffle: Literal["sequential", "random", "block"] = _D["shuffle"],
                  seed: int = _D["seed"], epoch: int = _D["epoch"],
                  block_bytes: int = _D["block_bytes"], block_samples: int = _D["block_samples"],
@@ -510,7 +688,8 @@ class Loader:
                  streams: Optional[int] = None,
                  strings: Literal["list", "numpy", "arrow"] = "list"):
         a = _loader_args(path=path, batch_size=batch_size, fields=fields, window=window,
-                         stride=stride, valid_field=valid_field, valid=valid, shuffle=shuffle,
+                         stride=stride, valid_field=valid_field, valid=valid, period=period,
+                         order_by=order_by, calendar=calendar, shuffle=shuffle,
                          seed=seed, epoch=epoch, block_bytes=block_bytes,
                          block_samples=block_samples, block_group=block_group, rank=rank,
                          world_size=world_size, pad=pad, drop_last=drop_last, backend=backend,

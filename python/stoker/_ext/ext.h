@@ -124,6 +124,7 @@ typedef struct {
     stk_open_options open;
     stk_loader_options lo;
     const char *field_names[256];  /* lo.fields points here */
+    stk_valid_rule rules[64];      /* lo.valid_rules points here */
 } loader_config;
 
 /* Parses Loader(path, batch_size, fields, window, ...) (see options.c for

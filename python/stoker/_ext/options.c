@@ -10,7 +10,7 @@
  * are libstoker's. */
 typedef struct {
     const char *path, *root, *cache_dir;
-    PyObject *fields, *valid_field;
+    PyObject *fields, *valid_field, *valid_rules;
     unsigned int batch, block_group, rank, world, prefetch, qd, max_open, gpu_slots;
     unsigned int split_index, split_count, streams;
     unsigned long long window, stride, seed, epoch, bb, bs, budget, max_skips, resident;
@@ -26,19 +26,22 @@ static int loader_args_parse(PyObject *args, PyObject *kw, loader_args *a) {
                              "direct", "threads", "prefetch", "queue_depth", "memory_budget",
                              "verify", "on_error", "max_skips", "max_open_files", "device",
                              "gpu_slots", "resident_budget", "warm_up", "split_index",
-                             "split_count", "root", "cache_dir", "cache_budget", "streams", NULL};
+                             "split_count", "root", "cache_dir", "cache_budget", "streams",
+                             "valid_rules", NULL};
     *a = (loader_args){.batch = 32, .fields = Py_None, .stride = 1, .valid_field = Py_None,
                        .order = 2, .bb = 4u << 20, .block_group = 16, .world = 1, .qd = 64,
                        .budget = 1ull << 30, .verify = 1, .max_skips = 100, .device = -1,
-                       .gpu_slots = 3, .split_count = 1, .cache_budget = STK_CACHE_BUDGET_AUTO};
+                       .gpu_slots = 3, .split_count = 1, .cache_budget = STK_CACHE_BUDGET_AUTO,
+                       .valid_rules = Py_None};
     return PyArg_ParseTupleAndKeywords(
-               args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiKIiIKiIIzzKI", kwlist, &a->path, &a->batch,
+               args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiKIiIKiIIzzKIO", kwlist, &a->path, &a->batch,
                &a->fields, &a->window, &a->stride, &a->valid_field, &a->valid, &a->order,
                &a->seed, &a->epoch, &a->bb, &a->bs, &a->block_group, &a->rank, &a->world,
                &a->pad, &a->drop_last, &a->backend, &a->direct, &a->threads, &a->prefetch,
                &a->qd, &a->budget, &a->verify, &a->on_error, &a->max_skips, &a->max_open,
                &a->device, &a->gpu_slots, &a->resident, &a->warm_up, &a->split_index,
-               &a->split_count, &a->root, &a->cache_dir, &a->cache_budget, &a->streams)
+               &a->split_count, &a->root, &a->cache_dir, &a->cache_budget, &a->streams,
+               &a->valid_rules)
                ? 0
                : -1;
 }
@@ -70,6 +73,40 @@ static int config_fields(loader_config *c, PyObject *fields) {
     c->lo.fields = c->field_names;
     c->lo.nfields = (size_t)n;
     Py_DECREF(seq); /* the strings stay alive: `fields` holds them */
+    return 0;
+}
+
+/* `rules` (None, or a sequence of (field, test, last, lo, hi) tuples, as
+ * stoker/_loader.py builds them) as c->lo.valid_rules.  The field names
+ * stay alive while `rules` does.  Returns 0 or -1. */
+static int config_rules(loader_config *c, PyObject *rules) {
+    if (rules == Py_None) return 0;
+    PyObject *seq = PySequence_Fast(rules, "valid_rules must be a sequence of tuples");
+    if (!seq) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > (Py_ssize_t)(sizeof c->rules / sizeof *c->rules)) {
+        Py_DECREF(seq);
+        PyErr_SetString(InvalidArgument, "valid: at most 64 rules");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        stk_valid_rule *r = &c->rules[i];
+        int test;
+        unsigned long long last;
+        long long lo, hi;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "siKLL", &r->field, &test, &last,
+                              &lo, &hi)) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        r->test = (stk_valid)test;
+        r->last = last;
+        r->lo = lo;
+        r->hi = hi;
+    }
+    c->lo.valid_rules = c->rules;
+    c->lo.nvalid_rules = (size_t)n;
+    Py_DECREF(seq); /* the names stay alive: `rules` holds them */
     return 0;
 }
 
@@ -117,6 +154,7 @@ int loader_config_parse(PyObject *args, PyObject *kw, loader_config *c) {
     if (a.valid_field != Py_None && !(c->lo.valid_field = PyUnicode_AsUTF8(a.valid_field)))
         return -1;
     if (config_fields(c, a.fields)) return -1;
+    if (config_rules(c, a.valid_rules)) return -1;
     c->lo.device = a.device;
     c->lo.device_buffers = a.gpu_slots;
     c->lo.device_resident_budget = a.resident;
