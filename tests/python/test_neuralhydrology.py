@@ -1,0 +1,143 @@
+"""stoker keeps the training samples NeuralHydrology keeps, with their
+values: a small CAMELS-like set of basins (daily dates, NaNs in inputs and
+targets, a gap in time, a basin that starts late, an all-NaN stretch of one
+target), NeuralHydrology's own BaseDataset run on it for a training period,
+and a stoker Loader with neuralhydrology_rules, period= and calendar=True
+over the same data packed by stoker.write: the same (basin, end date)
+samples, the same input windows and the same last-step targets."""
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("neuralhydrology")
+pa = pytest.importorskip("pyarrow")
+
+import stoker  # noqa: E402
+
+SEQ = 21
+START, END = "2000-02-10", "2000-05-31"
+INPUTS = ["prcp", "tmax"]
+TARGETS = ["q1", "q2"]
+
+
+def basin_frames(seed=0):
+    """{basin: DataFrame indexed by date}: what NeuralHydrology's
+    _load_basin_data returns."""
+    rng = np.random.default_rng(seed)
+    frames = {}
+    for b in range(5):
+        first = pd.Timestamp("2000-01-01") + pd.Timedelta(days=40 if b == 3 else 0)
+        dates = pd.date_range(first, "2000-06-30", freq="D")
+        n = len(dates)
+        df = pd.DataFrame({
+            "prcp": rng.gamma(1.0, 2.0, n), "tmax": rng.normal(15, 5, n),
+            "q1": rng.gamma(2.0, 1.0, n), "q2": rng.gamma(2.0, 1.0, n),
+        }, index=pd.DatetimeIndex(dates, name="date")).astype(np.float32)
+        for col, p in (("prcp", 0.01), ("tmax", 0.005), ("q1", 0.15), ("q2", 0.15)):
+            df.loc[rng.random(n) < p, col] = np.nan
+        if b == 1:   # a gap in time: 4 days missing from the series
+            df = df.drop(df.index[70:74])
+        if b == 2:   # a stretch where both targets are NaN, one where only q1 is
+            df.iloc[60:68, [2, 3]] = np.nan
+            df.iloc[80:90, 2] = np.nan
+        if b == 4:   # NaN inputs in the first and last rows
+            df.iloc[0, 0] = np.nan
+            df.iloc[-1, 1] = np.nan
+        frames[f"b{b}"] = df
+    return frames
+
+
+def neuralhydrology_samples(frames, tmp_path):
+    """NeuralHydrology's training samples: {(basin, end date): (x, y_last)}."""
+    from neuralhydrology.datasetzoo.basedataset import BaseDataset
+    from neuralhydrology.utils.config import Config
+
+    class Frames(BaseDataset):
+        def _load_basin_data(self, basin):
+            # NeuralHydrology needs a series whose step it can infer: the
+            # days missing from stoker's rows come as rows of NaN, as they
+            # do in CAMELS's files.
+            df = frames[basin]
+            full = pd.date_range(df.index[0], df.index[-1], freq="D", name="date")
+            return df.reindex(full)
+
+        def _load_attributes(self):
+            raise AssertionError("no static attributes in this test")
+
+    basin_file = tmp_path / "basins.txt"
+    basin_file.write_text("\n".join(frames) + "\n")
+    cfg = Config({
+        "train_basin_file": str(basin_file), "validation_basin_file": str(basin_file),
+        "test_basin_file": str(basin_file),
+        "train_start_date": pd.Timestamp(START).strftime("%d/%m/%Y"),
+        "train_end_date": pd.Timestamp(END).strftime("%d/%m/%Y"),
+        "dynamic_inputs": INPUTS, "target_variables": TARGETS, "seq_length": SEQ,
+        "predict_last_n": 1, "loss": "MSE", "dataset": "generic", "data_dir": str(tmp_path),
+        "verbose": 0, "custom_normalization": {
+            c: {"centering": None, "scaling": None} for c in INPUTS + TARGETS},
+    })
+    cfg.train_dir = tmp_path / "run"
+    ds = Frames(cfg=cfg, is_train=True, period="train")
+    out = {}
+    for i in range(len(ds)):
+        basin, (idx,) = ds.lookup_table[i]
+        s = ds[i]
+        end = pd.Timestamp(ds._dates[basin][ds.frequencies[0]][idx])
+        x = np.stack([s["x_d"][k].numpy()[:, 0] for k in INPUTS], axis=-1)
+        out[(basin, end)] = (x, s["y"].numpy()[-1])
+    return out
+
+
+def stoker_samples(frames, path, **extra):
+    table = pd.concat([f.reset_index().assign(basin=b, bid=int(b[1:]))
+                       for b, f in frames.items()], ignore_index=True)
+    stoker.write(path, pa.Table.from_pandas(table, preserve_index=False), group_by="basin",
+                 order_by="date", fields={"x": INPUTS, "y": TARGETS, "date": "date",
+                                          "bid": "bid"},
+                 static=["bid"])
+    out = {}
+    with stoker.Loader(path, 64, fields=["x", "y", "date", "bid"], window=SEQ,
+                       valid=stoker.neuralhydrology_rules("x", "y", predict_last_n=1),
+                       period=(START, END), order_by="date", calendar=True,
+                       shuffle="sequential", **extra) as loader:
+        for b in loader:
+            for x, y, d, bid in zip(b["x"], b["y"], b["date"], b["bid"]):
+                key = (f"b{int(np.asarray(bid).ravel()[0])}", pd.Timestamp(d[-1]))
+                assert key not in out, key
+                out[key] = (np.array(x), np.array(y[-1]))
+    return out
+
+
+def test_same_samples_and_values(tmp_path):
+    frames = basin_frames()
+    want = neuralhydrology_samples(frames, tmp_path)
+    got = stoker_samples(frames, tmp_path / "camels.stk")
+    assert len(want) > 300
+    assert set(got) == set(want)
+    for key, (x, y) in want.items():
+        gx, gy = got[key]
+        np.testing.assert_array_equal(gx, x, err_msg=str(key))
+        np.testing.assert_array_equal(gy, y, err_msg=str(key))
+    # The data's traps were met: the gap, the late basin, the target rule
+    # (a sample whose q1 alone is NaN at its end is kept).
+    assert not any(b == "b1" and pd.Timestamp("2000-03-11") <= d <= pd.Timestamp("2000-04-03")
+                   for b, d in want)
+    assert min(d for b, d in want if b == "b3") >= pd.Timestamp("2000-02-10") + pd.Timedelta(
+        days=SEQ - 1)
+    assert any(np.isnan(y[0]) and not np.isnan(y[1]) for _, y in want.values())
+
+
+def test_old_rule_is_not_neuralhydrology(tmp_path):
+    """valid_field="y", valid="notnan" alone (the last step of every target)
+    keeps other samples: windows with NaN inputs, across the gap, outside
+    the period; and it drops those whose q1 alone is NaN."""
+    frames = basin_frames()
+    want = neuralhydrology_samples(frames, tmp_path)
+    table = pd.concat([f.reset_index().assign(basin=b) for b, f in frames.items()],
+                      ignore_index=True)
+    path = tmp_path / "old.stk"
+    stoker.write(path, pa.Table.from_pandas(table, preserve_index=False), group_by="basin",
+                 order_by="date", fields={"x": INPUTS, "y": TARGETS, "date": "date"})
+    n = stoker._loader._count(path, 64, fields=["x", "y"], window=SEQ, valid_field="y",
+                              valid="notnan")["epoch_samples"]
+    assert n != len(want)
