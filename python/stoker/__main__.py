@@ -46,6 +46,15 @@ AWS_ENDPOINT_URL for S3-compatible servers).
 Example:
   stoker pack --from parquet 'basins/*.parquet' --group-by basin --order-by date \\
       --field x=prcp,tmax,tmin,srad --field y=q -o basins.stk
+
+Usage: stoker pack --from arrow DIR|FILE... -o DATASET [the options above]
+
+Packs Arrow IPC files, mapped rather than read: a directory's .arrow files
+(a Hugging Face save_to_disk directory: one split's), or named Arrow IPC
+stream or file (Feather v2) files, in order, of one schema.
+
+Example:
+  stoker pack --from arrow wiki/train -o wiki-train.stk
 """
 
 
@@ -116,15 +125,24 @@ def pack_parquet(argv):
     ap.add_argument("--no-sync", action="store_true")
     ap.add_argument("-q", "--quiet", action="store_true")
     a = ap.parse_args(argv)
+    if a.fmt not in ("parquet", "arrow"):
+        print(f"stoker pack: --from {a.fmt}: this path reads parquet and arrow", file=sys.stderr)
+        return 2
     try:
         import pyarrow.dataset as pds
     except ImportError:
-        print("stoker: error: --from parquet needs pyarrow (pip install pyarrow)", file=sys.stderr)
+        print(f"stoker: error: --from {a.fmt} needs pyarrow (pip install pyarrow)",
+              file=sys.stderr)
         return 2
     import stoker
     from ._parquet import resolve
+    from . import _hf
     try:
-        files, ident, s3 = resolve(a.paths)
+        if a.fmt == "arrow":
+            files, ident = _hf.ipc_files(a.paths)
+            s3 = None
+        else:
+            files, ident, s3 = resolve(a.paths)
     except (OSError, ValueError, stoker.StokerError) as e:
         print(f"stoker: error: {e}", file=sys.stderr)
         return 2
@@ -163,13 +181,16 @@ def pack_parquet(argv):
         files, ident = files[lo:hi], ident[lo:hi]
     t0 = time.perf_counter()
     try:
-        reader = pds.dataset(files, format="parquet", filesystem=s3).scanner().to_reader()
-        if not a.quiet and sys.stderr.isatty():
-            reader = _with_progress(reader, files, s3)
+        if a.fmt == "arrow":
+            reader = _hf.ipc_reader(files)
+        else:
+            reader = pds.dataset(files, format="parquet", filesystem=s3).scanner().to_reader()
+            if not a.quiet and sys.stderr.isatty():
+                reader = _with_progress(reader, files, s3)
         n = stoker.write(a.output, reader, group_by=a.group_by, order_by=a.order_by,
                          fields=fields, compress=compress or None, static=static,
                          shard_bytes=_size(a.shard_size), overwrite=a.force,
-                         sync=not a.no_sync, attrs={"source": "parquet", "files": len(files)},
+                         sync=not a.no_sync, attrs={"source": a.fmt, "files": len(files)},
                          part=part, resume=a.resume, inputs=inputs)
     except (stoker.StokerError, ValueError, TypeError, OSError) as e:
         msg = str(e)
@@ -177,7 +198,8 @@ def pack_parquet(argv):
         return 2
     if not a.quiet:
         el = time.perf_counter() - t0
-        print(f"packed {n} records from {len(files)} Parquet files into {a.output} "
+        kind = "Arrow" if a.fmt == "arrow" else "Parquet"
+        print(f"packed {n} records from {len(files)} {kind} files into {a.output} "
               f"in {el:.2f} s")
     return 0
 

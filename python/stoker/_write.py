@@ -7,7 +7,7 @@ from typing import Any, Iterable, Literal, Mapping, Optional, Sequence, Tuple, U
 
 import numpy as np
 
-from . import _stoker
+from . import _hf, _stoker
 from ._errors import InvalidArgument
 from ._types import PathLike
 
@@ -46,6 +46,75 @@ def _contig(v):
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
+# What write() takes, for the TypeError that names it.
+_ACCEPTED = ("a dict of arrays (one entry per record), an iterable of per-record dicts, an "
+             "Arrow source (an object with __arrow_c_stream__: a pyarrow Table or "
+             "RecordBatchReader, a polars or pandas frame), or a Hugging Face datasets "
+             "Dataset, IterableDataset or DatasetDict")
+
+
+def _text_kind(x):
+    """"string" for a str, "binary" for bytes, else None."""
+    if isinstance(x, str):
+        return "string"
+    if isinstance(x, (bytes, bytearray)):
+        return "binary"
+    return None
+
+
+def _text_column(v):
+    """A dict source's column of one string a record, as (type, [uint8
+    arrays]), or None for a column of anything else: a list or tuple of
+    str (or of bytes), or a 1-d NumPy array of str (U, StringDType, or
+    objects that are all str) or of bytes (S, or objects)."""
+    if isinstance(v, np.ndarray):
+        if v.ndim != 1 or v.dtype.kind not in "USTO":
+            return None
+        items = v.tolist()
+    elif isinstance(v, (list, tuple)) and v:
+        items = v
+    else:
+        return None
+    kinds = {_text_kind(x) for x in items}
+    if isinstance(v, np.ndarray) and v.dtype.kind in "UST":
+        kinds = {"binary" if v.dtype.kind == "S" else "string"}
+    if len(kinds) != 1 or None in kinds:
+        return None
+    t = kinds.pop()
+    enc = [np.frombuffer(x.encode() if t == "string" else bytes(x), np.uint8) for x in items]
+    return t, enc
+
+
+def _time_type(arr):
+    """A datetime64 / timedelta64 array as (its int64 view, its logical
+    type); anything else as (arr, None)."""
+    if arr.dtype.kind not in "Mm":
+        return arr, None
+    unit, count = np.datetime_data(arr.dtype)
+    if count != 1 or unit not in ("s", "ms", "us", "ns", "D"):
+        raise InvalidArgument(f"{arr.dtype}: datetime64 and timedelta64 of s, ms, us or ns (or "
+                              "datetime64[D]) can be stored; cast it first")
+    if unit == "D":
+        if arr.dtype.kind == "m":
+            raise InvalidArgument("timedelta64[D] cannot be stored: cast it to timedelta64[s]")
+        return arr.view(np.int64).astype(np.int32), "date32"
+    kind = "timestamp" if arr.dtype.kind == "M" else "duration"
+    return arr.view(np.int64), f"{kind}[{unit}]"
+
+
+def _rec_value(v):
+    """A per-record value as (C-contiguous array, logical type or None):
+    a str or bytes as its bytes (uint8), a datetime64 as int64."""
+    if isinstance(v, np.ndarray) and v.ndim == 0 and v.dtype.kind in "UST":
+        v = v.item()
+    elif isinstance(v, (np.str_, np.bytes_)):
+        v = v.item()
+    t = _text_kind(v)
+    if t is not None:
+        return np.frombuffer(v.encode() if t == "string" else bytes(v), np.uint8), t
+    return _time_type(_contig(v))
+
+
 def _stk_dtype(name, arr):
     dt = arr.dtype
     if dt not in _NP_TO_STK and dt.newbyteorder("=") in _NP_TO_STK and dt.byteorder == ">":
@@ -55,9 +124,10 @@ def _stk_dtype(name, arr):
         return _NP_TO_STK[dt]
     except KeyError:
         hint = ""
-        if dt.kind in "SUO":
-            hint = ("; strings of '0'/'1' (bit vectors) become numbers with "
-                    "stoker.bits(values), other strings must be mapped to numbers first")
+        if dt.kind in "SUOT":
+            hint = ("; strings are fields of one string a record (a list of str, or a 1-d "
+                    "array of them); strings of '0'/'1' (bit vectors) become numbers with "
+                    "stoker.bits(values)")
         raise InvalidArgument(f"field '{name}': dtype {dt} cannot be stored "
                          f"(numeric and bool dtypes can){hint}") from None
 
@@ -148,12 +218,13 @@ def _codec(name, compress):
                           f"not {c!r}")
 
 
-def _field_spec(name, arr, ragged, compress):
+def _field_spec(name, arr, ragged, compress, type=None):
     codec, level = _codec(name, compress)
     shape = list(arr.shape)
     if ragged and shape:
         shape[0] = -1
-    return (name, _stk_dtype(name, arr), tuple(shape), codec, level)
+    dtype = "bytes" if type in ("string", "binary") else _stk_dtype(name, arr)
+    return (name, dtype, tuple(shape), codec, level, type)
 
 
 _SOURCES = {None: 0, "npy": 1, "wav": 2, "hdf5": 3, "raw": 4}
@@ -213,7 +284,7 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
           fields: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
           static: Optional[Union[str, Sequence[str]]] = None,
           part: Optional[Tuple[int, Optional[int]]] = None, resume: bool = False,
-          inputs: Optional[str] = None) -> int:
+          inputs: Optional[str] = None, split: Optional[str] = None) -> Any:
     """Writes a dataset, or one part of it.
 
     On any error the dataset is left incomplete, never half-written as
@@ -232,10 +303,28 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
               the Arrow C stream interface: each row is a record, or with
               ``group_by`` each distinct key one record holding its rows.
 
+            - a Hugging Face ``datasets.Dataset`` (in memory or mapped from
+              disk; its Arrow table is read as it lies, in the dataset's
+              order after select, shuffle or filter; its format plays no
+              part), ``datasets.IterableDataset`` (read in Arrow batches)
+              or ``datasets.DatasetDict`` (one dataset per split under
+              ``path``, or the one ``split`` names).
+
             Arrays are NumPy arrays (numeric or bool) or anything
             ``np.asarray`` takes; a torch tensor of ``torch.bfloat16`` makes
             a bf16 field (read back as ``torch.bfloat16`` through torch and
             DLPack, and as the raw 16-bit words, uint16, through NumPy).
+            Strings are fields of one string a record, stored as ragged
+            bytes and typed "string" or "binary" in the manifest (read back
+            as str or bytes; see Loader's ``strings``): Arrow string and
+            binary columns of any width, and in dicts and records str and
+            bytes values (lists of them, NumPy arrays of dtype U, S,
+            StringDType or objects). Arrow dates, times, timestamps and
+            durations, and NumPy datetime64 / timedelta64, keep their unit
+            (and time zone) in the manifest and read back as datetime64 /
+            timedelta64. Arrow lists of lists whose inner lists have one
+            length (HF's Array2D) become fields of shape [*, k] (a pyarrow
+            Table or a datasets source).
         overwrite: Replace an existing dataset at ``path``.
         shard_bytes: The size shards are cut at.
         align: The alignment of each record's data in a shard.
@@ -272,9 +361,11 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
             (letters, digits and ``. _ : -``, e.g. a digest of the input
             files and options), recorded with the dataset: resume refuses
             an interrupted write that recorded other inputs.
+        split: A DatasetDict: write only this split, into ``path``.
 
     Returns:
-        The number of records written.
+        The number of records written (a DatasetDict without ``split``: a
+        dict of each split's).
 
     Raises:
         InvalidArgument: A source that does not fit (arrays of different
@@ -282,14 +373,32 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
             stored); the message names the record and the field.
         StokerError: The dataset exists (without overwrite) or cannot be
             written.
-        TypeError: Arguments of the wrong type, or Arrow options with a
-            source that is not Arrow.
+        TypeError: Arguments of the wrong type, a source of none of the
+            kinds above, or Arrow options with a source that is not Arrow.
     """
     import json
-    attrs_json = json.dumps(attrs) if attrs is not None else None
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError("path must be a str or os.PathLike")
     path = os.fspath(path)
+    if split is not None and not _hf.is_dict(source):
+        raise TypeError("split applies to a datasets.DatasetDict (the split to write)")
+    if _hf.is_dict(source):
+        if split is None:
+            # One dataset a split, each the write of that split alone.
+            opts = dict(overwrite=overwrite, shard_bytes=shard_bytes, align=align, sync=sync,
+                        attrs=attrs, compress=compress, ragged=ragged, group_by=group_by,
+                        order_by=order_by, fields=fields, static=static, part=part,
+                        resume=resume, inputs=inputs)
+            return {name: write(os.path.join(path, name), ds, **opts)
+                    for name, ds in source.items()}
+        if split not in source:
+            raise InvalidArgument(f"split {split!r}: the DatasetDict holds {sorted(source)}")
+        source = source[split]
+    if _hf.is_hf(source):
+        source = _hf.arrow(source)
+    elif _hf.is_table(source):
+        source = _hf.fixed_lists(source)
+    attrs_json = json.dumps(attrs) if attrs is not None else None
     part_index, part_count = _part_args(part)
     if resume and not hasattr(source, "__arrow_c_stream__"):
         raise TypeError("resume applies to Arrow sources (the stream is read again and the "
@@ -297,17 +406,25 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
     if isinstance(source, dict):
         if not source:
             raise InvalidArgument("source has no fields")
-        cols = {k: _contig(v) for k, v in source.items()}
-        n = {len(v) for v in cols.values() if v.ndim}
-        if len(n) > 1 or any(v.ndim == 0 for v in cols.values()):
+        cols, types, specs = {}, {}, []
+        for k, v in source.items():
+            text = _text_column(v)
+            if text is not None:
+                types[k], cols[k] = text
+                specs.append(_field_spec(k, np.zeros(0, np.uint8), True, compress, types[k]))
+                continue
+            cols[k], types[k] = _time_type(_contig(v))
+            # One record of the field, as an array: v[0] would give a NumPy
+            # scalar for a 1-d v (native byte order, or a Python object for
+            # an object array), hiding a dtype that cannot be stored.
+            a = cols[k]
+            if a.ndim:
+                specs.append(_field_spec(k, a[0, ...] if len(a) else np.zeros(a.shape[1:], a.dtype),
+                                         False, compress, types[k]))
+        n = {len(v) for v in cols.values() if isinstance(v, list) or v.ndim}
+        if len(n) > 1 or any(not isinstance(v, list) and v.ndim == 0 for v in cols.values()):
             raise InvalidArgument("every array of a dict source must have the same first "
                              f"dimension (one entry per record); got lengths {sorted(n)}")
-        # One record of each field, as an array: v[0] would give a NumPy
-        # scalar for a 1-d v (native byte order, or a Python object for an
-        # object array), hiding a dtype that cannot be stored.
-        specs = [_field_spec(k, v[0, ...] if len(v) else np.zeros(v.shape[1:], v.dtype),
-                             False, compress)
-                 for k, v in cols.items()]
         w = _stoker.Writer(path, specs, shard_bytes, align, bool(overwrite), bool(sync),
                            attrs_json, part_index, part_count)
         try:
@@ -324,31 +441,44 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
     if group_by is not None or order_by is not None or fields is not None or static is not None:
         raise TypeError("group_by, order_by, fields and static apply to Arrow sources (objects with "
                         "__arrow_c_stream__: pyarrow tables and readers, polars frames)")
+    if isinstance(source, (str, bytes)) or not hasattr(source, "__iter__"):
+        raise TypeError(f"source is a {type(source).__module__}.{type(source).__qualname__}; "
+                        f"stoker.write takes {_ACCEPTED}")
     it = iter(source)
     first = next(it, None)
     if first is None:
         raise InvalidArgument("source is empty: a dataset of an iterable needs one record to "
                          "learn its schema")
-    first = {k: _contig(v) for k, v in first.items()}
+    if not isinstance(first, Mapping):
+        raise TypeError(f"source is an iterable whose first item is a {type(first).__name__}, "
+                        f"not a per-record dict; stoker.write takes {_ACCEPTED}")
+    raw = [first]
+    first_t = {k: _rec_value(v) for k, v in first.items()}
+    types = {k: t for k, (_, t) in first_t.items()}
+    first = {k: a for k, (a, _) in first_t.items()}
     second = next(it, None)
-    second = None if second is None else {k: _contig(v) for k, v in second.items()}
+    if second is not None:
+        raw.append(second)
+        second = ({k: _rec_value(v)[0] for k, v in second.items()}
+                  if isinstance(second, Mapping) else None)
     if ragged is None:
         ragged = {k for k, v in first.items()
                   if v.ndim and second is not None and k in second and second[k].ndim
                   and second[k].shape[0] != v.shape[0]}
-    ragged = set(ragged)
-    specs = [_field_spec(k, v, k in ragged, compress) for k, v in first.items()]
+    ragged = set(ragged) | {k for k, t in types.items() if t in ("string", "binary")}
+    specs = [_field_spec(k, v, k in ragged, compress, types[k]) for k, v in first.items()]
     names = [s[0] for s in specs]
-    schema = {k: (v.dtype, v.shape, k in ragged and v.ndim > 0) for k, v in first.items()}
+    schema = {k: (v.dtype, v.shape, k in ragged and v.ndim > 0, types[k])
+              for k, v in first.items()}
     w = _stoker.Writer(path, specs, shard_bytes, align, bool(overwrite), bool(sync), attrs_json,
                        part_index, part_count)
     try:
         count = 0
-        for rec in ([first] + ([second] if second is not None else [])):
+        for rec in raw:
             w.append(_values(rec, names, count, schema))
             count += 1
         for rec in it:
-            w.append(_values({k: _contig(v) for k, v in rec.items()}, names, count, schema))
+            w.append(_values(rec, names, count, schema))
             count += 1
         return w.finish()
     except BaseException:
@@ -443,15 +573,22 @@ def merge(path: PathLike, parts: Optional[int] = None) -> None:
 
 def _values(rec, names, i, specs=None):
     """A record's values for Writer.append, checked against the schema the
-    first record set (specs: name -> (dtype, shape, ragged))."""
+    first record set (specs: name -> (dtype, shape, ragged, type))."""
+    if not isinstance(rec, Mapping):
+        raise TypeError(f"record {i} is a {type(rec).__name__}, not a dict of the record's "
+                        "fields")
     if set(rec) != set(names):
         raise InvalidArgument(f"record {i}: fields {sorted(rec)} differ from the first record's "
                               f"{sorted(names)}")
     out = []
     for k in names:
-        v = _contig(rec[k])
+        v, t = _rec_value(rec[k])
         if specs is not None:
-            dt, shape, ragged = specs[k]
+            dt, shape, ragged, want = specs[k]
+            if t != want:
+                raise InvalidArgument(f"record {i}: field '{k}' is {t or v.dtype}, but the first "
+                                      f"record's is {want or dt}: every record must have the "
+                                      "same types")
             if v.dtype != dt:
                 raise InvalidArgument(f"record {i}: field '{k}' is {v.dtype}, but the first "
                                       f"record's is {dt}: every record must have the same "

@@ -22,13 +22,15 @@
 static const char pack_help[] =
     "Usage: stoker pack --from npy PATH... -o DATASET [options]\n"
     "       stoker pack --from parquet GLOB... -o DATASET [--group-by COL --order-by COL]\n"
-    "       (Parquet goes through the Python package; see stoker pack --from parquet --help)\n"
+    "       stoker pack --from arrow DIR|FILE... -o DATASET  (Arrow IPC: a Hugging Face\n"
+    "       save_to_disk directory's .arrow files, or Arrow IPC / Feather files)\n"
+    "       (Parquet and Arrow go through the Python package; see stoker pack --from parquet --help)\n"
     "\n"
     "Packs files into a stoker dataset: indexed shard files and a manifest.\n"
     "A PATH that is a directory contributes every .npy file below it, in the\n"
     "byte order of their full paths (as `LC_ALL=C sort`: a.npy before a/b.npy).\n"
     "\n"
-    "  --from FORMAT      input format: npy or parquet\n"
+    "  --from FORMAT      input format: npy, parquet or arrow\n"
     "  -o, --output DIR   the dataset directory to create\n"
     "  --field NAME       name of the single field (default x)\n"
     "  --split-axis0      cut each array into records along axis 0, instead of\n"
@@ -57,9 +59,10 @@ static const char pack_help[] =
 
 /* ---- --from parquet ---- */
 
-/* Parquet is read by pyarrow: hand the command to the Python package. */
-static int pack_via_python(int argc, char **argv) {
-    return run_python("pack", argc, argv, "--from parquet");
+/* Parquet and Arrow IPC files are read by pyarrow: hand the command to
+ * the Python package. */
+static int pack_via_python(int argc, char **argv, const char *what) {
+    return run_python("pack", argc, argv, what);
 }
 
 /* What a pack is made from, for resume and merge to check: a digest of
@@ -165,7 +168,7 @@ static bool pack_args(int argc, char **argv, pack_job *j) {
     }
     if (!j->from) die_usage("pack", "--from is required (npy)");
     if (strcmp(j->from, "npy") != 0)
-        die_usage("pack", "--from %s is not supported (npy and parquet are)", j->from);
+        die_usage("pack", "--from %s is not supported (npy, parquet and arrow are)", j->from);
     if (!j->output) die_usage("pack", "-o DATASET is required");
     if (!j->inputs.n) die_usage("pack", "no input paths given");
     return true;
@@ -407,8 +410,10 @@ static int write_records(pack_job *j, stk_writer *w) {
 
 int cmd_pack(int argc, char **argv) {
     for (int i = 0; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--from") && !strcmp(argv[i + 1], "parquet"))
-            return pack_via_python(argc, argv);
+        if (!strcmp(argv[i], "--from") &&
+            (!strcmp(argv[i + 1], "parquet") || !strcmp(argv[i + 1], "arrow")))
+            return pack_via_python(argc, argv,
+                                   argv[i + 1][0] == 'p' ? "--from parquet" : "--from arrow");
     pack_job j;
     memset(&j, 0, sizeof j);
     j.field = "x";
