@@ -10,7 +10,7 @@ from typing import (Any, Dict, Iterator, Literal, Mapping, NamedTuple, Optional,
 
 import numpy as np
 
-from . import _stoker
+from . import _ranks, _stoker
 from ._errors import InvalidArgument
 from ._types import Batch, PathLike
 
@@ -131,6 +131,7 @@ class _LoaderArgs(NamedTuple):
     split: Tuple[int, int]
     epoch: int
     streams: int              # the order's streams (world_size unless given)
+    rank_source: str          # where rank and world_size came from (_ranks)
 
 
 def _space_args(fields, window, stride, valid_field, valid):
@@ -219,11 +220,17 @@ def _time_unit(t):
     return None
 
 
+def _plain_int(v):
+    # (np.timedelta64 and np.datetime64 are np.integer subclasses: not plain.)
+    return isinstance(v, (int, np.integer)) and not isinstance(
+        v, (bool, np.timedelta64, np.datetime64))
+
+
 def _time_value(v, unit, what, end=False):
     """A period's bound (or a calendar's step) in the field's stored
     integers. An end given to the day (a date, "2008-09-30") takes in the
     whole day, as NeuralHydrology's periods do."""
-    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+    if _plain_int(v):
         return int(v)
     if unit is None:
         raise InvalidArgument(
@@ -255,9 +262,10 @@ def _valid_rules(valid, period, order_by, calendar, path, root, cache_dir):
         raise InvalidArgument("period and calendar need order_by, the time field "
                               "(stoker.write's order_by column, 'date')")
     unit = None
-    needs_type = (period is not None and any(
-        b is not None and not isinstance(b, (int, np.integer)) for b in period)) or \
-        (calendar is not None and not isinstance(calendar, (bool, int, np.integer)))
+    needs_type = (isinstance(period, (tuple, list)) and any(
+        b is not None and not _plain_int(b) for b in period)) or \
+        (calendar is not None and calendar is not True and calendar is not False and
+         not _plain_int(calendar))
     if needs_type:
         unit = _time_unit(_time_type(path, order_by, root, cache_dir))
     if period is not None:
@@ -305,12 +313,14 @@ def _order_args(shuffle, seed, epoch, block_bytes, block_samples, block_group):
 
 
 def _share_args(rank, world_size, split):
-    """(rank, world_size, (split index, split count)); rank and world_size
-    default to torchrun's RANK and WORLD_SIZE."""
-    if world_size is None:
-        world_size = _env_int("WORLD_SIZE", 1)
-    if rank is None:
-        rank = _env_int("RANK", 0)
+    """(rank, world_size, (split index, split count), source); rank and
+    world_size not given are found as _ranks.resolve says (the process
+    group, then the launchers' variables), and source names where."""
+    if world_size is not None:
+        world_size = _check_int("world_size", world_size, 1, high=_U32)
+    if rank is not None:
+        rank = _check_int("rank", rank, high=_U32)
+    rank, world_size, source = _ranks.resolve(rank, world_size)
     world_size = _check_int("world_size", world_size, 1, high=_U32)
     rank = _check_int("rank", rank, high=_U32)
     if rank >= world_size:
@@ -323,7 +333,7 @@ def _share_args(rank, world_size, split):
     split_index = _check_int("split index", split[0], high=_U32)
     if split_index >= split_count:
         raise InvalidArgument(f"split index {split_index} must be below its count {split_count}")
-    return rank, world_size, (split_index, split_count)
+    return rank, world_size, (split_index, split_count), source
 
 
 def _reading_args(backend, threads, prefetch, queue_depth, memory_budget, on_error, max_skips):
@@ -366,7 +376,7 @@ def _loader_args(*, path, batch_size, fields, window, stride, valid_field, valid
     space = _space_args(fields, window, stride, valid_field, valid)
     rules = _valid_rules(valid, period, order_by, calendar, path, root, cache_dir)
     order = _order_args(shuffle, seed, epoch, block_bytes, block_samples, block_group)
-    rank, world_size, split = _share_args(rank, world_size, split)
+    rank, world_size, split, rank_source = _share_args(rank, world_size, split)
     streams = world_size if streams is None else _check_int("streams", streams, 1, high=_U32)
     backend, threads, prefetch, queue_depth, memory_budget, on_error, max_skips = _reading_args(
         backend, threads, prefetch, queue_depth, memory_budget, on_error, max_skips)
@@ -383,7 +393,7 @@ def _loader_args(*, path, batch_size, fields, window, stride, valid_field, valid
          _U64 if cache_budget is None else _check_int("cache_budget", cache_budget, high=_U64),
          streams, rules)
     return _LoaderArgs(c, output, dev, on_error == 1, batch_size, rank, world_size, split,
-                       order[2], streams)
+                       order[2], streams, rank_source)
 
 
 def _count(path: PathLike, batch_size: int, **options: Any) -> Dict[str, int]:
@@ -521,10 +531,19 @@ class Loader:
         block_bytes: Block order: bytes read per block (4 MiB).
         block_samples: Block order: samples per block (0: from block_bytes).
         block_group: Block order: blocks per group.
-        rank: This rank (default: torchrun's RANK, else 0).
-        world_size: Ranks in the job (default: torchrun's WORLD_SIZE, else 1).
-            Rank r takes positions r, r + world_size, ... of the epoch's
-            order.
+        rank: This rank. Default: found, never guessed: from an
+            initialised ``torch.distributed`` group, else the launcher's
+            variables (torchrun's and Accelerate's ``RANK`` /
+            ``WORLD_SIZE``; Lightning's ``LOCAL_RANK`` / ``NODE_RANK``;
+            Slurm tasks; Open MPI; MPICH's PMI; ``jax.distributed``), else 0
+            of 1. A world size above one with no rank, or two sources of
+            one world naming different ranks, raise; ``info()`` and repr
+            say which source decided (``rank_source``). Checked again at
+            the first batch, so a loader opened before
+            ``init_process_group`` under another share raises rather than
+            read the wrong one.
+        world_size: Ranks in the job (default: found with the rank). Rank r
+            takes positions r, r + world_size, ... of the epoch's order.
         pad: Give every rank ceil(N / world_size) samples by wrapping around
             to the order's start. The default, False, departs from
             DistributedSampler (which pads): the last N mod world_size samples
@@ -644,6 +663,7 @@ class Loader:
 
     # (A mixture's: the batch key of each sample's source; stoker.Mixture.)
     _source_field: Optional[str] = None
+    _share_given: Optional[Tuple[Optional[int], Optional[int]]] = None
 
     def __new__(cls, path: Any = None, *args: Any, **kwargs: Any):
         # A list of sources makes a mixture (stoker.Mixture, python/stoker/_mix.py).
@@ -715,6 +735,11 @@ class Loader:
         self.world_size: int = a.world_size
         self.split: Tuple[int, int] = a.split
         self.streams: int = a.streams
+        self.rank_source: str = a.rank_source
+        # Rank and world size as given (None: found); checked again at the
+        # first batch (_check_share).
+        self._share_given: Optional[Tuple[Optional[int], Optional[int]]] = (
+            None if rank is not None and world_size is not None else (rank, world_size))
         self._epoch = a.epoch
         self._started = False     # a batch of the current epoch was taken
         self._exhausted = False   # the current epoch ended
@@ -725,7 +750,7 @@ class Loader:
     def __repr__(self) -> str:
         parts = [f"path={self._path!r}", f"batch_size={self.batch_size}",
                  f"shuffle={self._shuffle!r}", f"rank={self.rank}",
-                 f"world_size={self.world_size}"]
+                 f"world_size={self.world_size}", f"rank_source={self.rank_source!r}"]
         if self.split != (0, 1):
             parts.append(f"split={self.split}")
         if self.device is not None:
@@ -800,6 +825,8 @@ class Loader:
             StokerError: A read or checksum failure, naming the shard file
                 and the record; the loader gives the same error from then on.
         """
+        if self._share_given is not None:
+            self._check_share()
         item = None
         try:
             item = self._c.next_batch()
@@ -848,6 +875,37 @@ class Loader:
         if srcs is not None:
             self._last_sources = srcs
         return out
+
+    def _check_share(self) -> None:
+        """At the first batch: the rank and world size found at open must
+        still be this process's.  A loader opened before
+        ``torch.distributed.init_process_group`` (with the group's rank
+        and size given to it, not in the environment) took rank 0 of 1;
+        reading on would give every process the whole epoch.  stoker.torch
+        .Dataset opens its loader at the first iteration, after the group
+        is up, and never meets this."""
+        rank, world = self._share_given
+        self._share_given = None
+        now = _ranks.resolve(rank, world)
+        if (now.rank, now.world_size) != (self.rank, self.world_size):
+            raise InvalidArgument(
+                f"this loader was opened as rank {self.rank} of {self.world_size} "
+                f"({self.rank_source}), but {now.source} now says rank {now.rank} of "
+                f"{now.world_size}: open it after torch.distributed.init_process_group, pass "
+                f"rank= and world_size=, or use stoker.torch.Dataset, which opens its loader "
+                f"at the first iteration")
+
+    def info(self) -> Dict[str, Any]:
+        """What this loader is: path, batch_size, shuffle, rank, world_size,
+        rank_source (where the rank and world size came from: "arguments",
+        "torch.distributed", "RANK/WORLD_SIZE", Slurm, MPI, ...), streams,
+        split, epoch, device, fields and len (batches an epoch gives this
+        rank)."""
+        return {"path": self._path, "batch_size": self.batch_size, "shuffle": self._shuffle,
+                "rank": self.rank, "world_size": self.world_size,
+                "rank_source": self.rank_source, "streams": self.streams, "split": self.split,
+                "epoch": self._epoch, "device": self.device, "fields": self.fields,
+                "len": len(self) if not self.closed and self._pid == os.getpid() else None}
 
     def sample_ids(self) -> Optional[np.ndarray]:
         """The global sample ids of the last batch returned.

@@ -43,9 +43,9 @@ _U64 = (1 << 64) - 1
 _MASK63 = (1 << 63) - 1
 
 # Options of a source's own Loader that a Source may set.
-_SOURCE_OPTIONS = ("fields", "window", "stride", "valid_field", "valid", "shuffle", "seed",
-                   "block_bytes", "block_samples", "block_group", "root", "cache_dir",
-                   "cache_budget", "max_open_files")
+_SOURCE_OPTIONS = ("fields", "window", "stride", "valid_field", "valid", "period", "order_by",
+                   "calendar", "shuffle", "seed", "block_bytes", "block_samples", "block_group",
+                   "root", "cache_dir", "cache_budget", "max_open_files")
 # Options of the mixture handed to every source's Loader.
 _SHARED_OPTIONS = ("backend", "direct", "queue_depth", "verify", "on_error", "max_skips",
                    "warm_up")
@@ -66,7 +66,8 @@ class Source:
             mixture's batches, so that sources that call a field
             differently fill one array.
         **options: Options of its own Loader: fields, window, stride,
-            valid_field, valid, shuffle (default: the mixture's), seed
+            valid_field, valid, period, order_by, calendar, shuffle
+            (default: the mixture's), seed
             (default: one derived from the mixture's seed and the source's
             place), block_bytes, block_samples, block_group, root,
             cache_dir, cache_budget, max_open_files.
@@ -254,7 +255,10 @@ class Mixture(Loader):
         self.exhaust = exhaust
         self.homogeneous = bool(homogeneous)
         self.seed = _check_int("seed", seed)
-        self.rank, self.world_size, self.split = _share_args(rank, world_size, split)
+        self.rank, self.world_size, self.split, self.rank_source = _share_args(
+            rank, world_size, split)
+        self._share_given = None if rank is not None and world_size is not None else (
+            rank, world_size)
         self.streams = self.world_size if streams is None else _check_int("streams", streams, 1)
         if self.streams % self.world_size:
             raise InvalidArgument(f"a mixture's streams ({self.streams}) must be a multiple of "
@@ -335,7 +339,7 @@ class Mixture(Loader):
         return (f"<stoker.Mixture of {len(self.sources)} sources, batch_size="
                 f"{self.batch_size}, exhaust={self.exhaust!r}, homogeneous="
                 f"{self.homogeneous}, rank={self.rank}, world_size={self.world_size}, "
-                f"epoch={self._epoch}>")
+                f"rank_source={self.rank_source!r}, epoch={self._epoch}>")
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         """Resumes where ``state_dict()`` was taken: a state of another

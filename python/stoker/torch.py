@@ -48,7 +48,9 @@ from typing import Any, Dict, Iterator, Mapping, Tuple
 
 import torch.utils.data
 
-from ._loader import Loader, _count, _env_int
+from . import _ranks
+from ._errors import InvalidArgument
+from ._loader import Loader, _count
 from ._types import PathLike
 
 __all__ = ["Dataset"]
@@ -69,8 +71,10 @@ class Dataset(torch.utils.data.IterableDataset):
             ``on_error="skip"``).
         batch_size: Samples per batch.
         **kwargs: The keyword-only options of stoker.Loader, with its
-            defaults (rank and world_size: torchrun's RANK and WORLD_SIZE),
-            except ``output`` (always torch) and ``split`` (set per worker).
+            defaults, except ``output`` (always torch) and ``split`` (set
+            per worker). rank and world_size not given are found when an
+            epoch starts (not here), from the torch.distributed group or
+            the launcher's variables; see ``rank_info()``.
 
     Raises:
         TypeError: ``output`` was given.
@@ -91,6 +95,7 @@ class Dataset(torch.utils.data.IterableDataset):
         self.kwargs.pop("rank", None)
         self.kwargs.pop("world_size", None)
         self._epoch = int(self.kwargs.pop("epoch", 0))
+        self._fixed_share: Any = None   # (workers: the share found by the parent)
         self._loader = None
         self._pid = None          # the process that opened self._loader
         self._pending_state = None
@@ -107,11 +112,29 @@ class Dataset(torch.utils.data.IterableDataset):
         state = self.__dict__.copy()
         state["_loader"] = None
         state["_pid"] = None
+        if torch.utils.data.get_worker_info() is None:
+            # Pickled in the training process for workers started by spawn
+            # or forkserver, where torch.distributed is not initialised:
+            # they take the rank found here.  (Where none can be found the
+            # worker looks again, and raises there.)
+            try:
+                state["_fixed_share"] = _ranks.resolve(self.rank, self.world_size)
+            except InvalidArgument:
+                state["_fixed_share"] = None
         return state
 
+    def rank_info(self) -> _ranks.Share:
+        """(rank, world_size, source) as this process finds them now: the
+        arguments, the torch.distributed group, or the launcher's
+        variables (see stoker.Loader's ``rank``).  Found at each iteration,
+        not at construction: a Dataset made before
+        ``init_process_group`` reads the share of the group it trains in."""
+        if self._fixed_share is not None:
+            return self._fixed_share
+        return _ranks.resolve(self.rank, self.world_size)
+
     def _share(self) -> Tuple[int, int, Tuple[int, int]]:
-        rank = self.rank if self.rank is not None else _env_int("RANK", 0)
-        world = self.world_size if self.world_size is not None else _env_int("WORLD_SIZE", 1)
+        rank, world, _ = self.rank_info()
         info = torch.utils.data.get_worker_info()
         if info is None:
             return rank, world, (0, 1)
@@ -136,8 +159,12 @@ class Dataset(torch.utils.data.IterableDataset):
         return self._loader
 
     def __repr__(self) -> str:
+        try:
+            share = "rank={} world_size={} rank_source={!r}".format(*self.rank_info())
+        except InvalidArgument as e:
+            share = f"rank unknown ({e})"
         return (f"<stoker.torch.Dataset path={self.path!r} batch_size={self.batch_size} "
-                f"epoch={self._epoch}>")
+                f"epoch={self._epoch} {share}>")
 
     def set_epoch(self, epoch: int) -> None:
         """Chooses the epoch the next iteration runs (in every worker), as

@@ -53,8 +53,9 @@ def stoker():
 
 @pytest.fixture
 def no_dist_env(monkeypatch):
-    """No torchrun variables: a Loader's rank and world size default to 0/1."""
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+    """No launcher's variables: a Loader's rank and world size default to 0/1."""
+    from stoker._ranks import VARIABLES
+    for name in VARIABLES:
         monkeypatch.delenv(name, raising=False)
 
 
