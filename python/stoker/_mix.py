@@ -160,6 +160,7 @@ def _args(path, batch_size, **options):
     bound = inspect.signature(Loader.__init__).bind(None, path, batch_size, **options)
     bound.apply_defaults()
     del bound.arguments["self"]
+    bound.arguments.pop("strings", None)  # (how batches look, as in _count)
     return _loader_args(**bound.arguments, resolve=False).c
 
 
