@@ -64,10 +64,20 @@ def _dataset(ds: Any) -> Any:
 
 
 def _iterable(ds: Any) -> Any:
-    """An IterableDataset's rows as Arrow batches (its arrow format), each
-    batch cast to the first one's schema."""
+    """An IterableDataset's rows as Arrow batches, each batch cast to the
+    first one's schema: its arrow format where its rows come from Arrow
+    (to_iterable_dataset, files), else its Python rows encoded with its
+    features (a generator's rows, whose first batch alone would not know a
+    list's type if its lists were empty)."""
     import pyarrow as pa
-    it = iter(ds.with_format("arrow").iter(batch_size=BATCH_ROWS))
+    features = getattr(ds, "features", None)
+    arrow_backed = getattr(getattr(ds, "_ex_iterable", None), "iter_arrow", None) is not None
+    if arrow_backed or features is None:
+        it = iter(ds.with_format("arrow").iter(batch_size=BATCH_ROWS))
+    else:
+        schema = features.arrow_schema
+        it = (pa.Table.from_pydict(features.encode_batch(b), schema=schema)
+              for b in ds.with_format(None).iter(batch_size=BATCH_ROWS))
     first = next(it, None)
     if first is None:
         features = getattr(ds, "features", None)
@@ -133,7 +143,8 @@ def array_types(features: Any) -> dict:
     fixed-size lists of their shape (the first dimension a list where it
     is None), so that a fixed shape packs as a fixed field."""
     return _nd_types({name: (type(f).__name__, f.shape, f.dtype)
-                      for name, f in (features or {}).items()})
+                      for name, f in (features or {}).items()
+                      if type(f).__name__.startswith("Array")})
 
 
 def _nd_types(specs: dict) -> dict:

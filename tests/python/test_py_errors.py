@@ -214,7 +214,7 @@ def test_write_records_with_an_exception_in_the_source(tmp_path):
 
 @pytest.mark.parametrize("bad,pattern", [
     ({}, "no fields"),
-    ({"a": np.array(["x", "y"])}, "dtype"),
+    ({"a": np.array([["x", "y"]])}, "dtype"),  # (1-d strings are a string field)
     ({"a": np.zeros(3, dtype=">f4")}, "big-endian"),
     ({"a": np.zeros(3, dtype=object)}, "dtype"),
 ])
