@@ -48,6 +48,7 @@ Exceptions:
 from . import _stoker
 from ._errors import AccessDenied, InvalidArgument, NotFound, OutOfMemory, StokerError, Timeout
 from ._loader import Loader, gpu_count, gpu_status, neuralhydrology_rules
+from ._stats import stats
 from ._mix import Mixture, Source
 from ._types import Batch, PathLike
 from ._parquet import parquet, s3_filesystem
@@ -58,7 +59,7 @@ __all__ = ["Loader", "Mixture", "Source", "StokerError", "InvalidArgument", "Not
            "Timeout",
            "bits", "gpu_count", "gpu_status", "index", "merge", "neuralhydrology_rules",
            "parquet", "profile",
-           "s3_filesystem", "write", "version"]
+           "s3_filesystem", "stats", "write", "version"]
 __version__: str = _stoker.version
 version: str = _stoker.version
 

@@ -47,8 +47,10 @@ def basin_frames(seed=0):
     return frames
 
 
-def neuralhydrology_samples(frames, tmp_path):
-    """NeuralHydrology's training samples: {(basin, end date): (x, y_last)}."""
+def neuralhydrology_dataset(frames, tmp_path, normalise=False):
+    """NeuralHydrology's training Dataset over the frames: values as they
+    are (normalise=False), or its own scaler and per-basin target stds
+    (normalise=True)."""
     from neuralhydrology.datasetzoo.basedataset import BaseDataset
     from neuralhydrology.utils.config import Config
 
@@ -72,12 +74,20 @@ def neuralhydrology_samples(frames, tmp_path):
         "train_start_date": pd.Timestamp(START).strftime("%d/%m/%Y"),
         "train_end_date": pd.Timestamp(END).strftime("%d/%m/%Y"),
         "dynamic_inputs": INPUTS, "target_variables": TARGETS, "seq_length": SEQ,
-        "predict_last_n": 1, "loss": "MSE", "dataset": "generic", "data_dir": str(tmp_path),
-        "verbose": 0, "custom_normalization": {
+        "predict_last_n": 1, "loss": "NSE" if normalise else "MSE", "dataset": "generic",
+        "data_dir": str(tmp_path), "verbose": 0, "custom_normalization": {} if normalise else {
             c: {"centering": None, "scaling": None} for c in INPUTS + TARGETS},
     })
-    cfg.train_dir = tmp_path / "run"
-    ds = Frames(cfg=cfg, is_train=True, period="train")
+    cfg.train_dir = tmp_path / ("run-scaled" if normalise else "run")
+    # (Fresh dicts: BaseDataset's defaults are shared between instances,
+    # so a second dataset would take the first one's scaler.)
+    return Frames(cfg=cfg, is_train=True, period="train", additional_features=[],
+                  id_to_int={}, scaler={})
+
+
+def neuralhydrology_samples(frames, tmp_path):
+    """NeuralHydrology's training samples: {(basin, end date): (x, y_last)}."""
+    ds = neuralhydrology_dataset(frames, tmp_path)
     out = {}
     for i in range(len(ds)):
         basin, (idx,) = ds.lookup_table[i]
@@ -88,13 +98,17 @@ def neuralhydrology_samples(frames, tmp_path):
     return out
 
 
-def stoker_samples(frames, path, **extra):
+def write_basins(frames, path):
     table = pd.concat([f.reset_index().assign(basin=b, bid=int(b[1:]))
                        for b, f in frames.items()], ignore_index=True)
     stoker.write(path, pa.Table.from_pandas(table, preserve_index=False), group_by="basin",
                  order_by="date", fields={"x": INPUTS, "y": TARGETS, "date": "date",
                                           "bid": "bid"},
                  static=["bid"])
+
+
+def stoker_samples(frames, path, **extra):
+    write_basins(frames, path)
     out = {}
     with stoker.Loader(path, 64, fields=["x", "y", "date", "bid"], window=SEQ,
                        valid=stoker.neuralhydrology_rules("x", "y", predict_last_n=1),
@@ -141,3 +155,28 @@ def test_old_rule_is_not_neuralhydrology(tmp_path):
     n = stoker._loader._count(path, 64, fields=["x", "y"], window=SEQ, valid_field="y",
                               valid="notnan")["epoch_samples"]
     assert n != len(want)
+
+
+def test_statistics_match_neuralhydrologys_scaler(tmp_path):
+    """stoker.stats gives NeuralHydrology's feature means and stds (inputs
+    over the period and its warm-up, targets over the period) and its
+    per-basin target stds (NSE's weights)."""
+    frames = basin_frames()
+    ds = neuralhydrology_dataset(frames, tmp_path, normalise=True)
+    path = tmp_path / "camels.stk"
+    write_basins(frames, path)
+    warm = pd.Timestamp(START) - pd.Timedelta(days=SEQ - 1)
+    xs = stoker.stats(path, "x", period=(warm.strftime("%Y-%m-%d"), END), order_by="date")["x"]
+    ys = stoker.stats(path, "y", period=(START, END), order_by="date", by_group=True)["y"]
+    center, scale = ds.scaler["xarray_feature_center"], ds.scaler["xarray_feature_scale"]
+    for i, c in enumerate(INPUTS):
+        np.testing.assert_allclose(xs["mean"][i], float(center[c]), rtol=1e-5)
+        np.testing.assert_allclose(xs["std"][i], float(scale[c]), rtol=1e-5)
+    for i, c in enumerate(TARGETS):
+        np.testing.assert_allclose(ys["mean"][i], float(center[c]), rtol=1e-5)
+        np.testing.assert_allclose(ys["std"][i], float(scale[c]), rtol=1e-5)
+    with stoker.Loader(path, 16, fields=["bid"], shuffle="sequential") as ld:
+        bids = [int(b) for batch in ld for b in np.asarray(batch["bid"]).ravel()]
+    for r, bid in enumerate(bids):
+        want = ds._per_basin_target_stds[f"b{bid}"].numpy().ravel()
+        np.testing.assert_allclose(ys["record_std"][r], want, rtol=1e-5)
