@@ -7,7 +7,8 @@
  * with STK_ESCHEMA naming the field and the record, after which the writer
  * takes no more records and the dataset stays incomplete.  stk_dtype_size,
  * stk_dtype_name and stk_dtype_parse agree for every dtype, and
- * stk_strerror gives every STK_E* code its own non-empty text.
+ * stk_strerror gives every STK_E* code its own non-empty text.  A field's
+ * logical type must be short printable ASCII and survives the manifest.
  */
 #include "util.h"
 
@@ -340,7 +341,45 @@ static void strerrors(void) {
     CHECK(strcmp(stk_version(), STK_VERSION_STRING) == 0);
 }
 
+/* A field's logical type: printable ASCII of 1..STK_TYPE_MAX-1 characters,
+ * kept through the manifest, and NULL where none was given. */
+static void types(void) {
+    stk_field f[2] = {{.name = "text", .dtype = STK_BYTES, .ndim = 1, .shape = {STK_RAGGED},
+                       .type = "string"},
+                      {.name = "n", .dtype = STK_I64, .ndim = 0}};
+    char longest[STK_TYPE_MAX + 1];
+    memset(longest, 't', sizeof longest);
+    longest[STK_TYPE_MAX - 1] = '\0'; /* 127 characters: the most */
+    f[0].type = longest;
+    accepted(f, 2, NULL);
+    longest[STK_TYPE_MAX - 1] = 't';
+    longest[STK_TYPE_MAX] = '\0';
+    refused(f, 2, NULL, "type");
+    const char *bad[] = {"", "tab\t", "caf\xc3\xa9", "new\nline"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        f[0].type = bad[k];
+        refused(f, 2, NULL, "type");
+    }
+    f[0].type = "timestamp[us, tz=America/New_York]";
+    stk_error err = {0};
+    const char *dir = test_dir("schema-types");
+    stk_writer *w = NULL;
+    CHECK_OK(stk_writer_create(dir, f, 2, NULL, &w, &err));
+    int64_t v = 7;
+    stk_value vals[2] = {{"abc", 3}, {&v, 1}};
+    CHECK_OK(stk_writer_append(w, vals, &err));
+    CHECK_OK(stk_writer_finish(w, &err));
+    stk_writer_free(w);
+    stk_dataset *ds = NULL;
+    CHECK_OK(stk_dataset_open(dir, &ds, &err));
+    CHECK(strcmp(stk_dataset_field(ds, 0)->type, "timestamp[us, tz=America/New_York]") == 0);
+    CHECK(stk_dataset_field(ds, 1)->type == NULL);
+    stk_dataset_close(ds);
+    test_rmrf(dir);
+}
+
 int main(void) {
+    types();
     bad_schemas();
     bad_options();
     defaults();
