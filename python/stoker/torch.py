@@ -42,6 +42,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import sys
 import tempfile
 import weakref
 from typing import Any, Dict, Iterator, Mapping, Tuple
@@ -118,7 +119,7 @@ class Dataset(torch.utils.data.IterableDataset):
             # they take the rank found here.  (Where none can be found the
             # worker looks again, and raises there.)
             try:
-                state["_fixed_share"] = _ranks.resolve(self.rank, self.world_size)
+                state["_fixed_share"] = self.rank_info()
             except InvalidArgument:
                 state["_fixed_share"] = None
         return state
@@ -131,6 +132,10 @@ class Dataset(torch.utils.data.IterableDataset):
         ``init_process_group`` reads the share of the group it trains in."""
         if self._fixed_share is not None:
             return self._fixed_share
+        served = _accelerate_dispatch()
+        if served and self.rank is None and self.world_size is None:
+            return _ranks.Share(0, 1, f"Accelerate's dispatcher: this process reads the "
+                                      f"epoch for all {served} processes")
         return _ranks.resolve(self.rank, self.world_size)
 
     def _share(self) -> Tuple[int, int, Tuple[int, int]]:
@@ -238,6 +243,34 @@ class Dataset(torch.utils.data.IterableDataset):
                             split=split, epoch=self._epoch, output="torch", **self.kwargs)
             self._lens[key] = counts["rank_batches"]
         return self._lens[key]
+
+
+def _accelerate_dispatch() -> int:
+    """The processes that an Accelerate DataLoaderDispatcher up the stack
+    serves, or 0.
+
+    ``accelerator.prepare(DataLoader(iterable dataset))`` dispatches by
+    default: process 0 iterates the DataLoader, and each batch it reads is
+    cut into one part a process.  A rank's share read there would reach
+    the processes as halves of a half: the epoch must be read whole.  The
+    dispatcher is up the stack when this runs in the training process, in
+    its len(), and in DataLoader workers started by fork (which keep the
+    frames that forked them); workers started by spawn take what the
+    parent found when it pickled the dataset."""
+    mod = sys.modules.get("accelerate.data_loader")
+    cls = getattr(mod, "DataLoaderDispatcher", None) if mod is not None else None
+    if cls is None:
+        return 0
+    f = sys._getframe(1)
+    while f is not None:
+        obj = f.f_locals.get("self")
+        if isinstance(obj, cls):
+            try:
+                return int(obj.state.num_processes)
+            except (AttributeError, TypeError, ValueError):
+                return 1
+        f = f.f_back
+    return 0
 
 
 class _Epochs:

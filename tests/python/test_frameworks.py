@@ -219,3 +219,40 @@ def test_lightning_ddp_shares_epochs_and_resume(id_ds, tmp_path):
     for rank in (0, 1):
         assert [s["ids"] for s in _steps(part, rank)] == [s["ids"] for s in steps[rank]]
         assert [s["step"] for s in _steps(part, rank)] == list(range(30))
+
+
+# ---- Accelerate: accelerator.prepare(dataloader), and without it ---------
+
+def _loader_batches(ds, epoch, rank=0, world=1):
+    with stoker.Loader(ds, 8, shuffle="random", seed=7, epoch=epoch, rank=rank,
+                       world_size=world) as ld:
+        return [b["id"].tolist() for b in ld]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("own_share", [False, True])
+def test_accelerate_prepare_and_own_share(id_ds, tmp_path, workers, own_share):
+    pytest.importorskip("accelerate")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
+           "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+           "--dynamo_backend", "no", str(ROOT / "examples" / "accelerate_loop.py"),
+           str(id_ds), str(out), "--workers", str(workers)] + (["--own-share"] if own_share else [])
+    r = subprocess.run(cmd, env=_clean_env(ACCELERATE_USE_CPU="true"), capture_output=True,
+                       text=True, timeout=400)
+    assert r.returncode == 0, r.stdout + r.stderr
+    steps = [_steps(out, rank) for rank in (0, 1)]
+    for epoch in (0, 1):
+        got = [[s["ids"] for s in steps[rank] if s["epoch"] == epoch] for rank in (0, 1)]
+        if own_share:
+            # Each process read its own share: the rank's Loader's batches.
+            want = [_loader_batches(id_ds, epoch, rank, 2) for rank in (0, 1)]
+        else:
+            # Process 0 read the whole epoch; the dispatcher gave batch
+            # 2t to process 0 and 2t + 1 to process 1 at step t.
+            whole = _loader_batches(id_ds, epoch)
+            want = [whole[0::2], whole[1::2]]
+        assert got == want
+        ids = [i for g in got for b in g for i in b]
+        assert sorted(ids) == list(range(N))
+    assert steps[0][:15] != steps[0][15:]
