@@ -716,7 +716,9 @@ STK_API int stk_dataset_verify(const stk_dataset *ds,
  * have the same number of rows.  Other selected fields are per-record values
  * (fixed shape) and are repeated for each window of their record.  Windows
  * are counted per record with prefix sums: memory grows with records, not
- * with samples.
+ * with samples.  Validity rules (see stk_valid) drop windows; they are
+ * counted at open, one pass over each rule's field, and the windows kept
+ * are numbered in the same way.
  *
  * Orders.  The epoch's order of samples is a pure function of (order, seed,
  * epoch, streams), and any position in it is computed directly, without
@@ -1089,7 +1091,8 @@ STK_API const char *stk_backend_name(stk_backend b);
 
 /* The names of option values, as the command line and the Python package
  * take them ("sequential", "random", "block"; "auto", "uring", "pool",
- * "mmap"; "all", "mask", "notnan"; "auto", "on", "off"; "raise", "skip"),
+ * "mmap"; "all", "mask", "notnan", "finite", "some", "range", "step";
+ * "auto", "on", "off"; "raise", "skip"),
  * and back.  A parse returns the value, or -EINVAL for a name it does not
  * know (NULL included); a name function returns "unknown" for a value out
  * of range.  One table per option, here, so that every front end agrees. */
