@@ -293,7 +293,10 @@ def neuralhydrology_rules(inputs: Union[str, Sequence[str]], targets: Union[str,
     rows, and no NaN in the evolving attributes at the last row. With
     ``period=`` and ``calendar=True`` (NeuralHydrology fills gaps in time
     with NaN, which its input rule then refuses) a Loader keeps the samples
-    its Dataset keeps.
+    its Dataset keeps. Its warm-up is ``seq_length - predict_last_n`` steps,
+    so with ``predict_last_n`` above 1 its first sample ends
+    ``predict_last_n - 1`` steps after the period's start: start the
+    ``period`` there.
     """
     def names(v):
         return [] if v is None else [v] if isinstance(v, str) else list(v)

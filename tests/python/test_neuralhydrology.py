@@ -4,7 +4,8 @@ targets, a gap in time, a basin that starts late, an all-NaN stretch of one
 target), NeuralHydrology's own BaseDataset run on it for a training period,
 and a stoker Loader with neuralhydrology_rules, period= and calendar=True
 over the same data packed by stoker.write: the same (basin, end date)
-samples, the same input windows and the same last-step targets."""
+samples, the same input windows, targets of the last predict_last_n steps
+(1 and 3) and evolving attribute; and stoker.stats gives its scaler."""
 import numpy as np
 import pandas as pd
 import pytest
@@ -18,6 +19,7 @@ SEQ = 21
 START, END = "2000-02-10", "2000-05-31"
 INPUTS = ["prcp", "tmax"]
 TARGETS = ["q1", "q2"]
+EVOLVING = ["soil"]   # a time-varying attribute: NeuralHydrology tests its last step
 
 
 def basin_frames(seed=0):
@@ -32,8 +34,10 @@ def basin_frames(seed=0):
         df = pd.DataFrame({
             "prcp": rng.gamma(1.0, 2.0, n), "tmax": rng.normal(15, 5, n),
             "q1": rng.gamma(2.0, 1.0, n), "q2": rng.gamma(2.0, 1.0, n),
+            "soil": rng.uniform(0, 1, n),
         }, index=pd.DatetimeIndex(dates, name="date")).astype(np.float32)
-        for col, p in (("prcp", 0.01), ("tmax", 0.005), ("q1", 0.15), ("q2", 0.15)):
+        for col, p in (("prcp", 0.01), ("tmax", 0.005), ("q1", 0.15), ("q2", 0.15),
+                       ("soil", 0.02)):
             df.loc[rng.random(n) < p, col] = np.nan
         if b == 1:   # a gap in time: 4 days missing from the series
             df = df.drop(df.index[70:74])
@@ -47,7 +51,7 @@ def basin_frames(seed=0):
     return frames
 
 
-def neuralhydrology_dataset(frames, tmp_path, normalise=False):
+def neuralhydrology_dataset(frames, tmp_path, normalise=False, predict_last_n=1):
     """NeuralHydrology's training Dataset over the frames: values as they
     are (normalise=False), or its own scaler and per-basin target stds
     (normalise=True)."""
@@ -74,27 +78,28 @@ def neuralhydrology_dataset(frames, tmp_path, normalise=False):
         "train_start_date": pd.Timestamp(START).strftime("%d/%m/%Y"),
         "train_end_date": pd.Timestamp(END).strftime("%d/%m/%Y"),
         "dynamic_inputs": INPUTS, "target_variables": TARGETS, "seq_length": SEQ,
-        "predict_last_n": 1, "loss": "NSE" if normalise else "MSE", "dataset": "generic",
+        "evolving_attributes": EVOLVING, "predict_last_n": predict_last_n, "loss": "NSE" if normalise else "MSE", "dataset": "generic",
         "data_dir": str(tmp_path), "verbose": 0, "custom_normalization": {} if normalise else {
-            c: {"centering": None, "scaling": None} for c in INPUTS + TARGETS},
+            c: {"centering": None, "scaling": None} for c in INPUTS + TARGETS + EVOLVING},
     })
-    cfg.train_dir = tmp_path / ("run-scaled" if normalise else "run")
+    cfg.train_dir = tmp_path / f"run-{normalise}-{predict_last_n}"
     # (Fresh dicts: BaseDataset's defaults are shared between instances,
     # so a second dataset would take the first one's scaler.)
     return Frames(cfg=cfg, is_train=True, period="train", additional_features=[],
                   id_to_int={}, scaler={})
 
 
-def neuralhydrology_samples(frames, tmp_path):
-    """NeuralHydrology's training samples: {(basin, end date): (x, y_last)}."""
-    ds = neuralhydrology_dataset(frames, tmp_path)
+def neuralhydrology_samples(frames, tmp_path, predict_last_n=1):
+    """NeuralHydrology's training samples: {(basin, end date): (x, y's last
+    predict_last_n steps, the evolving attribute at the last step)}."""
+    ds = neuralhydrology_dataset(frames, tmp_path, predict_last_n=predict_last_n)
     out = {}
     for i in range(len(ds)):
         basin, (idx,) = ds.lookup_table[i]
         s = ds[i]
         end = pd.Timestamp(ds._dates[basin][ds.frequencies[0]][idx])
         x = np.stack([s["x_d"][k].numpy()[:, 0] for k in INPUTS], axis=-1)
-        out[(basin, end)] = (x, s["y"].numpy()[-1])
+        out[(basin, end)] = (x, s["y"].numpy()[-predict_last_n:], s["x_s"].numpy())
     return out
 
 
@@ -102,35 +107,43 @@ def write_basins(frames, path):
     table = pd.concat([f.reset_index().assign(basin=b, bid=int(b[1:]))
                        for b, f in frames.items()], ignore_index=True)
     stoker.write(path, pa.Table.from_pandas(table, preserve_index=False), group_by="basin",
-                 order_by="date", fields={"x": INPUTS, "y": TARGETS, "date": "date",
-                                          "bid": "bid"},
+                 order_by="date", fields={"x": INPUTS, "y": TARGETS, "soil": EVOLVING,
+                                          "date": "date", "bid": "bid"},
                  static=["bid"])
 
 
-def stoker_samples(frames, path, **extra):
+def stoker_samples(frames, path, predict_last_n=1, **extra):
     write_basins(frames, path)
+    # NeuralHydrology's warm-up is seq_length - predict_last_n steps, so
+    # its first sample ends predict_last_n - 1 steps into the period.
+    start = pd.Timestamp(START) + pd.Timedelta(days=predict_last_n - 1)
     out = {}
-    with stoker.Loader(path, 64, fields=["x", "y", "date", "bid"], window=SEQ,
-                       valid=stoker.neuralhydrology_rules("x", "y", predict_last_n=1),
-                       period=(START, END), order_by="date", calendar=True,
-                       shuffle="sequential", **extra) as loader:
+    with stoker.Loader(path, 64, fields=["x", "y", "soil", "date", "bid"], window=SEQ,
+                       valid=stoker.neuralhydrology_rules("x", "y", predict_last_n,
+                                                          evolving="soil"),
+                       period=(start.strftime("%Y-%m-%d"), END), order_by="date",
+                       calendar=True, shuffle="sequential", **extra) as loader:
         for b in loader:
-            for x, y, d, bid in zip(b["x"], b["y"], b["date"], b["bid"]):
+            for x, y, e, d, bid in zip(b["x"], b["y"], b["soil"], b["date"], b["bid"]):
                 key = (f"b{int(np.asarray(bid).ravel()[0])}", pd.Timestamp(d[-1]))
                 assert key not in out, key
-                out[key] = (np.array(x), np.array(y[-1]))
+                out[key] = (np.array(x), np.array(y[-predict_last_n:]), np.array(e[-1]))
     return out
 
 
-def test_same_samples_and_values(tmp_path):
+@pytest.mark.parametrize("predict_last_n", [1, 3])
+def test_same_samples_and_values(tmp_path, predict_last_n):
     frames = basin_frames()
-    want = neuralhydrology_samples(frames, tmp_path)
-    got = stoker_samples(frames, tmp_path / "camels.stk")
+    want = neuralhydrology_samples(frames, tmp_path, predict_last_n)
+    got = stoker_samples(frames, tmp_path / "camels.stk", predict_last_n)
     assert len(want) > 300
     assert set(got) == set(want)
-    for key, (x, y) in want.items():
-        gx, gy = got[key]
+    for key, (x, y, e) in want.items():
+        gx, gy, ge = got[key]
         np.testing.assert_array_equal(gx, x, err_msg=str(key))
+        np.testing.assert_array_equal(ge, e, err_msg=str(key))
+        # (NeuralHydrology blanks the targets before the period; the last
+        # predict_last_n steps of every sample lie inside it.)
         np.testing.assert_array_equal(gy, y, err_msg=str(key))
     # The data's traps were met: the gap, the late basin, the target rule
     # (a sample whose q1 alone is NaN at its end is kept).
@@ -138,7 +151,7 @@ def test_same_samples_and_values(tmp_path):
                    for b, d in want)
     assert min(d for b, d in want if b == "b3") >= pd.Timestamp("2000-02-10") + pd.Timedelta(
         days=SEQ - 1)
-    assert any(np.isnan(y[0]) and not np.isnan(y[1]) for _, y in want.values())
+    assert any(np.isnan(y[-1, 0]) and not np.isnan(y[-1, 1]) for _, y, _ in want.values())
 
 
 def test_old_rule_is_not_neuralhydrology(tmp_path):
