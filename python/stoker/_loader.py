@@ -255,7 +255,9 @@ def _valid_rules(valid, period, order_by, calendar, path, root, cache_dir):
     takes them (None: none)."""
     rules = []
     if isinstance(valid, Mapping):
-        rules = [_rule(k, v) for k, v in valid.items()]
+        # (A list gives a field several rules: ["finite", "some_last"].)
+        rules = [_rule(k, r) for k, v in valid.items()
+                 for r in (v if isinstance(v, list) else [v])]
     if order_by is not None and not isinstance(order_by, str):
         raise TypeError("order_by must be a field name (str)")
     if (period is not None or calendar) and order_by is None:
@@ -501,7 +503,8 @@ class Loader:
             infinity), ``"mask"`` (no zero) or ``"some"`` (at least one
             element not NaN) over the whole window; the same name with
             ``"_last"`` (``"notnan_last"``) tests the window's last row
-            only, and ``(name, n)`` its last n rows. A multi-column field's
+            only, and ``(name, n)`` its last n rows; a list gives a field
+            several rules. A multi-column field's
             row fails ``"notnan"`` when any of its elements is NaN, and
             ``"some"`` only when all are. ``neuralhydrology_rules(...)``
             gives NeuralHydrology's set: ``{"x": "notnan", "y": ("some",

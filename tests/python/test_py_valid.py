@@ -90,6 +90,13 @@ def test_rules_keep_what_a_check_keeps(series, rules, window, stride):
     assert n == len(want)
 
 
+def test_several_rules_on_one_field(series):
+    path, recs = series
+    want = [p for p in brute(recs, 6, 1, {"x": "finite"})
+            if p in set(brute(recs, 6, 1, {"x": ("some", 2)}))]
+    assert loader_starts(path, 6, 1, valid={"x": ["finite", ("some", 2)]}) == want
+
+
 def test_valid_field_is_the_last_row_rule(series):
     path, recs = series
     old = loader_starts(path, 5, 1, valid_field="y", valid="notnan")
