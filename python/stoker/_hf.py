@@ -125,6 +125,22 @@ def _inner(t: Any, vals: Any) -> Any:
     return t
 
 
+def _listlike(t: Any) -> bool:
+    import pyarrow as pa
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def _nested(t: Any) -> bool:
+    """A list (of any kind) of lists, under any extension type."""
+    import pyarrow as pa
+    if isinstance(t, pa.ExtensionType):
+        t = t.storage_type
+    if not _listlike(t):
+        return False
+    v = t.value_type
+    return _listlike(v.storage_type if isinstance(v, pa.ExtensionType) else v)
+
+
 def _outer(t: Any, col: Any) -> Any:
     import pyarrow as pa
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
@@ -186,9 +202,13 @@ def fixed_lists(table: Any, schema: Optional[Any] = None, types: Optional[dict] 
             want = schema.field(i).type
         elif types and f.name in types:
             want = types[f.name]
-        else:
+        elif _nested(col.type):
+            # (Only lists of lists are looked into: combining a column's
+            # chunks copies it.)
             base = _storage(col)
             want = _outer(base.type, base.combine_chunks()) if len(base) else base.type
+        else:
+            want = col.type
         if want != col.type:
             col = _storage(col).cast(want)
             f = f.with_type(want)

@@ -215,3 +215,20 @@ def test_command_line_shows_the_type(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     r = run("cat", str(tmp_path / "d"), "0")
     assert r.returncode == 0 and "(string)" in r.stdout and "h\\xc3\\xa9llo" in r.stdout
+
+
+def test_lists_of_lists_of_one_inner_length_become_fixed_inner_dimensions(tmp_path):
+    rows = [[[1, 2, 3], [4, 5, 6]], [], [[7, 8, 9]]]
+    t = pa.table({"p": pa.array(rows, pa.list_(pa.list_(pa.int16()))),
+                  "q": pa.array([[[[1, 2]] * 2]] * 3, pa.list_(pa.list_(pa.list_(pa.int8()))))})
+    stoker.write(tmp_path / "d", t)
+    m = manifest(tmp_path / "d")
+    assert (m["p"]["dtype"], m["p"]["shape"]) == ("i16", [-1, 3])
+    assert m["q"]["shape"] == [-1, 2, 2]
+    got = records(tmp_path / "d", shuffle="random")
+    for r in range(3):
+        np.testing.assert_array_equal(got[r]["p"], np.array(rows[r], np.int16).reshape(-1, 3))
+        assert got[r]["q"].shape == (1, 2, 2)
+    ragged = pa.table({"p": pa.array([[[1], [2, 3]]], pa.list_(pa.list_(pa.int16())))})
+    with pytest.raises(ValueError, match="'p'.*lists of lists"):
+        stoker.write(tmp_path / "r", ragged)
