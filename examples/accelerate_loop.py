@@ -59,7 +59,8 @@ def main():
             for step, batch in enumerate(loader):
                 batch = {k: v.to(accelerator.device) for k, v in batch.items()}
                 f.write(json.dumps({"epoch": epoch, "step": step,
-                                    "ids": batch["id"].tolist()}) + "\n")
+                                    "ids": batch["id"].tolist(),
+                                    "xsum": batch["x"].sum((1, 2)).tolist()}) + "\n")
                 x = batch["x"].reshape(len(batch["id"]), -1, 3).mean(1)
                 loss = model(x).pow(2).mean()
                 accelerator.backward(loss)

@@ -56,7 +56,8 @@ class Model(pl.LightningModule):
         with open(os.path.join(self.out, f"rank{self.global_rank}.jsonl"), "a") as f:
             f.write(json.dumps({"epoch": self.current_epoch, "step": self.global_step,
                                 "world": self.trainer.world_size,
-                                "ids": batch["id"].tolist()}) + "\n")
+                                "ids": batch["id"].tolist(),
+                                "xsum": batch["x"].sum((1, 2)).tolist()}) + "\n")
         x = batch["x"].reshape(len(batch["id"]), -1, 3).mean(1)
         return self.net(x).pow(2).mean()
 

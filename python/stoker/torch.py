@@ -54,7 +54,7 @@ from ._errors import InvalidArgument
 from ._loader import Loader, _count
 from ._types import PathLike
 
-__all__ = ["Dataset"]
+__all__ = ["Dataset", "Samples"]
 
 
 class Dataset(torch.utils.data.IterableDataset):
@@ -102,7 +102,7 @@ class Dataset(torch.utils.data.IterableDataset):
         self._pending_state = None
         self._exhausted = False
         self._passes = 0          # passes this copy ran (persistent workers run several)
-        self._lens: Dict[Tuple[int, int, Tuple[int, int]], int] = {}  # len() by share
+        self._lens: Dict[Any, int] = {}  # len() by share
         # The epochs' hand-off between this object and its copies in worker
         # processes (_Epochs); made with the object, removed with it.
         self._epochs = _Epochs(self._epoch)
@@ -242,6 +242,49 @@ class Dataset(torch.utils.data.IterableDataset):
             counts = _count(self.path, self.batch_size, rank=rank, world_size=world,
                             split=split, epoch=self._epoch, output="torch", **self.kwargs)
             self._lens[key] = counts["rank_batches"]
+        return self._lens[key]
+
+
+class Samples(Dataset):
+    """An IterableDataset of single samples (dicts of torch tensors), for
+    code that batches by itself: the ``transformers`` Trainer, or a
+    DataLoader with a ``batch_size`` and a ``collate_fn`` of its own.
+
+        trainer = Trainer(model, TrainingArguments(..., per_device_train_batch_size=32),
+                          train_dataset=stoker.torch.Samples("tokens.stk", shuffle="random"),
+                          data_collator=DataCollatorWithPadding(tokenizer))
+
+    stoker still reads in batches of ``read_batch`` samples, in its own
+    threads, and each sample is a view of one of them (a ragged field's
+    rows, a string field's bytes); the DataLoader's collate copies them into
+    its batch.  Everything else (ranks found when an epoch starts, epochs,
+    workers, state_dict) is as for ``Dataset``.  ``len()`` is the samples
+    an epoch gives this rank, so that the DataLoader's length is right.
+    """
+
+    def __init__(self, path: PathLike, *, read_batch: int = 256, **kwargs: Any):
+        super().__init__(path, read_batch, **kwargs)
+
+    def __iter__(self) -> Iterator[Dict[str, torch.Tensor]]:  # type: ignore[override]
+        for batch in super().__iter__():
+            names = [k for k in batch if not k.endswith("_offsets")]
+            ragged = {k: batch[k + "_offsets"].tolist() for k in names
+                      if k + "_offsets" in batch}
+            n = len(next(iter(ragged.values()))) - 1 if ragged else len(batch[names[0]])
+            for i in range(n):
+                yield {k: (batch[k][ragged[k][i]:ragged[k][i + 1]] if k in ragged
+                           else batch[k][i]) for k in names}
+
+    def __len__(self) -> int:
+        rank, world, _ = self._share()
+        key = (rank, world, (0, 1), "samples")
+        if key not in self._lens:
+            if self._mixture:
+                self._lens[key] = self._open().counts()["rank_samples"]
+            else:
+                self._lens[key] = _count(self.path, self.batch_size, rank=rank,
+                                         world_size=world, epoch=self._epoch, output="torch",
+                                         **self.kwargs)["rank_samples"]
         return self._lens[key]
 
 

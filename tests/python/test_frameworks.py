@@ -186,7 +186,12 @@ def _lightning(ds, out, *args, devices=2):
 
 
 def _steps(out, rank):
-    return [json.loads(line) for line in (Path(out) / f"rank{rank}.jsonl").read_text().splitlines()]
+    """The steps a process recorded; each sample's x (whose elements are
+    id * 15 + 0..14) checked against its id."""
+    steps = [json.loads(line) for line in (Path(out) / f"rank{rank}.jsonl").read_text().splitlines()]
+    for s in steps:
+        assert s["xsum"] == [225.0 * i + 105.0 for i in s["ids"]]
+    return steps
 
 
 def test_lightning_ddp_shares_epochs_and_resume(id_ds, tmp_path):
@@ -255,4 +260,35 @@ def test_accelerate_prepare_and_own_share(id_ds, tmp_path, workers, own_share):
         assert got == want
         ids = [i for g in got for b in g for i in b]
         assert sorted(ids) == list(range(N))
+    assert steps[0][:15] != steps[0][15:]
+
+
+# ---- the transformers Trainer, given stoker.torch.Samples --------------
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_transformers_trainer(id_ds, tmp_path, workers):
+    pytest.importorskip("transformers")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
+           "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+           "--dynamo_backend", "no", str(ROOT / "examples" / "hf_trainer.py"), str(id_ds),
+           str(out)]
+    r = subprocess.run(cmd, env=_clean_env(ACCELERATE_USE_CPU="true", WORKERS=workers),
+                       capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stdout + r.stderr
+    steps = [_steps(out, rank) for rank in (0, 1)]
+    assert [len(s) for s in steps] == [30, 30]     # 15 steps an epoch, 2 epochs
+    for epoch in (0, 1):
+        got = [[i for s in steps[rank][15 * epoch:15 * (epoch + 1)] for i in s["ids"]]
+               for rank in (0, 1)]
+        with stoker.Loader(id_ds, 32, shuffle="random", seed=7, epoch=epoch, rank=0,
+                           world_size=1) as ld:
+            whole = [i for b in ld for i in b["id"].tolist()]
+        if workers == 0:
+            # Process 0 reads the epoch's samples in stoker's order; the
+            # dispatcher gives 8 to each process in turn.
+            want = [[i for t in range(15) for i in whole[16 * t + 8 * r:16 * t + 8 * r + 8]]
+                    for r in (0, 1)]
+            assert got == want
+        assert sorted(got[0] + got[1]) == list(range(N))
     assert steps[0][:15] != steps[0][15:]
