@@ -807,11 +807,16 @@ typedef enum stk_valid {
                             * [lo, hi]: with last = 1, a period that the
                             * window's end must lie in, the rows before it
                             * read as warm-up */
-    STK_VALID_STEP = 6     /* each row tested (one integer element) but the
+    STK_VALID_STEP = 6,    /* each row tested (one integer element) but the
                             * first exceeds the row before it by exactly
                             * `lo` (0: the smallest positive difference
                             * between consecutive rows in the dataset): with
                             * last = 0, windows without gaps in time */
+    STK_VALID_OUTSIDE = 7  /* each row tested (one integer element) lies
+                            * outside [lo, hi]: with a RANGE over the first
+                            * period's start to the last one's end, a
+                            * period of several pieces (one OUTSIDE rule a
+                            * gap between them) */
 } stk_valid;
 
 /* One rule of stk_loader_options.valid_rules. */
@@ -823,8 +828,8 @@ typedef struct stk_valid_rule {
     uint64_t last;      /* rows tested, ending at the window's last row;
                          * 0: every row of the window; more than the window:
                          * the window */
-    int64_t lo, hi;     /* RANGE: the bounds, both included; STEP: lo is the
-                         * step; otherwise unused */
+    int64_t lo, hi;     /* RANGE, OUTSIDE: the bounds, both included; STEP:
+                         * lo is the step; otherwise unused */
 } stk_valid_rule;
 
 /* Returned by stk_loader_next when the epoch has no more batches. */
@@ -1091,7 +1096,8 @@ STK_API const char *stk_backend_name(stk_backend b);
 
 /* The names of option values, as the command line and the Python package
  * take them ("sequential", "random", "block"; "auto", "uring", "pool",
- * "mmap"; "all", "mask", "notnan", "finite", "some", "range", "step";
+ * "mmap"; "all", "mask", "notnan", "finite", "some", "range", "step",
+ * "outside";
  * "auto", "on", "off"; "raise", "skip"),
  * and back.  A parse returns the value, or -EINVAL for a name it does not
  * know (NULL included); a name function returns "unknown" for a value out

@@ -264,20 +264,43 @@ def _valid_rules(valid, period, order_by, calendar, path, root, cache_dir):
         raise InvalidArgument("period and calendar need order_by, the time field "
                               "(stoker.write's order_by column, 'date')")
     unit = None
-    needs_type = (isinstance(period, (tuple, list)) and any(
-        b is not None and not _plain_int(b) for b in period)) or \
+    # A period of several pieces: [(start, end), (start, end), ...].
+    pieces = period
+    if period is not None and not (isinstance(period, list) and period and
+                                   all(isinstance(p, (tuple, list)) for p in period)):
+        pieces = [period]
+    if pieces is not None:
+        for p in pieces:
+            if not isinstance(p, (tuple, list)) or len(p) != 2:
+                raise TypeError("period must be a pair (start, end), either None (open), or a "
+                                "list of pairs")
+    needs_type = (pieces is not None and any(
+        b is not None and not _plain_int(b) for p in pieces for b in p)) or \
         (calendar is not None and calendar is not True and calendar is not False and
          not _plain_int(calendar))
     if needs_type:
         unit = _time_unit(_time_type(path, order_by, root, cache_dir))
-    if period is not None:
-        if not isinstance(period, (tuple, list)) or len(period) != 2:
-            raise TypeError("period must be a pair (start, end), either None (open)")
-        lo = _I64_MIN if period[0] is None else _time_value(period[0], unit, "period")
-        hi = _I64_MAX if period[1] is None else _time_value(period[1], unit, "period", end=True)
-        if lo > hi:
-            raise InvalidArgument(f"period: {period[0]!r} is after {period[1]!r}")
-        rules.append((order_by, _stoker.option_value("valid", "range"), 1, lo, hi))
+    if pieces is not None:
+        spans = []
+        for p in pieces:
+            lo = _I64_MIN if p[0] is None else _time_value(p[0], unit, "period")
+            hi = _I64_MAX if p[1] is None else _time_value(p[1], unit, "period", end=True)
+            if lo > hi:
+                raise InvalidArgument(f"period: {p[0]!r} is after {p[1]!r}")
+            spans.append([lo, hi])
+        spans.sort()
+        merged = [spans[0]]
+        for lo, hi in spans[1:]:
+            if lo <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        # From the first start to the last end, less the gaps between pieces.
+        rules.append((order_by, _stoker.option_value("valid", "range"), 1, merged[0][0],
+                      merged[-1][1]))
+        for (_, a_hi), (b_lo, _) in zip(merged, merged[1:]):
+            rules.append((order_by, _stoker.option_value("valid", "outside"), 1, a_hi + 1,
+                          b_lo - 1))
     if calendar is not None and calendar is not False:
         step = 0 if calendar is True else _time_value(calendar, unit, "calendar")
         if step <= 0 and calendar is not True:
@@ -513,7 +536,9 @@ class Loader:
         period: ``(start, end)``, with ``order_by``: only windows whose
             last row's time lies in [start, end] (either may be None);
             rows before ``start`` serve as warm-up, as NeuralHydrology's
-            train/validation/test periods do. Dates, strings
+            train/validation/test periods do. A list of pairs is a period
+            of several pieces (NeuralHydrology's lists of start and end
+            dates). Dates, strings
             (``"1999-10-01"``) and datetime64 are converted to the unit
             stoker.write recorded for the field (an end given to the day
             takes in the whole day); ints are taken as the stored values.

@@ -42,7 +42,8 @@ static const named valids[] = {{"all", STK_VALID_ALL},
                                {"finite", STK_VALID_FINITE},
                                {"some", STK_VALID_SOME},
                                {"range", STK_VALID_RANGE},
-                               {"step", STK_VALID_STEP}};
+                               {"step", STK_VALID_STEP},
+                               {"outside", STK_VALID_OUTSIDE}};
 static const named warm_ups[] = {{"auto", STK_WARM_UP_AUTO},
                                  {"on", STK_WARM_UP_ON},
                                  {"off", STK_WARM_UP_OFF}};

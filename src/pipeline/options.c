@@ -49,7 +49,7 @@ const char *stk_backend_name(stk_backend b) {
 static int check_rule(const stk_dataset *ds, const char *opt, const char *field, stk_valid test,
                       int64_t lo, int64_t hi, stk_error *err) {
     if (!field) return stk__err(err, -EINVAL, "%s: a validity rule needs a field", opt);
-    if (test < STK_VALID_ALL || test > STK_VALID_STEP ||
+    if (test < STK_VALID_ALL || test > STK_VALID_OUTSIDE ||
         (test == STK_VALID_ALL && strcmp(opt, "valid_field")))
         return stk__err(err, -EINVAL, "%s: '%s': unknown test %d", opt, field, (int)test);
     int k = stk_dataset_find_field(ds, field);
@@ -68,7 +68,7 @@ static int check_rule(const stk_dataset *ds, const char *opt, const char *field,
     if (test == STK_VALID_MASK && t == STK_BYTES)
         return stk__err(err, -EINVAL, "%s: '%s' is bytes; the mask rule needs numbers", opt,
                         field);
-    if (test == STK_VALID_RANGE || test == STK_VALID_STEP) {
+    if (test == STK_VALID_RANGE || test == STK_VALID_STEP || test == STK_VALID_OUTSIDE) {
         uint64_t elems = 1;
         for (int d = 1; d < f->ndim; d++) elems *= (uint64_t)f->shape[d];
         if (!integer || elems != 1)
@@ -77,7 +77,7 @@ static int check_rule(const stk_dataset *ds, const char *opt, const char *field,
                             "integer a row (a time field)",
                             opt, field, stk_dtype_name(t), (unsigned long long)elems,
                             stk_valid_name(test));
-        if (test == STK_VALID_RANGE && lo > hi)
+        if ((test == STK_VALID_RANGE || test == STK_VALID_OUTSIDE) && lo > hi)
             return stk__err(err, -EINVAL, "%s: '%s': an empty range [%lld, %lld]", opt, field,
                             (long long)lo, (long long)hi);
         if (test == STK_VALID_STEP && lo < 0)
@@ -91,7 +91,8 @@ static int check_rules(const stk_dataset *ds, const stk_loader_options *o, stk_e
     int rc;
     if (o->valid_field && (rc = check_rule(ds, "valid_field", o->valid_field, o->valid, 0, 0, err)))
         return rc;
-    if (o->valid == STK_VALID_RANGE || o->valid == STK_VALID_STEP)
+    if (o->valid == STK_VALID_RANGE || o->valid == STK_VALID_STEP ||
+        o->valid == STK_VALID_OUTSIDE)
         return stk__err(err, -EINVAL,
                         "valid: the %s rule takes bounds or a step: give it in valid_rules",
                         stk_valid_name(o->valid));

@@ -109,6 +109,10 @@ static bool row_bad(const uint8_t *p, stk_dtype t, size_t isz, uint64_t elems, c
         int64_t v = elem_int(p, t);
         return v < r->lo || v > r->hi;
     }
+    case STK_VALID_OUTSIDE: {
+        int64_t v = elem_int(p, t);
+        return v >= r->lo && v <= r->hi;
+    }
     default:
         for (uint64_t k = 0; k < elems; k++, p += isz) {
             bool bad = r->test == STK_VALID_MASK       ? elem_zero(p, t, isz)

@@ -100,6 +100,9 @@ static bool brute_rule(const stk_valid_rule *ru, uint32_t r, uint64_t t0, uint64
         case STK_VALID_RANGE:
             if (ts[r][i] < ru->lo || ts[r][i] > ru->hi) return false;
             break;
+        case STK_VALID_OUTSIDE:
+            if (ts[r][i] >= ru->lo && ts[r][i] <= ru->hi) return false;
+            break;
         case STK_VALID_STEP:
             if (i > a && ts[r][i] - ts[r][i - 1] != (ru->lo ? ru->lo : DAY)) return false;
             break;
@@ -183,8 +186,9 @@ int main(void) {
 
     const uint64_t windows[] = {1, 2, 3, 7, 30, MAXROWS};
     const uint64_t lasts[] = {0, 1, 2, 5, 1000};
-    const stk_valid tests[] = {STK_VALID_MASK, STK_VALID_NOT_NAN, STK_VALID_FINITE,
-                               STK_VALID_SOME, STK_VALID_RANGE, STK_VALID_STEP};
+    const stk_valid tests[] = {STK_VALID_MASK,  STK_VALID_NOT_NAN, STK_VALID_FINITE,
+                               STK_VALID_SOME,  STK_VALID_RANGE,   STK_VALID_STEP,
+                               STK_VALID_OUTSIDE};
     uint64_t longest = 0;
     for (uint32_t r = 0; r < NREC; r++) longest = rows_of[r] > longest ? rows_of[r] : longest;
     for (size_t wi = 0; wi < sizeof windows / sizeof *windows; wi++) {
@@ -192,7 +196,7 @@ int main(void) {
         if (L > longest) continue;
         for (uint64_t S = 1; S <= 3; S++) {
             /* One rule at a time, on each field it applies to. */
-            for (size_t ti = 0; ti < 6; ti++)
+            for (size_t ti = 0; ti < 7; ti++)
                 for (size_t li = 0; li < 5; li++)
                     for (int fx = 0; fx < 2; fx++) {
                         stk_valid te = tests[ti];
@@ -203,7 +207,7 @@ int main(void) {
                                             : te == STK_VALID_MASK ? "m"
                                                                    : "t";
                         stk_valid_rule ru = {field, te, lasts[li], 0, 0};
-                        if (te == STK_VALID_RANGE) {
+                        if (te == STK_VALID_RANGE || te == STK_VALID_OUTSIDE) {
                             ru.lo = 200 * DAY;
                             ru.hi = 900 * DAY;
                         }
@@ -220,17 +224,21 @@ int main(void) {
                                     {"t", STK_VALID_RANGE, 1, 300 * DAY, 800 * DAY},
                                     {"t", STK_VALID_STEP, 0, 0, 0}};
             check_rules(ds, nh, 4, L, S);
+            stk_valid_rule two[3] = {{"t", STK_VALID_RANGE, 1, 300 * DAY, 800 * DAY},
+                                     {"t", STK_VALID_OUTSIDE, 1, 401 * DAY, 599 * DAY},
+                                     {"x", STK_VALID_NOT_NAN, 0, 0, 0}};
+            check_rules(ds, two, 3, L, S);
             for (int k = 0; k < 6; k++) {
                 stk_valid_rule rs[3];
                 for (int j = 0; j < 3; j++) {
-                    stk_valid te = tests[next_rand() % 6];
+                    stk_valid te = tests[next_rand() % 7];
                     bool flt = te == STK_VALID_NOT_NAN || te == STK_VALID_FINITE ||
                                te == STK_VALID_SOME;
                     rs[j] = (stk_valid_rule){flt ? (next_rand() % 2 ? "x" : "y")
                                              : te == STK_VALID_MASK ? "m"
                                                                     : "t",
                                              te, lasts[next_rand() % 5], 0, 0};
-                    if (te == STK_VALID_RANGE) {
+                    if (te == STK_VALID_RANGE || te == STK_VALID_OUTSIDE) {
                         rs[j].lo = (int64_t)(next_rand() % 500) * DAY;
                         rs[j].hi = rs[j].lo + (int64_t)(next_rand() % 800) * DAY;
                     }

@@ -51,7 +51,7 @@ def basin_frames(seed=0):
     return frames
 
 
-def neuralhydrology_dataset(frames, tmp_path, normalise=False, predict_last_n=1):
+def neuralhydrology_dataset(frames, tmp_path, normalise=False, predict_last_n=1, pieces=None):
     """NeuralHydrology's training Dataset over the frames: values as they
     are (normalise=False), or its own scaler and per-basin target stds
     (normalise=True)."""
@@ -75,8 +75,10 @@ def neuralhydrology_dataset(frames, tmp_path, normalise=False, predict_last_n=1)
     cfg = Config({
         "train_basin_file": str(basin_file), "validation_basin_file": str(basin_file),
         "test_basin_file": str(basin_file),
-        "train_start_date": pd.Timestamp(START).strftime("%d/%m/%Y"),
-        "train_end_date": pd.Timestamp(END).strftime("%d/%m/%Y"),
+        "train_start_date": [pd.Timestamp(a).strftime("%d/%m/%Y") for a, _ in pieces or
+                             [(START, END)]],
+        "train_end_date": [pd.Timestamp(b).strftime("%d/%m/%Y") for _, b in pieces or
+                           [(START, END)]],
         "dynamic_inputs": INPUTS, "target_variables": TARGETS, "seq_length": SEQ,
         "evolving_attributes": EVOLVING, "predict_last_n": predict_last_n, "loss": "NSE" if normalise else "MSE", "dataset": "generic",
         "data_dir": str(tmp_path), "verbose": 0, "custom_normalization": {} if normalise else {
@@ -89,10 +91,10 @@ def neuralhydrology_dataset(frames, tmp_path, normalise=False, predict_last_n=1)
                   id_to_int={}, scaler={})
 
 
-def neuralhydrology_samples(frames, tmp_path, predict_last_n=1):
+def neuralhydrology_samples(frames, tmp_path, predict_last_n=1, pieces=None):
     """NeuralHydrology's training samples: {(basin, end date): (x, y's last
     predict_last_n steps, the evolving attribute at the last step)}."""
-    ds = neuralhydrology_dataset(frames, tmp_path, predict_last_n=predict_last_n)
+    ds = neuralhydrology_dataset(frames, tmp_path, predict_last_n=predict_last_n, pieces=pieces)
     out = {}
     for i in range(len(ds)):
         basin, (idx,) = ds.lookup_table[i]
@@ -112,16 +114,17 @@ def write_basins(frames, path):
                  static=["bid"])
 
 
-def stoker_samples(frames, path, predict_last_n=1, **extra):
+def stoker_samples(frames, path, predict_last_n=1, pieces=None, **extra):
     write_basins(frames, path)
     # NeuralHydrology's warm-up is seq_length - predict_last_n steps, so
     # its first sample ends predict_last_n - 1 steps into the period.
-    start = pd.Timestamp(START) + pd.Timedelta(days=predict_last_n - 1)
+    period = [((pd.Timestamp(a) + pd.Timedelta(days=predict_last_n - 1)).strftime("%Y-%m-%d"), b)
+              for a, b in pieces or [(START, END)]]
     out = {}
     with stoker.Loader(path, 64, fields=["x", "y", "soil", "date", "bid"], window=SEQ,
                        valid=stoker.neuralhydrology_rules("x", "y", predict_last_n,
                                                           evolving="soil"),
-                       period=(start.strftime("%Y-%m-%d"), END), order_by="date",
+                       period=period, order_by="date",
                        calendar=True, shuffle="sequential", **extra) as loader:
         for b in loader:
             for x, y, e, d, bid in zip(b["x"], b["y"], b["soil"], b["date"], b["bid"]):
@@ -152,6 +155,22 @@ def test_same_samples_and_values(tmp_path, predict_last_n):
     assert min(d for b, d in want if b == "b3") >= pd.Timestamp("2000-02-10") + pd.Timedelta(
         days=SEQ - 1)
     assert any(np.isnan(y[-1, 0]) and not np.isnan(y[-1, 1]) for _, y, _ in want.values())
+
+
+def test_a_period_of_several_pieces(tmp_path):
+    """NeuralHydrology's lists of start and end dates: three pieces, the
+    second's warm-up inside the first, the third's after a gap of weeks."""
+    pieces = [("2000-02-10", "2000-03-05"), ("2000-03-15", "2000-04-01"),
+              ("2000-05-01", "2000-05-31")]
+    frames = basin_frames()
+    want = neuralhydrology_samples(frames, tmp_path, pieces=pieces)
+    got = stoker_samples(frames, tmp_path / "pieces.stk", pieces=pieces)
+    assert len(want) > 150 and set(got) == set(want)
+    for key, (x, y, e) in want.items():
+        np.testing.assert_array_equal(got[key][0], x, err_msg=str(key))
+        np.testing.assert_array_equal(got[key][1], y, err_msg=str(key))
+    assert not any(pd.Timestamp("2000-04-02") <= d <= pd.Timestamp("2000-04-30")
+                   for _, d in want)
 
 
 def test_old_rule_is_not_neuralhydrology(tmp_path):

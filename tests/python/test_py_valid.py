@@ -165,6 +165,11 @@ def test_period_and_calendar(hourly):
     assert len(ends(path, W, calendar="2h")) == 0
     both = ends(path, W, calendar=True, period=("2001-03-02", None))
     assert both == [d for d in cal if d >= lo]
+    # A period of pieces, given out of order and overlapping: days 1, 3 and 4.
+    days = ends(path, W, period=[("2001-03-03", "2001-03-03"), ("2001-03-01", "2001-03-01"),
+                                 ("2001-03-03 12:00", "2001-03-04")])
+    all_ends = ends(path, W)
+    assert days == [d for d in all_ends if d.day in (1, 3, 4)]
 
 
 def test_source_takes_rules(series):
@@ -209,6 +214,12 @@ def test_mistakes_are_named(series, kw, needle):
     with pytest.raises(stoker.InvalidArgument, match=None) as e:
         stoker.Loader(path, 4, fields=["pos"], window=3, **kw)
     assert needle in str(e.value)
+
+
+def test_a_period_is_pairs(series):
+    path, _ = series
+    with pytest.raises(TypeError, match="pair"):
+        stoker.Loader(path, 4, fields=["pos"], window=3, period=[(0, 5), (7,)], order_by="pos")
 
 
 def test_rules_need_windows(series):
