@@ -117,6 +117,22 @@ def test_loader_says_where_its_rank_came_from(id_ds, monkeypatch):
     assert "rank unknown" in repr(ds)
 
 
+def test_a_rank_share_is_dealt_in_blocks_each_epoch(id_ds):
+    """What README says of shares: dealt anew each epoch, in blocks; a
+    dataset of one block keeps its shares (in a new order), finer blocks
+    deal new ones."""
+    def share(epoch, **kw):
+        with stoker.Loader(id_ds, 8, shuffle="random", rank=0, world_size=2, epoch=epoch,
+                           **kw) as ld:
+            return [i for b in ld for i in b["id"].tolist()]
+    one_block = [share(e) for e in range(3)]
+    assert len({tuple(sorted(s)) for s in one_block}) == 1
+    assert len({tuple(s) for s in one_block}) == 3
+    fine = [set(share(e, block_bytes=512)) for e in range(3)]
+    assert all(len(s) == N // 2 for s in fine)
+    assert fine[0] != fine[1] and fine[1] != fine[2]
+
+
 # ---- torch.distributed: a Dataset made before the process group ----------
 
 GROUP_SCRIPT = r"""
