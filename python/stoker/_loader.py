@@ -704,9 +704,10 @@ class Loader:
         return super().__new__(cls)
 
     # Fields with a logical type (stk_field.type) that numpy output turns
-    # into strings, datetimes or durations: {name: type}.  (A mixture's
-    # batches keep their stored form.)
-    _types: Dict[str, str] = {}
+    # into strings, datetimes or durations: {name: type}; None until the
+    # first batch asks the extension (a mixture, which opens its loader
+    # later, included).
+    _types: Optional[Dict[str, str]] = None
     _strings = "list"
 
     def __init__(self, path: PathLike, batch_size: int, *,
@@ -826,6 +827,8 @@ class Loader:
             # (A bfloat16 field's buffer format is "H": it arrives as the
             # raw 16-bit words, uint16.)
             out = {k: np.asarray(v) for k, v in arrays.items()}
+            if self._types is None:
+                self._types = dict(getattr(self._c, "field_types", None) or {})
             for name, t in self._types.items():
                 if name in out:
                     _present(out, name, t, self._strings)

@@ -232,3 +232,15 @@ def test_lists_of_lists_of_one_inner_length_become_fixed_inner_dimensions(tmp_pa
     ragged = pa.table({"p": pa.array([[[1], [2, 3]]], pa.list_(pa.list_(pa.int16())))})
     with pytest.raises(ValueError, match="'p'.*lists of lists"):
         stoker.write(tmp_path / "r", ragged)
+
+
+def test_a_mixture_gives_strings_too(tmp_path):
+    stoker.write(tmp_path / "a", {"text": TEXT[:8], "i": np.arange(8)})
+    stoker.write(tmp_path / "b", {"text": TEXT[8:16], "i": np.arange(8, 16)})
+    seen = {}
+    with stoker.Loader([str(tmp_path / "a"), str(tmp_path / "b")], 4, seed=1) as mix:
+        for b in mix:
+            assert isinstance(b["text"], list)
+            for i, t in zip(b["i"].tolist(), b["text"]):
+                seen[i] = t
+    assert seen == {i: TEXT[i] for i in range(16)}
