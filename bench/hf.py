@@ -100,7 +100,12 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-write", action="store_true", help="print, leave BENCHMARKS.md")
     a = ap.parse_args()
-    import datasets
+    try:
+        import datasets
+    except ImportError:
+        print("bench/hf.py: skipped: the datasets package is not installed "
+              "(pip install -r requirements-dev.txt)", file=sys.stderr)
+        return
     import stoker
     datasets.disable_progress_bars()
     out = common.OUT / "hf"
