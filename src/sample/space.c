@@ -99,7 +99,8 @@ static int64_t elem_int(const uint8_t *p, stk_dtype t) {
 /* Whether a row (elems elements) counts as bad for a test: for SOME, a row
  * of NaNs only; for the others, a row with one failing element.  (STEP is
  * a property of neighbouring rows: see count_bad.) */
-static bool row_bad(const uint8_t *p, stk_dtype t, size_t isz, uint64_t elems, const stk__rule *r) {
+static STK__ALWAYS_INLINE bool row_bad(const uint8_t *p, stk_dtype t, size_t isz, uint64_t elems,
+                                        const stk__rule *r) {
     switch (r->test) {
     case STK_VALID_SOME:
         for (uint64_t k = 0; k < elems; k++, p += isz)
@@ -124,6 +125,21 @@ static bool row_bad(const uint8_t *p, stk_dtype t, size_t isz, uint64_t elems, c
     }
 }
 
+/* The commonest rule, a float32 target's last row (NOT_NAN, or SOME), in
+ * a loop of its own: ok[k] &= the row at p + k * step passes. */
+static void last_row_f32(const uint8_t *p, uint64_t step, uint64_t elems, bool some,
+                         uint8_t *ok, uint64_t n) {
+    for (uint64_t k = 0; k < n; k++, p += step) {
+        uint64_t nan = 0;
+        for (uint64_t e = 0; e < elems; e++) {
+            float v;
+            memcpy(&v, p + 4 * e, 4);
+            nan += v != v;
+        }
+        ok[k] &= some ? nan < elems : nan == 0;
+    }
+}
+
 /* cnt[i] = bad rows among the first i of a record's `rows` (cnt has
  * rows + 1 entries): one pass over the field, so that any window's count
  * is a difference of two entries.  For STEP, row i > 0 is bad when it does
@@ -140,6 +156,20 @@ static void count_bad(const stk__rule *r, const uint8_t *base, stk_dtype t, size
             bool bad = i > 0 && (uint64_t)v - (uint64_t)prev != (uint64_t)r->lo;
             cnt[i + 1] = cnt[i] + bad;
             prev = v;
+        }
+        return;
+    }
+    if (t == STK_F32 && (r->test == STK_VALID_NOT_NAN || r->test == STK_VALID_SOME)) {
+        bool some = r->test == STK_VALID_SOME;
+        for (uint64_t i = 0; i < rows; i++) {
+            const uint8_t *p = base + i * row_bytes;
+            uint64_t nan = 0;
+            for (uint64_t e = 0; e < elems; e++) {
+                float v;
+                memcpy(&v, p + 4 * e, 4);
+                nan += v != v;
+            }
+            cnt[i + 1] = cnt[i] + (some ? nan == elems : nan != 0);
         }
         return;
     }
@@ -292,15 +322,33 @@ int stk__space_build(stk__space *sp, const stk_dataset *ds, const stk__space_par
         }
         memset(ok, 1, nstarts);
         /* Per rule: one pass over the record's rows for the counts, then
-         * O(1) a window. */
+         * O(1) a window; or, where the windows test fewer rows in all than
+         * the record has (the last row, stride 1), those rows directly. */
         for (size_t i = 0; i < nrules; i++) {
             const stk__rule *ru = &rules[i];
             const uint8_t *base;
             if ((rc = rule_rows(ds, ru, r, rows, &base, err))) goto fail;
             const stk__fieldinfo *vi = &ds->info[ru->field];
-            count_bad(ru, base, ds->fields[ru->field].dtype, vi->itemsize, vi->row_bytes, rows,
-                      cnt);
+            stk_dtype dt = ds->fields[ru->field].dtype;
             uint64_t m = ru->last && ru->last < sp->L ? ru->last : sp->L;
+            uint64_t elems = vi->row_bytes / vi->itemsize;
+            if (m == 1 && dt == STK_F32 &&
+                (ru->test == STK_VALID_NOT_NAN || ru->test == STK_VALID_SOME)) {
+                last_row_f32(base + (sp->L - 1) * vi->row_bytes, sp->S * vi->row_bytes, elems,
+                             ru->test == STK_VALID_SOME, ok, nstarts);
+                continue;
+            }
+            if (ru->test != STK_VALID_STEP && m * nstarts <= rows) {
+                for (uint64_t k = 0; k < nstarts; k++) {
+                    if (!ok[k]) continue;
+                    uint64_t end = k * sp->S + sp->L, bad = 0;
+                    for (uint64_t j = end - m; j < end; j++)
+                        bad += row_bad(base + j * vi->row_bytes, dt, vi->itemsize, elems, ru);
+                    ok[k] = ru->test == STK_VALID_SOME ? bad < m : bad == 0;
+                }
+                continue;
+            }
+            count_bad(ru, base, dt, vi->itemsize, vi->row_bytes, rows, cnt);
             for (uint64_t k = 0; k < nstarts; k++)
                 ok[k] &= window_ok(ru, cnt, k * sp->S + sp->L, m);
         }
