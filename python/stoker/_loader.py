@@ -803,9 +803,19 @@ class Loader:
         if self._exhausted:
             self.set_epoch(self._epoch + 1)
         while True:
-            batch = self.next()
-            if batch is None:
-                return
+            # The hand-over (see next()): the batch stays pending until this
+            # frame holds it; the attribute store that ends it, the yield and
+            # the caller's for-loop store are no points where a signal
+            # handler runs, so Ctrl-C either puts the batch back or finds it
+            # delivered.
+            try:
+                batch = self._take()
+                if batch is None:
+                    return
+                self._c.pending = False
+            except BaseException:
+                self._c.unget_last()
+                raise
             yield batch
             # Drop this frame's reference before asking for the next batch:
             # a batch the caller let go of must not keep its buffer held.
@@ -847,9 +857,13 @@ class Loader:
     def next(self) -> Optional[Batch]:
         """Waits for the next batch of the epoch.
 
-        The wait releases the GIL and is interrupted by Ctrl-C; a batch
-        taken but not yet handed over when an exception comes is put back,
-        so the next call gives it.
+        The wait releases the GIL and is interrupted by Ctrl-C. A batch is
+        delivered once this call returns it: an exception before (Ctrl-C
+        landing as the batch arrives, a failed conversion) puts it back, so
+        that the next call gives it and a state saved in the handler does
+        not count it. (``for batch in loader`` carries that to the loop's
+        own variable; a Ctrl-C that lands in the caller's frame between
+        this call's return and its assignment is the caller's.)
 
         Returns:
             The batch, or None at the end of the epoch (and again until
@@ -859,6 +873,18 @@ class Loader:
             StokerError: A read or checksum failure, naming the shard file
                 and the record; the loader gives the same error from then on.
         """
+        try:
+            out = self._take()
+            if out is not None:
+                self._c.pending = False
+        except BaseException:
+            self._c.unget_last()
+            raise
+        return out
+
+    def _take(self) -> Optional[Batch]:
+        """next() without the end of the hand-over: the batch returned is
+        still pending (self._c.pending), put back if it is dropped."""
         if self._share_given is not None:
             self._check_share()
         item = None
@@ -901,8 +927,7 @@ class Loader:
             # Interrupted (Ctrl-C) after the batch was taken but before the
             # caller had it: put it back, so that the next call gives it and
             # a state saved now does not count it as delivered.
-            if item is not None:
-                self._c.unget_last()
+            self._c.unget_last()
             raise
         self._started = True
         self._last_ids = ids

@@ -25,7 +25,17 @@ BatchObject *batch_new(LoaderObject *loader) {
 static void batch_dealloc(BatchObject *self) {
     LoaderObject *l = self->loader;
     if (l) {
-        if (l->last == self) l->last = NULL;
+        if (l->last == self) {
+            /* Dropped before the Python Loader held it (an interrupt
+             * between next_batch()'s return and the caller's store): put
+             * back, so that the next call gives it and the state does not
+             * count it as delivered. */
+            if (l->pending && l->ld && !l->closing && self->b && l->device < 0 &&
+                l->pid == getpid() && stk_loader_unget(l->ld, self->b) == 0)
+                self->b = NULL;
+            l->pending = 0;
+            l->last = NULL;
+        }
         if (l->ld && self->b && l->pid == getpid())
             /* A device batch is refilled only after the work queued on the
              * consumer's stream so far is done (or at once when no stream

@@ -73,6 +73,10 @@ typedef struct {
     int closing;       /* close() called while batches were alive */
     BatchObject *last; /* the last batch given (borrowed; cleared when it
                         * goes), for unget_last() */
+    int pending;       /* last was returned by next_batch() but Python's
+                        * Loader does not hold it yet (it sets pending =
+                        * False once it does): put back, not released,
+                        * when it goes (an interrupt dropped it) */
     PyObject *names;   /* tuple of field names */
     stk_dataset **mix_ds; /* a mixture's sources (ds is NULL then) */
     size_t nmix;

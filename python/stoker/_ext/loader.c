@@ -152,6 +152,7 @@ static int next_c_batch(LoaderObject *self, stk_batch **out) {
 static PyObject *loader_next_batch(LoaderObject *self, PyObject *unused) {
     (void)unused;
     if (check_process(self)) return NULL;
+    self->pending = 0;
     stk_batch *b = NULL;
     int rc = next_c_batch(self, &b);
     if (rc == STK_END) Py_RETURN_NONE;
@@ -163,6 +164,7 @@ static PyObject *loader_next_batch(LoaderObject *self, PyObject *unused) {
     }
     bo->b = b;
     self->last = bo;
+    self->pending = 1;
     /* (A mixture of homogeneous batches hands out its sources' batches,
      * each with its own fields.) */
     size_t nf = stk_batch_num_fields(b);
@@ -180,14 +182,17 @@ static PyObject *loader_next_batch(LoaderObject *self, PyObject *unused) {
     return r;
 }
 
-/* unget_last(): puts back the last batch given (an interrupt came before
- * the caller could have it); its old arrays are detached from the buffer's
- * ownership, which the batch's next delivery takes.  True when put back. */
+/* unget_last(): puts back the last batch given while it is pending (an
+ * exception came before the Python Loader held it); its old arrays are
+ * detached from the buffer's ownership, which the batch's next delivery
+ * takes.  True when put back. */
 static PyObject *loader_unget_last(LoaderObject *self, PyObject *unused) {
     (void)unused;
     if (check_process(self)) return NULL;
     BatchObject *bo = self->last;
-    if (!bo || !bo->b || self->device >= 0) Py_RETURN_FALSE;
+    int pending = self->pending;
+    self->pending = 0;
+    if (!pending || !bo || !bo->b || self->device >= 0) Py_RETURN_FALSE;
     if (stk_loader_unget(self->ld, bo->b) != 0) Py_RETURN_FALSE;
     bo->b = NULL;
     self->last = NULL;
@@ -371,7 +376,27 @@ static PyMethodDef loader_methods[] = {
      "Stops the threads; memory still referenced by batches is freed with them."},
     {NULL, NULL, 0, NULL}};
 
+/* pending: whether the last batch given is not yet held by the Python
+ * Loader.  Set to False by an attribute store, which (unlike a call) is no
+ * point where the interpreter runs a signal handler: the hand-over is
+ * atomic against Ctrl-C. */
+static PyObject *loader_pending_get(LoaderObject *self, void *c) {
+    (void)c;
+    return PyBool_FromLong(self->pending);
+}
+static int loader_pending_set(LoaderObject *self, PyObject *v, void *c) {
+    (void)c;
+    if (v == NULL || v != Py_False) {
+        PyErr_SetString(PyExc_ValueError, "pending can only be set to False");
+        return -1;
+    }
+    self->pending = 0;
+    return 0;
+}
+
 static PyGetSetDef loader_getset[] = {
+    {"pending", (getter)loader_pending_get, (setter)loader_pending_set,
+     "whether the last batch given is not yet held by the caller", NULL},
     {"closed", (getter)loader_closed, NULL, "whether close() was called", NULL},
     {"field_names", (getter)loader_names, NULL, "the fields each batch holds", NULL},
     {"field_types", (getter)loader_types, NULL, "{name: logical type} of typed fields", NULL},
