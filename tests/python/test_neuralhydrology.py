@@ -212,3 +212,64 @@ def test_statistics_match_neuralhydrologys_scaler(tmp_path):
     for r, bid in enumerate(bids):
         want = ds._per_basin_target_stds[f"b{bid}"].numpy().ravel()
         np.testing.assert_allclose(ys["record_std"][r], want, rtol=1e-5)
+
+
+def _example():
+    """examples/neuralhydrology_lstm.py as a module."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "examples" / "neuralhydrology_lstm.py"
+    spec = importlib.util.spec_from_file_location("neuralhydrology_lstm", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_example_feeds_cudalstm_neuralhydrologys_tensors(tmp_path):
+    """examples/neuralhydrology_lstm.py: the normalised tensors it gives
+    CudaLSTM (inputs by name, static attributes, targets, the basin's
+    target std) are those NeuralHydrology's own Dataset gives after its
+    scaler, for the same (basin, end date) samples, every one of them; and
+    its training loop runs CudaLSTM with NeuralHydrology's NSE loss."""
+    ex = _example()
+    frames, attrs = ex.demo_frames(basins=6, years=3, seed=1)
+    start, end, seq = "2001-01-01", "2002-12-31", 365
+    cfg = ex.config(start, end, seq_length=seq, basins=list(frames), run_dir=tmp_path)
+    ds = ex.neuralhydrology_dataset(frames, attrs, cfg)
+    want = {}
+    for i in range(len(ds)):
+        basin, (idx,) = ds.lookup_table[i]
+        s = ds[i]
+        key = (basin, pd.Timestamp(ds._dates[basin][ds.frequencies[0]][idx]))
+        want[key] = (np.concatenate([s["x_d"][k].numpy() for k in ex.INPUTS], axis=-1),
+                     s["x_s"].numpy(), s["y"].numpy(), s["per_basin_target_stds"].numpy())
+
+    path = ex.write_dataset(frames, attrs, tmp_path / "camels.stk")
+    norm = ex.Normaliser(path, start, end, seq)
+    got = {}
+    with ex.open_loader(path, start, end, 64, seq, seed=3) as loader:
+        for batch in loader:
+            data = norm(batch)
+            assert set(data["x_d"]) == set(ex.INPUTS)
+            assert data["y"].shape[1:] == (seq, len(ex.TARGETS))
+            for j, bid in enumerate(data["bid"].tolist()):
+                key = (f"{bid:08d}", pd.Timestamp(int(data["date"][j, -1]), unit="D"))
+                assert key not in got, key
+                got[key] = (np.concatenate([data["x_d"][k][j].numpy() for k in ex.INPUTS],
+                                           axis=-1), data["x_s"][j].numpy(),
+                            data["y"][j].numpy(), data["per_basin_target_stds"][j].numpy())
+    assert len(want) > 2000
+    assert set(got) == set(want)
+    # NaN targets inside windows (the warm-up's and missing days) come
+    # through as NeuralHydrology gives them.
+    assert any(np.isnan(y[-30:]).any() for _, _, y, _ in want.values())
+    keys = sorted(want)
+    for part, name in enumerate(["x_d", "x_s", "y", "per_basin_target_stds"]):
+        w = np.stack([want[k][part] for k in keys])
+        g = np.stack([got[k][part] for k in keys])
+        assert g.shape == w.shape, name
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=name)
+
+    losses = ex.train(path, start, end, steps=3, seq_length=seq, batch_size=32, hidden_size=8,
+                      log=None)
+    assert len(losses) == 3 and np.isfinite(losses).all()
