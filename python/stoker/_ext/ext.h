@@ -77,6 +77,16 @@ typedef struct {
                         * Loader does not hold it yet (it sets pending =
                         * False once it does): put back, not released,
                         * when it goes (an interrupt dropped it) */
+    /* One call at a time uses ld without the GIL (next's wait, set_epoch,
+     * restore, fetch_epoch); others wait for it (enter_c/leave_c in
+     * loader.c).  close() from another thread asks it to stop (stop_req:
+     * next() gives up its wait within a slice) and closes once it is out;
+     * close() from the busy thread itself (a signal handler run during
+     * next()'s wait) is left to it (close_deferred). */
+    int busy;
+    unsigned long busy_thread;
+    int stop_req;
+    int close_deferred;
     PyObject *names;   /* tuple of field names */
     stk_dataset **mix_ds; /* a mixture's sources (ds is NULL then) */
     size_t nmix;

@@ -50,6 +50,55 @@ int check_process(LoaderObject *self) {
     return 0;
 }
 
+/* ---- one call at a time without the GIL ---- */
+
+static PyObject *loader_close(LoaderObject *self, PyObject *unused);
+
+/* Before a call that uses self->ld with the GIL released: waits (the GIL
+ * released, in naps of a millisecond) while another thread is in one, then
+ * marks this thread as in it.  0, or -1 with an exception (the loader was
+ * closed meanwhile, or this thread is already in one: a signal handler
+ * that called the loader during next()'s wait). */
+static int enter_c(LoaderObject *self) {
+    unsigned long me = PyThread_get_thread_ident();
+    for (;;) {
+        if (check_process(self)) return -1;
+        if (self->stop_req) {
+            PyErr_SetString(InvalidArgument, "the loader is closed");
+            return -1;
+        }
+        if (!self->busy) break;
+        if (self->busy_thread == me) {
+            PyErr_SetString(InvalidArgument,
+                            "the loader is already in a call on this thread (a signal handler "
+                            "called it while next() waited); only close() may be called there");
+            return -1;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        usleep(1000);
+        Py_END_ALLOW_THREADS
+    }
+    self->busy = 1;
+    self->busy_thread = me;
+    return 0;
+}
+
+/* After it: a close() asked for from this very thread meanwhile is done
+ * now. */
+static void leave_c(LoaderObject *self) {
+    self->busy = 0;
+    self->busy_thread = 0;
+    if (self->close_deferred) {
+        self->close_deferred = 0;
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        PyObject *r = loader_close(self, NULL);
+        Py_XDECREF(r);
+        if (!r) PyErr_Clear();
+        PyErr_Restore(t, v, tb);
+    }
+}
+
 /* ---- open ---- */
 
 /* Opens the dataset and the loader of `c` with the GIL released.  Returns
@@ -119,7 +168,15 @@ static void loader_dealloc(LoaderObject *self) {
 static int next_c_batch(LoaderObject *self, stk_batch **out) {
     stk_error err = {0};
     int rc;
+    if (enter_c(self)) return -1;
     for (;;) {
+        if (self->stop_req) {
+            /* close() was called from another thread, or from a signal
+             * handler on this one, while this call waited. */
+            leave_c(self);
+            PyErr_SetString(InvalidArgument, "the loader was closed while next() waited");
+            return -1;
+        }
         Py_BEGIN_ALLOW_THREADS
         rc = stk_loader_next_timeout(self->ld, out, 100, &err);
         Py_END_ALLOW_THREADS
@@ -132,14 +189,25 @@ static int next_c_batch(LoaderObject *self, stk_batch **out) {
             r2 = stk_loader_add_buffer(self->ld, &err);
             Py_END_ALLOW_THREADS
             if (r2) {
+                leave_c(self);
                 raise_stk(r2, &err);
                 return -1;
             }
             continue;
         }
+        if (rc == 0 && self->stop_req) {
+            /* Closed as the batch arrived: it goes back, undelivered. */
+            stk_loader_unget(self->ld, *out);
+            *out = NULL;
+            continue;
+        }
         if (rc != -ETIMEDOUT) break;
-        if (PyErr_CheckSignals()) return -1;
+        if (PyErr_CheckSignals()) {
+            leave_c(self);
+            return -1;
+        }
     }
+    leave_c(self);
     if (rc == 0 || rc == STK_END) return rc;
     raise_stk(rc, &err);
     return -1;
@@ -207,9 +275,11 @@ static PyObject *loader_set_epoch(LoaderObject *self, PyObject *arg) {
     if (PyErr_Occurred()) return NULL;
     stk_error err = {0};
     int rc;
+    if (enter_c(self)) return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = stk_loader_set_epoch(self->ld, e, &err);
     Py_END_ALLOW_THREADS
+    leave_c(self);
     if (rc) return raise_stk(rc, &err);
     Py_RETURN_NONE;
 }
@@ -220,9 +290,11 @@ static PyObject *loader_fetch_epoch(LoaderObject *self, PyObject *unused) {
     stk_error err = {0};
     uint64_t bytes = 0;
     int rc;
+    if (enter_c(self)) return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = stk_loader_fetch_epoch(self->ld, &bytes, &err);
     Py_END_ALLOW_THREADS
+    leave_c(self);
     if (rc) return raise_stk(rc, &err);
     return PyLong_FromUnsignedLongLong(bytes);
 }
@@ -248,9 +320,11 @@ static PyObject *loader_restore(LoaderObject *self, PyObject *args) {
     st.streams = e;
     stk_error err = {0};
     int rc;
+    if (enter_c(self)) return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = stk_loader_restore(self->ld, &st, &err);
     Py_END_ALLOW_THREADS
+    leave_c(self);
     if (rc) return raise_stk(rc, &err);
     Py_RETURN_NONE;
 }
@@ -295,6 +369,22 @@ static PyObject *loader_close(LoaderObject *self, PyObject *unused) {
         self->ds = NULL;
         Py_RETURN_NONE;
     }
+    if (self->busy) {
+        /* A call is using the C loader without the GIL: it is asked to
+         * stop (next() gives up its wait within 100 ms), and the loader
+         * closes once it is out, never under it. */
+        self->stop_req = 1;
+        if (self->busy_thread == PyThread_get_thread_ident()) {
+            self->close_deferred = 1; /* a signal handler on the busy thread */
+            Py_RETURN_NONE;
+        }
+        while (self->busy) {
+            Py_BEGIN_ALLOW_THREADS
+            usleep(1000);
+            Py_END_ALLOW_THREADS
+        }
+    }
+    self->stop_req = 1;
     if (self->live) {
         /* Batches still alive: the threads stop and every buffer not held
          * goes back now; the rest when the last batch goes. */
