@@ -968,7 +968,14 @@ STK_API void stk_loader_options_init(stk_loader_options *opts);
  *   with a device: STK_ENOGPU (no plugin, driver or device: the message
  *             says which), -EINVAL (no such device), STK_ECUDA.
  * Thread-safety: a loader is driven by one consumer thread at a time; its
- * own threads are internal.
+ * own threads are internal.  Only stk_loader_release(_after) may be called
+ * from another thread at the same time as the consumer's calls (a batch
+ * handed to another thread and released there).  stk_loader_close and
+ * stk_loader_stop race with every other call: a caller that closes from
+ * another thread (a watchdog, a signal handler) must first have the
+ * consumer out of its call.  Waiting in stk_loader_next_timeout slices of,
+ * say, 100 ms and checking a flag of its own between them is how the
+ * Python package does it (python/stoker/_ext/loader.c, enter_c).
  */
 STK_API int stk_loader_open(stk_dataset *ds, const stk_loader_options *opts,
                             stk_loader **out, stk_error *err);
