@@ -709,6 +709,7 @@ class Loader:
     # later, included).
     _types: Optional[Dict[str, str]] = None
     _strings = "list"
+    _held: Any = None  # (the last batch's arrays during the hand-over: _convert)
 
     def __init__(self, path: PathLike, batch_size: int, *,
                  fields: Optional[Union[str, Sequence[str]]] = None,
@@ -813,6 +814,7 @@ class Loader:
                 if batch is None:
                     return
                 self._c.pending = False
+                self._held = None
             except BaseException:
                 self._c.unget_last()
                 raise
@@ -842,6 +844,11 @@ class Loader:
             for name, t in self._types.items():
                 if name in out:
                     _present(out, name, t, self._strings)
+            # A batch of strings only may hold no view of the C batch: it is
+            # kept here until the hand-over ends (next(), __iter__), or its
+            # release would read as a batch dropped by an interrupt and put
+            # it back.
+            self._held = arrays
             return out
         if output == "dlpack":
             return arrays
@@ -877,6 +884,7 @@ class Loader:
             out = self._take()
             if out is not None:
                 self._c.pending = False
+                self._held = None
         except BaseException:
             self._c.unget_last()
             raise

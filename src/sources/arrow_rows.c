@@ -49,6 +49,9 @@ static int copy_elems(const struct ArrowArray *a, const col *c, int64_t first, i
         }
         return 0;
     }
+    /* (An array of no values, a table whose lists are all empty, may have
+     * no data buffer at all: nothing to copy, and no pointer to add to.) */
+    if (count <= 0) return 0;
     const uint8_t *src = (const uint8_t *)a->buffers[1] + (uint64_t)(a->offset + first) * c->isz;
     memcpy(dst, src, (size_t)count * c->isz);
     if (a->null_count) {

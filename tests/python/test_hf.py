@@ -256,3 +256,18 @@ def test_text_and_tokens_through_torch(tmp_path, hf):
                 assert b["tokens"][toff[j]:toff[j + 1]].tolist() == cols["tokens"][r]
                 seen.add(r)
     assert seen == set(range(N))
+
+
+def test_pack_from_arrow_names_a_dataset_dicts_splits(tmp_path, hf):
+    datasets.DatasetDict({"train": hf, "test": hf.select([0])}).save_to_disk(str(tmp_path / "dd"))
+    build = os.environ.get("STOKER_BUILD", "build")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    exe = os.path.join(build if os.path.isabs(build) else os.path.join(root, build), "stoker")
+    env = dict(os.environ, STOKER_PYTHON=sys.executable)
+    r = subprocess.run([exe, "pack", "--from", "arrow", str(tmp_path / "dd"), "-o",
+                        str(tmp_path / "x")], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "DatasetDict" in r.stderr and "train" in r.stderr
+    r = subprocess.run([exe, "pack", "--from", "arrow", str(tmp_path / "dd" / "test"), "-o",
+                        str(tmp_path / "t")], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    check(tmp_path / "t", columns(), [0])
