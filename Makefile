@@ -79,6 +79,7 @@ bench: build py-install
 	STOKER_BUILD=$(BUILD) $(PY) bench/remote.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/remote_link.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/hf.py
+	STOKER_BUILD=$(BUILD) $(PY) bench/neuralhydrology.py
 	DEMO_RECORD=1 STOKER_BUILD=$(BUILD) $(PY) scripts/demo.py
 
 clean:

@@ -114,6 +114,7 @@ def config(start, end, seq_length=365, predict_last_n=1, hidden_size=64, basins=
     basins are those its own Dataset would read (the model needs none)."""
     from neuralhydrology.utils.config import Config
     run_dir = run_dir or tempfile.mkdtemp(prefix="nh-run-")
+    os.makedirs(run_dir, exist_ok=True)
     basin_file = os.path.join(run_dir, "basins.txt")
     with open(basin_file, "w") as f:
         f.write("".join(f"{b}\n" for b in basins))
@@ -168,16 +169,20 @@ class Normaliser:
         bid = batch["bid"].reshape(-1)
         b, t = len(bid), batch["x"].shape[1]
         # (A field of one column comes as [B, T]: NeuralHydrology wants
-        # the column's axis.)
-        x = (batch["x"].reshape(b, t, -1) - self.x_mean) / self.x_std
+        # the column's axis. The subtraction makes new tensors, which the
+        # division then works in.)
+        x = batch["x"].reshape(b, t, -1) - self.x_mean
+        x /= self.x_std
+        y = batch["y"].reshape(b, t, -1) - self.y_mean
+        y /= self.y_std
+        # NeuralHydrology blanks the targets of the warm-up, before the
+        # period (its loss reads only the last predict_last_n).
+        y.masked_fill_((batch["date"] < self.start).reshape(b, t, 1), torch.nan)
         rec = torch.searchsorted(self.bids, bid)
         return {
             "x_d": {name: x[..., i:i + 1] for i, name in enumerate(INPUTS)},
             "x_s": (batch["attrs"].reshape(b, -1) - self.a_mean) / self.a_std,
-            # (NeuralHydrology blanks the targets of the warm-up, before
-            # the period; its loss reads only the last predict_last_n.)
-            "y": torch.where((batch["date"] < self.start).reshape(b, t, 1), torch.nan,
-                             (batch["y"].reshape(b, t, -1) - self.y_mean) / self.y_std),
+            "y": y,
             "per_basin_target_stds": self.basin_std[rec].unsqueeze(1),
             "bid": bid, "date": batch["date"],
         }
