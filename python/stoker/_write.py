@@ -66,7 +66,25 @@ def _text_column(v):
     """A dict source's column of one string a record, as (type, [uint8
     arrays]), or None for a column of anything else: a list or tuple of
     str (or of bytes), or a 1-d NumPy array of str (U, StringDType, or
-    objects that are all str) or of bytes (S, or objects)."""
+    objects that are all str) or of bytes (S, or objects); a pyarrow
+    array, pandas or polars Series of them as well."""
+    lib = (type(v).__module__ or "").split(".")[0]
+    if lib == "pyarrow" and hasattr(v, "to_pylist"):
+        import pyarrow as pa
+        t = v.type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+                or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+                or pa.types.is_string_view(t) or pa.types.is_binary_view(t)):
+            return None
+        v = v.to_pylist()
+    elif lib == "pandas" and getattr(v, "ndim", 0) == 1 and hasattr(v, "to_list"):
+        if getattr(v.dtype, "kind", "O") not in "OSUT":
+            return None  # (numbers: not turned into a list of objects)
+        v = v.to_list()
+    elif lib == "polars" and hasattr(v, "to_list"):
+        if str(getattr(v, "dtype", "")) not in ("String", "Utf8", "Binary"):
+            return None
+        v = v.to_list()
     if isinstance(v, np.ndarray):
         if v.ndim != 1 or v.dtype.kind not in "USTO":
             return None

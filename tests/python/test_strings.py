@@ -244,3 +244,20 @@ def test_a_mixture_gives_strings_too(tmp_path):
             for i, t in zip(b["i"].tolist(), b["text"]):
                 seen[i] = t
     assert seen == {i: TEXT[i] for i in range(16)}
+
+
+def test_dict_sources_take_arrow_pandas_and_polars_string_columns(tmp_path):
+    pd = pytest.importorskip("pandas")
+    cols = {"a": pa.array(TEXT), "b": pa.array(BLOBS, pa.large_binary()),
+            "c": pd.Series(TEXT), "n": pd.Series(np.arange(len(TEXT)))}
+    try:
+        import polars as pl
+        cols["d"] = pl.Series(TEXT)
+    except ImportError:
+        pass
+    stoker.write(tmp_path / "d", cols)
+    m = manifest(tmp_path / "d")
+    assert m["b"]["type"] == "binary" and "type" not in m["n"]
+    for r, rec in records(tmp_path / "d", shuffle="random").items():
+        assert rec["a"] == rec["c"] == rec.get("d", TEXT[r]) == TEXT[r]
+        assert rec["b"] == BLOBS[r] and rec["n"] == r
