@@ -438,20 +438,6 @@ def _count(path: PathLike, batch_size: int, **options: Any) -> Dict[str, int]:
 _STRINGS = ("list", "numpy", "arrow")
 
 
-def _typed_fields(types, window, c):
-    """The loader's typed fields ({name: type}) once checked: string and
-    binary fields have no rows to window (a window would cut a string's
-    bytes), so a windowed loader that selects one is refused (closed)."""
-    if window is not None:
-        text = [k for k, t in types.items() if t in ("string", "binary")]
-        if text:
-            c.close()
-            raise InvalidArgument(
-                f"window: field '{text[0]}' holds {types[text[0]]}s, which have no rows to "
-                "window; leave it out with fields=, or read it in record mode (window=None)")
-    return types
-
-
 def _present(out, name, t, strings):
     """Field `name` of a numpy batch as its logical type `t` says, in place:
     strings and binaries as `strings` asks (their offsets taken in), dates,
@@ -778,7 +764,7 @@ class Loader:
         self._exhausted = False   # the current epoch ended
         self._last_ids: Optional[bytes] = None  # (the last batch's, a copy)
         self._strings = strings
-        self._types = _typed_fields(self._c.field_types, window, self._c)
+        self._types = self._c.field_types
 
     def __repr__(self) -> str:
         parts = [f"path={self._path!r}", f"batch_size={self.batch_size}",
