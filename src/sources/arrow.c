@@ -299,17 +299,13 @@ static int plan(ctx *c, const stk_arrow_options *o, stk_error *err) {
         f->kind = c0->kind;
         f->dtype = c0->dtype;
         f->type = c0->type[0] ? c0->type : NULL;
-        if (is_str(f->kind) && (ncols > 1 || grouped))
+        if (is_str(f->kind) && ncols > 1)
             return stk__err(err, -EINVAL,
                             "column '%s' holds %ss (Arrow type '%s'%s): a %s column is a field "
-                            "of its own, one string a row, %s",
+                            "of its own, one string a row (with group_by, one a group), not "
+                            "stacked with other columns in fields=",
                             c0->name, c0->type, c0->format, c0->dict ? ", dictionary-encoded" : "",
-                            c0->type,
-                            grouped ? "so with group_by it can only be the group key (a group's "
-                                      "rows would each hold one; leave it out with fields=, or "
-                                      "turn it into integer codes first: pyarrow: "
-                                      "pyarrow.compute.dictionary_encode(...).indices)"
-                                    : "not stacked with other columns in fields=");
+                            c0->type);
         if (c0->ninner && (ncols > 1 || grouped))
             return stk__err(err, -EINVAL,
                             "column '%s' (Arrow type '%s') holds fixed-size lists inside its "
@@ -345,7 +341,8 @@ static int plan(ctx *c, const stk_arrow_options *o, stk_error *err) {
                             "column '%s': a list column cannot be grouped (each group row "
                             "would be ragged)",
                             c0->name);
-        f->row_bytes = is_str(f->kind) ? 0
+        /* (Grouped, a string row is the id of its interned bytes.) */
+        f->row_bytes = is_str(f->kind) ? (grouped ? 8 : 0)
                        : stk_dtype_size(f->dtype) * (uint64_t)c0->inner_n *
                              (ncols > 1 ? (uint64_t)ncols : (uint64_t)c0->width);
         for (size_t j = 0; j + 1 < c->nf; j++)

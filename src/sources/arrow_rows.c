@@ -307,7 +307,7 @@ static int intern(ctx *c, const char *p, uint64_t n, int64_t *id) {
     uint64_t h = str_hash(p, n) & (c->table_cap - 1);
     while (c->table[h] >= 0) {
         int64_t s = c->table[h];
-        if (c->str_len[s] == n && memcmp(c->arena + c->str_off[s], p, (size_t)n) == 0) {
+        if (c->str_len[s] == n && (n == 0 || memcmp(c->arena + c->str_off[s], p, (size_t)n) == 0)) {
             *id = s;
             return 0;
         }
@@ -323,7 +323,7 @@ static int intern(ctx *c, const char *p, uint64_t n, int64_t *id) {
         c->str_cap = cap;
     }
     if (stk__arrow_grow_bytes((uint8_t **)&c->arena, &c->arena_cap, c->arena_len + n + 1)) return -ENOMEM;
-    memcpy(c->arena + c->arena_len, p, (size_t)n);
+    if (n) memcpy(c->arena + c->arena_len, p, (size_t)n);
     c->str_off[c->nstr] = c->arena_len;
     c->str_len[c->nstr] = n;
     c->arena_len += n;
@@ -359,6 +359,29 @@ static int key_of(ctx *c, const struct ArrowArray *a, int64_t r, int64_t *out, u
     uint64_t n;
     str_at(a, g->kind, g->width, r, &p, &n);
     if (intern(c, p, n, out)) return stk__err(err, -ENOMEM, "out of memory");
+    return 0;
+}
+
+/* Group mode: row r of string field f as the id of its interned bytes (8
+ * bytes at dst), so that equal strings have equal rows and a group's rows
+ * compare bytewise as any field's do; the statics keep one a group. */
+static int str_id(ctx *c, const afield *f, const struct ArrowArray *batch, int64_t r,
+                  uint64_t grow, uint8_t *dst, stk_error *err) {
+    const col *c0 = &c->cols[f->cols[0]];
+    const struct ArrowArray *a = batch->children[f->cols[0]];
+    int rc = resolve(&a, c0, &r, grow, err);
+    if (rc) return rc;
+    if (!a || !valid_at(a, r))
+        return stk__err(err, -EINVAL,
+                        "column '%s': row %llu is null; a %s cannot be (fill the nulls first, "
+                        "e.g. pyarrow.compute.fill_null(column, \"\"))",
+                        c0->name, (unsigned long long)grow, c0->type);
+    const char *p;
+    uint64_t n;
+    str_at(a, c0->kind, c0->width, r, &p, &n);
+    int64_t id;
+    if (intern(c, p, n, &id)) return stk__err(err, -ENOMEM, "out of memory");
+    memcpy(dst, &id, 8);
     return 0;
 }
 
@@ -419,7 +442,11 @@ int stk__arrow_accumulate(ctx *c, struct ArrowArray *batch, uint64_t base, stk_e
             afield *f = &c->f[i];
             uint8_t *dst = f->data + f->len;
             uint64_t rows;
-            if ((rc = stk__arrow_field_row(c, f, batch, (int64_t)r, base + r, &dst, &rows, err))) return rc;
+            if (is_str(f->kind))
+                rc = str_id(c, f, batch, (int64_t)r, base + r, dst, err);
+            else
+                rc = stk__arrow_field_row(c, f, batch, (int64_t)r, base + r, &dst, &rows, err);
+            if (rc) return rc;
             f->len += f->row_bytes;
         }
         c->nrows++;
@@ -467,18 +494,25 @@ uint64_t *stk__arrow_sort_rows(ctx *c) {
 
 /* Decides which fields are static: those whose rows are equal (bytewise)
  * within every group.  A field named static that is not is an error that
- * names the group. */
+ * names the group; so is a string field, which can only be static (a
+ * group's rows of strings would be a ragged field of ragged values). */
 int stk__arrow_find_statics(ctx *c, const stk_arrow_options *o, const uint64_t *idx,
                         stk_error *err) {
     bool listed = o->statics || o->nstatics;
     for (size_t i = 0; i < c->nf; i++) {
         afield *f = &c->f[i];
         f->is_static = false;
+        bool must = f->named_static || is_str(f->kind);
+        if (is_str(f->kind) && (o->no_statics || (listed && !f->named_static)))
+            return stk__err(err, -EINVAL,
+                            "statics: field '%s' holds %ss, which with group_by are one a group "
+                            "(static): list it among the statics, or leave it out with fields=",
+                            f->name, c->cols[f->cols[0]].type);
         if (o->no_statics || (listed && !f->named_static) || is_list(f->kind)) continue;
         /* No rows: a field named static is (every group of none agrees),
          * so that an empty part has the schema of the others; one found
          * static from the data is not. */
-        bool same = c->nrows > 0 || f->named_static;
+        bool same = c->nrows > 0 || must;
         uint64_t a = 0, bad = 0;
         for (uint64_t r = 1; r < c->nrows && same; r++) {
             if (c->key[idx[r]] != c->key[idx[r - 1]]) {
@@ -491,21 +525,24 @@ int stk__arrow_find_statics(ctx *c, const stk_arrow_options *o, const uint64_t *
                 bad = r;
             }
         }
-        if (!same && f->named_static) {
+        if (!same && must) {
             int64_t key = c->key[idx[bad]];
+            const char *why = is_str(f->kind) ? " (with group_by a field of strings holds one a "
+                                                "group)"
+                                              : "";
             const col *g = &c->cols[c->group_col];
             if (g->kind == K_PRIM && g->dtype == STK_U64)
                 return stk__err(err, -EINVAL,
-                                "statics: field '%s' is not constant within group %llu of '%s'",
-                                f->name, (unsigned long long)key, g->name);
+                                "statics: field '%s' is not constant within group %llu of '%s'%s",
+                                f->name, (unsigned long long)key, g->name, why);
             if (g->kind == K_PRIM)
                 return stk__err(err, -EINVAL,
-                                "statics: field '%s' is not constant within group %lld of '%s'",
-                                f->name, (long long)key, g->name);
+                                "statics: field '%s' is not constant within group %lld of '%s'%s",
+                                f->name, (long long)key, g->name, why);
             return stk__err(err, -EINVAL,
-                            "statics: field '%s' is not constant within group '%.*s' of '%s'",
+                            "statics: field '%s' is not constant within group '%.*s' of '%s'%s",
                             f->name, (int)STK__MIN(c->str_len[key], (uint64_t)200),
-                            c->arena + c->str_off[key], g->name);
+                            c->arena + c->str_off[key], g->name, why);
         }
         f->is_static = same;
     }
@@ -530,6 +567,13 @@ int stk__arrow_write_groups(ctx *c, stk_writer *w, const uint64_t *idx, uint64_t
         }
         for (size_t i = 0; i < c->nf && rc == 0; i++) {
             afield *f = &c->f[i];
+            if (f->is_static && is_str(f->kind)) {
+                /* The group's string, from the interned bytes. */
+                int64_t id;
+                memcpy(&id, f->data + idx[a] * 8, 8);
+                v[i] = (stk_value){c->arena + c->str_off[id], c->str_len[id]};
+                continue;
+            }
             if (f->is_static) {
                 /* The group's one value: a vector of its columns, or a
                  * scalar. */

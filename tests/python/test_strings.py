@@ -175,7 +175,7 @@ def test_dates_timestamps_durations_and_times_keep_their_units(tmp_path):
 
 def test_refusals_are_clear(tmp_path):
     t = pa.table({"k": [1, 1, 2], "name": ["a", "b", "c"], "x": [1.0, 2.0, 3.0]})
-    with pytest.raises(ValueError, match="'name' holds strings.*group key"):
+    with pytest.raises(ValueError, match="'name' is not constant within group 1.*strings"):
         stoker.write(tmp_path / "g", t, group_by="k")
     with pytest.raises(ValueError, match="row 1 is null"):
         stoker.write(tmp_path / "n", pa.table({"s": ["a", None]}))
@@ -274,3 +274,26 @@ def test_dict_sources_take_arrow_pandas_and_polars_string_columns(tmp_path):
     for r, rec in records(tmp_path / "d", shuffle="random").items():
         assert rec["a"] == rec["c"] == rec.get("d", TEXT[r]) == TEXT[r]
         assert rec["b"] == BLOBS[r] and rec["n"] == r
+
+
+def test_grouped_rows_take_a_string_attribute_once_a_group(tmp_path):
+    rng = np.random.default_rng(1)
+    basin = rng.permutation(np.repeat(np.arange(4), 6))
+    names = [f"río {b}" if b != 2 else "" for b in basin]  # (an empty name too)
+    t = pa.table({"basin": basin, "day": rng.permutation(len(basin)).astype(np.int32),
+                  "q": rng.standard_normal(len(basin)).astype("f4"),
+                  "name": pa.array(names, pa.large_string())})
+    stoker.write(tmp_path / "d", t, group_by="basin", order_by="day")
+    m = manifest(tmp_path / "d")
+    assert (m["name"]["dtype"], m["name"]["shape"], m["name"]["type"]) == ("bytes", [-1], "string")
+    with stoker.Loader(tmp_path / "d", 5, window=3, shuffle="random") as ld:
+        for b in ld:
+            assert isinstance(b["name"], list) and len(b["name"]) == len(b["q"])
+    got = records(tmp_path / "d")
+    assert [got[r]["name"] for r in range(4)] == ["río 0", "río 1", "", "río 3"]
+    with pytest.raises(ValueError, match="'name' is not constant within group 1"):
+        bad = t.set_column(3, "name", pa.array([n + ("!" if i == list(basin).index(1) else "")
+                                                for i, n in enumerate(names)]))
+        stoker.write(tmp_path / "bad", bad, group_by="basin")
+    with pytest.raises(ValueError, match="'name' holds strings.*one a group"):
+        stoker.write(tmp_path / "none", t, group_by="basin", static=[])
