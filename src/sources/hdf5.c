@@ -303,6 +303,24 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
                           (unsigned long long)dims[0]);
             goto out;
         }
+        /* And libhdf5's own look-up of those rows, the one its reads make,
+         * must find this very chunk.  A key can list a chunk it would
+         * never find: a v1 B-tree key carries one more coordinate than the
+         * dataset has dimensions (the offset within an element, always 0),
+         * which chunk_info does not return but the look-up compares. */
+        hsize_t fsize = 0;
+        herr_t got;
+        H5E_BEGIN_TRY { got = H5Dget_chunk_storage_size(d, coord, &fsize); }
+        H5E_END_TRY
+        if (got < 0 || fsize != size) {
+            rc = stk__err(err, STK_ECORRUPT,
+                          "%s: dataset '%s': chunk %llu (rows from row %llu) is listed by the "
+                          "chunk index but not found there by libhdf5, which reads those rows "
+                          "as the fill value (a damaged chunk index)",
+                          path, out->dataset, (unsigned long long)i,
+                          (unsigned long long)coord[0]);
+            goto out;
+        }
         uint64_t n = STK__MIN((uint64_t)cdims[0], (uint64_t)(dims[0] - coord[0]));
         uint64_t craw = (uint64_t)cdims[0] * row;
         /* Bit k of the mask: pipeline filter k was skipped for this chunk

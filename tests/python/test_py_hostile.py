@@ -302,6 +302,32 @@ def test_an_index_with_counts_no_file_holds_is_refused_before_allocating(tmp_pat
         assert "do not fit" in r.stderr and "out of memory" not in r.stderr, r.stderr[-500:]
 
 
+@pytest.mark.parametrize("chunk", [0, 1, 9])
+def test_an_hdf5_chunk_key_with_a_trailing_element_offset_is_refused(tmp_path, chunk):
+    """A v1 B-tree key's last coordinate (the offset within an element) is
+    not 0: libhdf5 finds no chunk for those rows and reads fill values;
+    stoker must refuse the chunk, not deliver its bytes."""
+    h5py = pytest.importorskip("h5py")
+    import struct
+    p = tmp_path / "a.h5"
+    with h5py.File(p, "w", libver="earliest") as f:
+        f.create_dataset("d", data=np.arange(400, dtype=np.float32).reshape(100, 4),
+                         chunks=(10, 4))
+    b = bytearray(p.read_bytes())
+    key = struct.pack("<IIQQQ", 160, 0, 10 * chunk, 0, 0)
+    assert b.count(key) == 1
+    i = b.find(key)
+    b[i + 24:i + 32] = struct.pack("<Q", 4)
+    p.write_bytes(bytes(b))
+    with h5py.File(p) as f:
+        assert (f["d"][10 * chunk:10 * chunk + 10] == 0).all()   # what libhdf5 reads there
+        assert (f["d"][50:60] == np.arange(200, 240).reshape(10, 4)).all()
+    with pytest.raises(stoker.StokerError) as ei:
+        stoker.index(p, tmp_path / "a.idx", dataset="d")
+    msg = str(ei.value)
+    assert "a.h5" in msg and "'d'" in msg and f"row {10 * chunk}" in msg, msg
+
+
 # ---- resource limits ------------------------------------------------------------------------
 
 def test_close_with_a_live_batch_stops_the_threads_and_gives_the_ring_back(tmp_path):
