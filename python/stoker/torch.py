@@ -171,6 +171,15 @@ class Dataset(torch.utils.data.IterableDataset):
         return (f"<stoker.torch.Dataset path={self.path!r} batch_size={self.batch_size} "
                 f"epoch={self._epoch} {share}>")
 
+    def close(self) -> None:
+        """Stops this process's loader and its threads (a DataLoader
+        worker's are its own). Safe from any thread at any time: an
+        iteration in progress raises InvalidArgument ("closed"), batches it
+        gave stay valid, and the next iteration opens a new loader."""
+        ld, self._loader = self._loader, None
+        if ld is not None and self._pid == os.getpid():
+            ld.close()
+
     def set_epoch(self, epoch: int) -> None:
         """Chooses the epoch the next iteration runs (in every worker), as
         DistributedSampler.set_epoch does."""

@@ -159,3 +159,40 @@ def test_every_call_from_other_threads(ragged):
             t.join(20)
             assert not t.is_alive()
         assert not errors, errors
+
+
+@pytest.mark.parametrize("kind", ["mixture", "torch"])
+def test_close_from_another_thread_mixture_and_torch_dataset(ragged, kind):
+    import stoker.torch
+    rng = random.Random(11)
+    for trial in range(60):
+        if kind == "mixture":
+            it = stoker.Loader([stoker.Source(ragged, 2.0), stoker.Source(ragged, 1.0)], 4,
+                               seed=trial, threads=2)
+        else:
+            it = stoker.torch.Dataset(ragged, 4, shuffle="random", seed=trial, threads=2)
+        errors, held = [], []
+
+        def run():
+            try:
+                for _ in range(3):
+                    for b in it:
+                        held.append(b)
+                        held[:] = held[-2:]
+            except stoker.InvalidArgument as e:
+                if "closed" not in str(e):
+                    errors.append(e)
+            except BaseException as e:   # noqa: BLE001
+                errors.append(e)
+
+        t = threading.Thread(target=run)
+        t.start()
+        time.sleep(rng.uniform(0, 0.004))
+        it.close()
+        t.join(10)
+        assert not t.is_alive()
+        assert not errors, errors
+        for b in held:
+            if kind == "torch":
+                b = {k: v.numpy() for k, v in b.items()}
+            _check(b)
