@@ -50,8 +50,8 @@ def make(out, n):
     lens = rng.integers(32, 481, n)
     offs = np.zeros(n + 1, np.int32)
     np.cumsum(lens, out=offs[1:])
-    toks = pa.ListArray.from_arrays(pa.array(offs),
-                                    pa.array(rng.integers(0, 50_000, int(offs[-1]), dtype=np.int32)))
+    vals = rng.integers(0, 50_000, int(offs[-1]), dtype=np.int32)
+    toks = pa.ListArray.from_arrays(pa.array(offs), pa.array(vals))
     tl = rng.integers(40, 401, n)
     toffs = np.zeros(n + 1, np.int32)
     np.cumsum(tl, out=toffs[1:])

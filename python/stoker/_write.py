@@ -3,7 +3,8 @@ records or Arrow streams, or by indexing files where they lie."""
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Literal, Mapping, Optional, Sequence, Tuple, Union
+from typing import (Any, Dict, Iterable, Literal, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 import numpy as np
 
@@ -302,7 +303,8 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
           fields: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
           static: Optional[Union[str, Sequence[str]]] = None,
           part: Optional[Tuple[int, Optional[int]]] = None, resume: bool = False,
-          inputs: Optional[str] = None, split: Optional[str] = None) -> Any:
+          inputs: Optional[str] = None,
+          split: Optional[str] = None) -> Union[int, Dict[str, int]]:
     """Writes a dataset, or one part of it.
 
     On any error the dataset is left incomplete, never half-written as
