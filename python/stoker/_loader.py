@@ -738,9 +738,12 @@ class Loader:
                          max_open_files=max_open_files, device=device, gpu_slots=gpu_slots,
                          resident_budget=resident_budget, warm_up=warm_up, split=split,
                          root=root, cache_dir=cache_dir, cache_budget=cache_budget,
-                         streams=streams)
+                         streams=streams, remote_timeout=remote_timeout)
         if strings not in _STRINGS:
             raise InvalidArgument(f"strings must be one of {_STRINGS}, not {strings!r}")
+        if strings == "numpy" and not hasattr(getattr(np, "dtypes", None), "StringDType"):
+            raise InvalidArgument(f"strings='numpy' needs NumPy 2 (StringDType); this is NumPy "
+                                  f"{np.__version__}: use strings='list' or 'arrow'")
         self._output = a.output
         self._c = _stoker.Loader(*a.c)
         self._path = a.c[0]
