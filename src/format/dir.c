@@ -145,6 +145,63 @@ int stk__check_replaceable(const char *dir, const char *prefix, const char *part
                     dir, nforeign, nforeign == 1 ? "" : "s", list, nforeign > 6 ? ", ..." : "");
 }
 
+/* What a foreign entry of a directory is, for a refusal: a user's file at
+ * one of stoker's names is told apart from stoker's own. */
+static const char *foreign_kind(int dfd, const char *name) {
+    struct stat st;
+    size_t n = strlen(name);
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return "";
+    if (S_ISDIR(st.st_mode)) return "/";
+    if (!S_ISREG(st.st_mode)) return " (not a regular file)";
+    if (!strcmp(name, STK__MANIFEST) || (starts_with(name, "part-") && n > 5 &&
+                                         !strcmp(name + n - 5, ".json")))
+        return " (not a stoker manifest)";
+    if (n > 4 && !strcmp(name + n - 4, STK__SHARD_EXT)) return " (not a stoker shard)";
+    return "";
+}
+
+int stk__check_writable_dir(const char *dir, stk_error *err) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        int e = errno;
+        /* None yet, or not a directory: creating it says which. */
+        if (e == ENOENT || e == ENOTDIR) return 0;
+        return stk__err(err, -e, "%s: %s", dir, stk_strerror(-e));
+    }
+    char list[400] = "";
+    size_t used = 0, nforeign = 0, nours = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        int ours = stk__is_ours(dirfd(d), e->d_name);
+        if (ours < 0) {
+            closedir(d);
+            return stk__err(err, ours, "%s: %s", dir, stk_strerror(ours));
+        }
+        if (ours) {
+            nours++;
+            continue;
+        }
+        if (nforeign++ < 6 && used < sizeof list - 100)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%s%s", used ? ", " : "",
+                                     e->d_name, foreign_kind(dirfd(d), e->d_name));
+    }
+    closedir(d);
+    if (!nforeign) return 0;
+    const char *more = nforeign > 6 ? ", ..." : "", *s = nforeign == 1 ? "" : "s";
+    if (nours)
+        return stk__err(err, -EEXIST,
+                        "%s: holds %zu file%s stoker did not write (%s%s) beside a dataset's "
+                        "own; stoker replaces only a directory of its own files and will not "
+                        "touch these: move them away or write the dataset elsewhere",
+                        dir, nforeign, s, list, more);
+    return stk__err(err, -EEXIST,
+                    "%s: not a stoker dataset: it holds %zu file%s stoker did not write (%s%s); "
+                    "stoker writes a dataset only into a new or empty directory or over a "
+                    "stoker dataset, and will not touch these: write the dataset elsewhere",
+                    dir, nforeign, s, list, more);
+}
+
 /* Takes `name` in dir for this writer: exclusive (LOCK_EX) or shared; a
  * writer already holding it makes this fail at once.  The lock file stays
  * (empty): removing it would let two writers lock two different files. */

@@ -349,6 +349,10 @@ int stk__is_ours(int dfd, const char *name);
  * part_manifest), else an error naming what else is there. */
 int stk__check_replaceable(const char *dir, const char *prefix, const char *part_manifest,
                            stk_error *err);
+/* 0 when a writer may use `dir`: it does not exist, or it holds nothing
+ * but stoker's files (a dataset, whole, interrupted or in parts); else
+ * -EEXIST with an error that names what else is there.  Writes nothing. */
+int stk__check_writable_dir(const char *dir, stk_error *err);
 /* Locks `name` in dir, exclusive or shared, failing at once (-EBUSY) when
  * another writer holds it; *out is the lock's descriptor. */
 int stk__take_lock(const char *dir, const char *name, bool exclusive, int *out,

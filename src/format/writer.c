@@ -318,6 +318,13 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
         return stk__err(err, -ENOMEM, "out of memory");
     }
 
+    /* A directory that holds anything stoker did not write is refused
+     * before anything is created in it (the lock file included), with or
+     * without overwrite: it is not a dataset, and its files are not ours. */
+    if ((rc = stk__check_writable_dir(path, err))) {
+        stk_writer_free(w);
+        return rc;
+    }
     if ((rc = stk__mkdir_p(path)) != 0) {
         stk_writer_free(w);
         return stk__err(err, rc, "%s: cannot create the dataset directory: %s", path,

@@ -77,6 +77,14 @@ def test_links_planted_at_the_writers_names_are_not_followed(tmp_path):
     names = (f".manifest.json.tmp.{pid}", f"..packing.tmp.{pid}")
     for name in names:
         os.symlink(victim, ds / name)
+    # A directory holding anything stoker did not write is not written
+    # into at all, links included, and is left as it was.
+    with pytest.raises(stoker.StokerError) as ei:
+        stoker.write(ds, small(7))
+    assert ".manifest.json.tmp" in str(ei.value) and "not a regular file" in str(ei.value)
+    assert sorted(os.listdir(ds)) == sorted(names)
+    for name in names:
+        (ds / name).unlink()
     stoker.write(ds, small(7))
     assert victim.read_text() == "precious"
     assert not (ds / "manifest.json").is_symlink()
