@@ -53,9 +53,62 @@ typedef H5O_info_t obj_info;
 #endif
 
 
-/* What to do with a dataset that cannot be read in place (the command
- * line packs npy and Parquet, not HDF5; Python reads it with h5py). */
-#define PACK_HINT "stoker.write(OUT, {\"x\": h5py.File(PATH)[\"%s\"][:]}) in Python"
+/* Appends `s` to out[*n..cap) as one shell word: as it is when it holds
+ * only characters the shell leaves alone, else in single quotes. */
+static void shell_word(char *out, size_t cap, size_t *n, const char *s) {
+    bool plain = *s != '\0';
+    for (const char *c = s; *c; c++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-+:@,=",
+                    *c))
+            plain = false;
+    if (plain) {
+        *n += (size_t)snprintf(out + *n, *n < cap ? cap - *n : 0, "%s", s);
+        return;
+    }
+    if (*n < cap) out[(*n)++] = '\'';
+    for (const char *c = s; *c && *n + 5 < cap; c++) {
+        if (*c == '\'') {
+            memcpy(out + *n, "'\\''", 4);
+            *n += 4;
+        } else {
+            out[(*n)++] = *c;
+        }
+    }
+    if (*n < cap) out[(*n)++] = '\'';
+    if (*n < cap) out[*n] = '\0';
+}
+
+/* What to do with a dataset that cannot be read in place: the command
+ * that packs its rows instead, through libhdf5 (any layout, byte order
+ * and filter it decodes), ready to run but for the output's name. */
+static const char *pack_hint(const char *path, const char *dset, char *out, size_t cap) {
+    size_t n = (size_t)snprintf(out, cap, "stoker pack --from hdf5 ");
+    shell_word(out, cap, &n, path);
+    n += (size_t)snprintf(out + n, n < cap ? cap - n : 0, " --dataset ");
+    shell_word(out, cap, &n, dset);
+    snprintf(out + n, n < cap ? cap - n : 0, " -o OUT.stk");
+    return out;
+}
+
+/* The same through h5py and its own HDF5, for a file this libhdf5 cannot
+ * open or decode: a Python one-liner, ready to run but for the output. */
+static const char *h5py_hint(const char *path, const char *dset, char *out, size_t cap) {
+    char code[1024];
+    size_t n = (size_t)snprintf(code, sizeof code,
+                                "import h5py, stoker; stoker.write(\"OUT.stk\", {\"x\": "
+                                "h5py.File(\"");
+    for (int pass = 0; pass < 2; pass++) {
+        for (const char *c = pass ? dset : path; *c && n + 4 < sizeof code; c++) {
+            if (*c == '"' || *c == '\\') code[n++] = '\\';
+            code[n++] = *c;
+        }
+        n += (size_t)snprintf(code + n, n < sizeof code ? sizeof code - n : 0, "%s",
+                              pass ? "\"][:]})" : "\")[\"");
+    }
+    size_t m = (size_t)snprintf(out, cap, "python3 -c ");
+    shell_word(out, cap, &m, code);
+    return out;
+}
 
 static herr_t visit(hid_t obj, const char *name, const obj_info *info, void *arg) {
     STK__UNUSED(obj);
@@ -142,18 +195,17 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
          * often a file written by a newer HDF5 with libver='latest' (h5py
          * 3.16 bundles HDF5 2.0), whose messages older libraries do not
          * know.  Say so, with the library's own innermost words. */
-        char why[256] = "";
+        char why[256] = "", hint[STK_ERROR_MAX];
         H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, h5_last_error, why);
+        why[64] = '\0';
         unsigned maj = 0, min = 0, rel = 0;
         H5get_libversion(&maj, &min, &rel);
         rc = stk__err(err, STK_EUNSUPPORTED,
                       "%s: dataset '%s' is there, but stoker's HDF5 library (%u.%u.%u) cannot "
-                      "open it%s%s%s: the file was probably written by a newer HDF5 with "
-                      "libver='latest'; rewrite it for older readers (h5py: "
-                      "h5py.File(..., libver=('earliest', 'v110')), or h5repack) or pack its "
-                      "rows with " PACK_HINT,
+                      "open it%s%s%s, probably written by a newer HDF5 with libver='latest'; "
+                      "pack its rows through h5py's HDF5 with stoker.write: %s",
                       path, out->dataset, maj, min, rel, why[0] ? " (" : "", why,
-                      why[0] ? ")" : "", out->dataset);
+                      why[0] ? ")" : "", h5py_hint(path, out->dataset, hint, sizeof hint));
         goto out;
     }
     sp = H5Dget_space(d);
@@ -172,11 +224,17 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
     t = H5Dget_type(d);
     int m = map_type(t, &out->dtype);
     if (m) {
-        rc = stk__err(err, STK_EUNSUPPORTED,
-                      "%s: dataset '%s': %s; little-endian integers and IEEE floats are "
-                      "supported",
-                      path, out->dataset,
-                      m == -ERANGE ? "the type is big-endian" : "the element type is not numeric");
+        char hint[STK_ERROR_MAX];
+        if (m == -ERANGE)
+            rc = stk__err(err, STK_EUNSUPPORTED,
+                          "%s: dataset '%s': the type is big-endian; stoker reads "
+                          "little-endian numbers in place: pack its rows (converted) with %s",
+                          path, out->dataset, pack_hint(path, out->dataset, hint, sizeof hint));
+        else
+            rc = stk__err(err, STK_EUNSUPPORTED,
+                          "%s: dataset '%s': the element type is not numeric; little-endian "
+                          "integers and IEEE floats are supported",
+                          path, out->dataset);
         goto out;
     }
     uint64_t row = H5Tget_size(t);
@@ -202,17 +260,21 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
         goto out;
     }
     if (lay != H5D_CHUNKED) {
+        char hint[STK_ERROR_MAX];
         rc = stk__err(err, STK_EUNSUPPORTED,
                       "%s: dataset '%s' uses the compact layout (tiny data held in the "
-                      "header): pack its rows into a dataset instead, with " PACK_HINT,
-                      path, out->dataset, out->dataset);
+                      "header): pack its rows into a dataset instead, with %s",
+                      path, out->dataset, pack_hint(path, out->dataset, hint, sizeof hint));
         goto out;
     }
     int nfilt = H5Pget_nfilters(pl);
     unsigned bit_of[32] = {0}; /* pipeline position -> STK__CHUNK_* bit */
     if (nfilt > 32) {
-        rc = stk__err(err, STK_EUNSUPPORTED, "%s: dataset '%s' has %d filters: pack its rows into a dataset "
-                      "instead, with " PACK_HINT, path, out->dataset, nfilt, out->dataset);
+        char hint[STK_ERROR_MAX];
+        rc = stk__err(err, STK_EUNSUPPORTED,
+                      "%s: dataset '%s' has %d filters: pack its rows into a dataset "
+                      "instead, with %s",
+                      path, out->dataset, nfilt, pack_hint(path, out->dataset, hint, sizeof hint));
         goto out;
     }
     for (int k = 0; k < nfilt && k < 32; k++) {
@@ -239,34 +301,42 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
                 continue;
             }
         }
+        char hint[STK_ERROR_MAX];
         if (bit)
             rc = stk__err(err, STK_EUNSUPPORTED,
                           "%s: dataset '%s' applies its filters in another order than shuffle, "
-                          "gzip (deflate), Fletcher-32, the one stoker undoes: rewrite it "
-                          "(h5repack -f SHUF -f GZIP=4) or pack its rows with " PACK_HINT,
-                          path, out->dataset, out->dataset);
+                          "gzip (deflate), Fletcher-32, the one stoker undoes in place: pack "
+                          "its rows with %s",
+                          path, out->dataset, pack_hint(path, out->dataset, hint, sizeof hint));
+        else if (H5Zfilter_avail(id) > 0)
+            rc = stk__err(err, STK_EUNSUPPORTED,
+                          "%s: dataset '%s' has the %s filter; stoker undoes shuffle, gzip "
+                          "(deflate) and Fletcher-32 in place: pack its rows (libhdf5 decodes "
+                          "the %s filter) with %s",
+                          path, out->dataset, fname[0] ? fname : "unknown",
+                          fname[0] ? fname : "unknown",
+                          pack_hint(path, out->dataset, hint, sizeof hint));
         else
             rc = stk__err(err, STK_EUNSUPPORTED,
                           "%s: dataset '%s' has the %s filter; stoker undoes shuffle, gzip "
-                          "(deflate) and Fletcher-32: rewrite it with those or none (h5repack "
-                          "-f SHUF -f GZIP=4, or -f NONE) or pack its rows with " PACK_HINT,
-                          path, out->dataset, fname[0] ? fname : "unknown", out->dataset);
+                          "(deflate) and Fletcher-32 in place, and its HDF5 library lacks "
+                          "this filter: pack its rows through h5py (which has its own) with "
+                          "stoker.write: %s",
+                          path, out->dataset, fname[0] ? fname : "unknown",
+                          h5py_hint(path, out->dataset, hint, sizeof hint));
         goto out;
     }
     H5Pget_chunk(pl, nd, cdims);
     for (int k = 1; k < nd; k++)
         if (cdims[k] != dims[k]) {
+            char hint[STK_ERROR_MAX];
             rc = stk__err(err, STK_EUNSUPPORTED,
                           "%s: dataset '%s': chunks of dimension %d hold %llu of %llu "
-                          "entries, so a row is split between chunks; rechunk so that each "
-                          "chunk holds whole rows (h5repack -l %s:CHUNK=N",
+                          "entries, so a row is split between chunks, which stoker does not "
+                          "read in place: pack its rows with %s",
                           path, out->dataset, k, (unsigned long long)cdims[k],
-                          (unsigned long long)dims[k], out->dataset);
-            size_t l = strlen(err ? err->message : "");
-            for (int j = 1; err && j < nd && l + 24 < sizeof err->message; j++)
-                l += (size_t)snprintf(err->message + l, sizeof err->message - l, "x%llu",
-                                      (unsigned long long)dims[j]);
-            if (err && l + 2 < sizeof err->message) strcat(err->message, ")");
+                          (unsigned long long)dims[k],
+                          pack_hint(path, out->dataset, hint, sizeof hint));
             goto out;
         }
     hsize_t nch = 0;
@@ -351,10 +421,13 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
         next += out->runs[i].count;
     }
     if (next != dims[0]) {
+        char hint[STK_ERROR_MAX];
         rc = stk__err(err, STK_EUNSUPPORTED,
                       "%s: dataset '%s': rows from %llu on are in chunks never written "
-                      "(they read as the fill value); write them or pack the dataset",
-                      path, out->dataset, (unsigned long long)next);
+                      "(libhdf5 reads them as the fill value); write them, or pack the rows "
+                      "as libhdf5 reads them with %s",
+                      path, out->dataset, (unsigned long long)next,
+                      pack_hint(path, out->dataset, hint, sizeof hint));
         goto out;
     }
 out:

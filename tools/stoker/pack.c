@@ -3,7 +3,8 @@
  * rows along axis 0 (--split-axis0), all of it or one part of a split pack
  * (--part), resuming an interrupted pack (--resume).  Whole files are read
  * ahead by a thread of their own while the writer packs; `--from parquet`
- * is handed to the Python package, which reads Parquet through pyarrow.
+ * is handed to the Python package, which reads Parquet through pyarrow;
+ * `--from hdf5` is pack_hdf5.c's.
  */
 #include "pack.h"
 
@@ -24,13 +25,15 @@ static const char pack_help[] =
     "       stoker pack --from parquet GLOB... -o DATASET [--group-by COL --order-by COL]\n"
     "       stoker pack --from arrow DIR|FILE... -o DATASET  (Arrow IPC: a Hugging Face\n"
     "       save_to_disk directory's .arrow files, or Arrow IPC / Feather files)\n"
+    "       stoker pack --from hdf5 FILE... --dataset NAME... -o DATASET  (the rows of HDF5\n"
+    "       datasets, read through libhdf5; see stoker pack --from hdf5 --help)\n"
     "       (Parquet and Arrow go through the Python package; see stoker pack --from parquet --help)\n"
     "\n"
     "Packs files into a stoker dataset: indexed shard files and a manifest.\n"
     "A PATH that is a directory contributes every .npy file below it, in the\n"
     "byte order of their full paths (as `LC_ALL=C sort`: a.npy before a/b.npy).\n"
     "\n"
-    "  --from FORMAT      input format: npy, parquet or arrow\n"
+    "  --from FORMAT      input format: npy, parquet, arrow or hdf5\n"
     "  -o, --output DIR   the dataset directory to create\n"
     "  --field NAME       name of the single field (default x)\n"
     "  --split-axis0      cut each array into records along axis 0, instead of\n"
@@ -65,20 +68,15 @@ static int pack_via_python(int argc, char **argv, const char *what) {
     return run_python("pack", argc, argv, what);
 }
 
-/* What a pack is made from, for resume and merge to check: a digest of
- * every input file's path, device, inode, size and modification time, in
- * order, and of the options that decide which records come from them.
- * Every part of a split pack computes the same one. */
-static int inputs_digest(const strvec *files, bool split, uint32_t parts, char *out, size_t cap) {
+int pack_inputs_digest(const strvec *files, const char *kind, const char *opts, char *out,
+                       size_t cap) {
     XXH3_state_t *st = XXH3_createState();
     if (!st) {
         fprintf(stderr, "%s: error: out of memory\n", prog);
         return -1;
     }
     XXH3_64bits_reset(st);
-    char opt[64];
-    int n = snprintf(opt, sizeof opt, "npy split=%d parts=%u\n", split, parts);
-    XXH3_64bits_update(st, opt, (size_t)n);
+    XXH3_64bits_update(st, opts, strlen(opts));
     for (size_t i = 0; i < files->n; i++) {
         struct stat sb;
         if (stat(files->v[i], &sb) != 0) {
@@ -91,7 +89,8 @@ static int inputs_digest(const strvec *files, bool split, uint32_t parts, char *
         XXH3_64bits_update(st, files->v[i], strlen(files->v[i]) + 1);
         XXH3_64bits_update(st, id, sizeof id);
     }
-    snprintf(out, cap, "npy:%zu:%016llx", files->n, (unsigned long long)XXH3_64bits_digest(st));
+    snprintf(out, cap, "%s:%zu:%016llx", kind, files->n,
+             (unsigned long long)XXH3_64bits_digest(st));
     XXH3_freeState(st);
     return 0;
 }
@@ -115,7 +114,7 @@ typedef struct pack_job {
 } pack_job;
 
 /* --part I/N: part I (0-based) of N. */
-static void parse_part(const char *v, stk_writer_options *wo) {
+void pack_parse_part(const char *v, stk_writer_options *wo) {
     const char *slash = strchr(v, '/');
     if (!slash) die_usage("pack", "--part wants I/N with 0 <= I < N, not '%s'", v);
     char *index = strndup(v, (size_t)(slash - v));
@@ -130,7 +129,7 @@ static void parse_part(const char *v, stk_writer_options *wo) {
 }
 
 /* --compress zstd[:LEVEL]. */
-static void parse_codec(const char *c, stk_field *f) {
+void pack_parse_codec(const char *c, stk_field *f) {
     const char *level = c[4] == ':' ? c + 5 : NULL;
     if (strncmp(c, "zstd", 4) != 0 || (c[4] && !level) ||
         (level && (!*level || strspn(level, "0123456789") != strlen(level))))
@@ -157,7 +156,7 @@ static bool pack_args(int argc, char **argv, pack_job *j) {
             j->wo.shard_bytes = opt_size("pack", a, VALUE(), 0, UINT64_MAX);
         else if (!strcmp(a, "--align"))
             j->wo.align = (uint32_t)opt_u64("pack", a, VALUE(), 0, 4096);
-        else if (!strcmp(a, "--part")) parse_part(VALUE(), &j->wo);
+        else if (!strcmp(a, "--part")) pack_parse_part(VALUE(), &j->wo);
         else if (!strcmp(a, "--force")) j->wo.overwrite = 1;
         else if (!strcmp(a, "--resume")) j->wo.resume = 1;
         else if (!strcmp(a, "--no-sync")) j->wo.sync = 0;
@@ -168,7 +167,8 @@ static bool pack_args(int argc, char **argv, pack_job *j) {
     }
     if (!j->from) die_usage("pack", "--from is required (npy)");
     if (strcmp(j->from, "npy") != 0)
-        die_usage("pack", "--from %s is not supported (npy, parquet and arrow are)", j->from);
+        die_usage("pack", "--from %s is not supported (npy, parquet, arrow and hdf5 are)",
+                  j->from);
     if (!j->output) die_usage("pack", "-o DATASET is required");
     if (!j->inputs.n) die_usage("pack", "no input paths given");
     return true;
@@ -273,7 +273,9 @@ static int create_writer(pack_job *j, stk_writer **w) {
     const stk_writer_options *wo = &j->wo;
     j->lo = j->total_rows * wo->part_index / wo->part_count;
     j->hi = j->total_rows * (wo->part_index + 1) / wo->part_count;
-    if (inputs_digest(&j->files, j->split, wo->part_count, j->digest, sizeof j->digest))
+    char opt[64];
+    snprintf(opt, sizeof opt, "npy split=%d parts=%u\n", j->split, wo->part_count);
+    if (pack_inputs_digest(&j->files, "npy", opt, j->digest, sizeof j->digest))
         return EXIT_ERROR;
     j->wo.inputs = j->digest;
     if (stk_writer_create(j->output, &j->f, 1, &j->wo, w, &err)) {
@@ -410,6 +412,9 @@ static int write_records(pack_job *j, stk_writer *w) {
 
 int cmd_pack(int argc, char **argv) {
     for (int i = 0; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--from") && !strcmp(argv[i + 1], "hdf5"))
+            return cmd_pack_hdf5(argc, argv);
+    for (int i = 0; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--from") &&
             (!strcmp(argv[i + 1], "parquet") || !strcmp(argv[i + 1], "arrow")))
             return pack_via_python(argc, argv,
@@ -421,7 +426,7 @@ int cmd_pack(int argc, char **argv) {
     int rc = 0;
     if (pack_args(argc, argv, &j)) {
         j.f.name = j.field;
-        if (j.compress) parse_codec(j.compress, &j.f);
+        if (j.compress) pack_parse_codec(j.compress, &j.f);
         stk_writer *w = NULL;
         rc = find_files(&j);
         if (rc == 0) rc = read_headers(&j);

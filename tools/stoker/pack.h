@@ -1,7 +1,7 @@
 /*
  * Between pack.c, the command, and pack_input.c, its inputs: finding the
  * .npy files, reading their headers, and a thread that reads whole files
- * ahead of the writer.
+ * ahead of the writer; pack_hdf5.c is `--from hdf5`.
  */
 #ifndef STOKER_PACK_H
 #define STOKER_PACK_H
@@ -25,6 +25,22 @@ void sv_free(strvec *s);
  * "site0.npy" before "site0/a.npy"), the order `stoker index` takes.
  * Returns 0 or a negative errno (-ELOOP for a link loop, said on stderr). */
 int collect_dir(const char *dir, const char *ext, strvec *out);
+
+/* --part I/N and --compress zstd[:LEVEL], into the options and a field;
+ * a bad value dies with a usage error. */
+void pack_parse_part(const char *v, stk_writer_options *wo);
+void pack_parse_codec(const char *c, stk_field *f);
+
+/* What a pack is made from, for resume and merge to check: a digest of
+ * every input file's path, device, inode, size and modification time, in
+ * order, and of `opts`, the options that decide which records come from
+ * them, written to out as "KIND:N:HEX".  Every part of a split pack
+ * computes the same one.  Returns 0, or -1 after saying why. */
+int pack_inputs_digest(const strvec *files, const char *kind, const char *opts, char *out,
+                       size_t cap);
+
+/* stoker pack --from hdf5 (pack_hdf5.c): the arguments after "pack". */
+int cmd_pack_hdf5(int argc, char **argv);
 
 typedef struct npy_file {
     stk_npy_header h;
