@@ -410,6 +410,10 @@ typedef struct stk_open_options {
      * STK_CACHE_BUDGET_AUTO (default): the file system's free space less a
      * reserve of 5% of its size. */
     uint64_t cache_budget;
+    /* Remote datasets: the deadline of every request, in seconds (see
+     * "Datasets in object stores").  0 (default): $STOKER_REMOTE_TIMEOUT,
+     * else 30. */
+    double remote_timeout;
 } stk_open_options;
 
 #define STK_CACHE_BUDGET_AUTO UINT64_MAX
@@ -454,18 +458,31 @@ STK_API int stk_dataset_open_with(const char *path, const stk_open_options *opts
  * (one opens, the others wait and reuse; a manifest fetched less than
  * $STOKER_MANIFEST_TTL seconds ago, default 10, is not asked for again, an
  * older one is confirmed with If-None-Match), and blocks being fetched by
- * one are waited for by the others, never fetched twice.  Failures: 5xx,
- * 429, SlowDown, resets, timeouts and stalled transfers are retried with
- * exponential backoff and jitter (Retry-After honoured), at most
- * $STOKER_REMOTE_RETRIES times (default 8) per request; a transfer with no
- * byte for $STOKER_REMOTE_TIMEOUT seconds (default 30) is abandoned and
- * retried, and one stalled through every try is STK_ETIMEOUT; a range taking
- * $STOKER_REMOTE_LATE times (default 4; 0: never) longer than the rate the
- * others get predicts, and over 2 s, is sent again at once.  A process
+ * one are waited for by the others, never fetched twice.
+ *
+ * Failures end within a deadline, T = stk_open_options.remote_timeout, else
+ * $STOKER_REMOTE_TIMEOUT, else 30 seconds: every request ends within T of
+ * being sent or of the last byte of its object that came, whichever is
+ * later (a stall counts from the last byte; a slow transfer that keeps
+ * receiving is not cut).  5xx, 408, 429, SlowDown, resets, timeouts and
+ * stalled transfers are retried with exponential backoff and jitter
+ * (Retry-After honoured) while the deadline allows, at most
+ * $STOKER_REMOTE_RETRIES times (default 8), and for at most
+ * $STOKER_REMOTE_RETRY_SECONDS (default: T) after the first failure; a
+ * transfer with no byte for T/2 is abandoned and sent again.  A request
+ * whose deadline or retry budget passed is STK_ETIMEOUT, naming the last
+ * cause; one whose tries ran out first gives the last try's error.  A range
+ * taking $STOKER_REMOTE_LATE times (default 4; 0: never) longer than the
+ * rate the others get predicts, and over 2 s, is sent again at once.
+ * What no retry can cure fails at once, naming the URL: 403 and 401 are
+ * -EACCES, 404 -ENOENT, a wrong region -EINVAL, other 4xx -EIO, a redirect
+ * loop -ELOOP, a TLS failure -EPROTO, a host that does not resolve
+ * -EHOSTUNREACH, a 206 whose Content-Range is not the range asked for
+ * -EBADMSG, an object whose ETag or size changed STK_ESTALE (after which
+ * every read of that shard fails at once with the same error).  A process
  * waiting for another's lock waits while that one shows life (it beats the
  * lock file while it fetches) and gives up with STK_ETIMEOUT once it has
- * shown none for the timeout and 5 s.
- * 403 is -EACCES, 404 -ENOENT, a wrong region -EINVAL, each naming the URL.
+ * shown none for T and 5 s.
  * $STOKER_REMOTE_CONNECTIONS (default 16) requests are in flight at once,
  * each a range of $STOKER_REMOTE_PART_MB MiB (default 8).  A loader
  * announces the $STOKER_REMOTE_AHEAD_MB MiB (default 64; 0: none) of
@@ -1481,7 +1498,8 @@ STK_API void stk_arrow_options_init(stk_arrow_options *opts);
  * those (a ragged field per row; not with group_by).  Dictionary-encoded
  * columns (a pandas Categorical) are decoded: their values are packed,
  * never their indices, whatever each batch's dictionary.  Strings and
- * binaries (plain, large or views) can be the group key only.  Nulls in
+ * binaries (plain, large, views, fixed-size) are ragged bytes fields typed
+ * "string" or "binary" (stk_field.type); with group_by, one value a group.  Nulls in
  * float columns become NaN; nulls elsewhere are an error.
  * Without group_by every row is a record: columns are scalar fields, vectors
  * [n] or ragged [*].  With group_by a record holds a group's rows: every
@@ -1502,6 +1520,25 @@ STK_API void stk_arrow_options_init(stk_arrow_options *opts);
 STK_API int stk_write_arrow(const char *path, struct ArrowArrayStream *stream,
                             const stk_arrow_options *opts, uint64_t *records,
                             stk_error *err);
+
+/* What a pack with group_by and an integer order_by (dates, timestamps,
+ * integers) found of each group's rows in order: the step (the smallest
+ * positive difference between consecutive rows of a group, over all
+ * groups; a daily series of dates: 1), the gaps (consecutive rows further
+ * apart than the step) and repeats (consecutive rows with the same value),
+ * and the groups that hold any.  All 0 without group_by or with a float
+ * order column. */
+typedef struct stk_arrow_report {
+    uint64_t groups;
+    int64_t step;
+    uint64_t gaps, gap_groups;
+    uint64_t repeats, repeat_groups;
+} stk_arrow_report;
+
+/* stk_write_arrow, and what it found of the order (report may be NULL). */
+STK_API int stk_write_arrow_report(const char *path, struct ArrowArrayStream *stream,
+                                   const stk_arrow_options *opts, uint64_t *records,
+                                   stk_arrow_report *report, stk_error *err);
 
 /* ------------------------------------------------------------------------ */
 /* NumPy .npy files                                                          */

@@ -201,6 +201,10 @@ def pack_parquet(argv):
         kind = "Arrow" if a.fmt == "arrow" else "Parquet"
         print(f"packed {n} records from {len(files)} {kind} files into {a.output} "
               f"in {el:.2f} s")
+        from ._write import last_order_report, order_note
+        note = order_note(last_order_report) if a.group_by and a.order_by else None
+        if note:
+            print(note)
     return 0
 
 

@@ -535,10 +535,48 @@ def _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes
             raise TypeError("static must be a list of field names")
         if group_by is None:
             raise InvalidArgument("static needs group_by (a static field holds one value per group)")
+    kind = None
+    try:  # the order column's Arrow type, for order_note (pyarrow sources)
+        kind = str(source.schema.field(order_by).type) if order_by else None
+    except Exception:  # noqa: BLE001  (not pyarrow, or no such column: C says)
+        pass
     capsule = source.__arrow_c_stream__()
-    return _stoker.write_arrow(path, capsule, group_by, order_by, spec, shard_bytes, align,
-                               bool(overwrite), bool(sync), attrs_json, static, part_index,
-                               part_count, bool(resume), inputs)
+    n, report = _stoker.write_arrow(path, capsule, group_by, order_by, spec, shard_bytes, align,
+                                    bool(overwrite), bool(sync), attrs_json, static, part_index,
+                                    part_count, bool(resume), inputs)
+    global last_order_report
+    last_order_report = dict(report, group_by=group_by, order_by=order_by, type=kind)
+    note = order_note(last_order_report)
+    if note:
+        import logging
+        logging.getLogger("stoker").info("%s: %s", os.fspath(path), note)
+    return n
+
+
+# What the last Arrow pack with group_by and order_by found of its rows'
+# order (stk_arrow_report, with the column's name and type); order_note()
+# says it in words (stoker pack prints it).
+last_order_report: Optional[Dict[str, Any]] = None
+
+
+def order_note(r: Optional[Mapping[str, Any]]) -> Optional[str]:
+    """A line on a grouped pack's order: its step, and the groups whose
+    rows have gaps or repeat a value; None where there is nothing to say."""
+    if not r or not r.get("group_by") or not r.get("order_by") or not r.get("step"):
+        return None
+    col = r["order_by"]
+    unit = f" ({r['type']})" if r.get("type") else ""
+    line = f"rows by '{col}', a step of {r['step']}{unit}"
+    if r["gap_groups"]:
+        line += (f"; {r['gap_groups']} of {r['groups']} groups have gaps ({r['gaps']} in all): "
+                 f"a window across one spans more than its rows (Loader calendar=True keeps "
+                 f"only windows of consecutive rows)")
+    else:
+        line += f"; no gaps in {r['groups']} groups"
+    if r["repeat_groups"]:
+        line += (f"; {r['repeat_groups']} groups repeat a value of '{col}' "
+                 f"({r['repeats']} rows)")
+    return line
 
 
 _PARTS_OPEN = 2**32 - 1  # STK_PARTS_OPEN: the count is given to the merge

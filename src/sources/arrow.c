@@ -421,6 +421,13 @@ static void schema_of(const ctx *c, const stk_arrow_options *o, stk_field *out, 
 
 int stk_write_arrow(const char *path, struct ArrowArrayStream *stream,
                     const stk_arrow_options *opts, uint64_t *records, stk_error *err) {
+    return stk_write_arrow_report(path, stream, opts, records, NULL, err);
+}
+
+int stk_write_arrow_report(const char *path, struct ArrowArrayStream *stream,
+                           const stk_arrow_options *opts, uint64_t *records,
+                           stk_arrow_report *report, stk_error *err) {
+    if (report) memset(report, 0, sizeof *report);
     stk_arrow_options defaults;
     if (!opts) {
         stk_arrow_options_init(&defaults);
@@ -502,6 +509,7 @@ int stk_write_arrow(const char *path, struct ArrowArrayStream *stream,
     if (rc == 0 && opts->group_by) {
         uint64_t *idx = stk__arrow_sort_rows(&c);
         rc = idx ? stk__arrow_find_statics(&c, opts, idx, err) : stk__err(err, -ENOMEM, "out of memory");
+        if (rc == 0 && report) stk__arrow_order_report(&c, idx, report);
         if (rc == 0) {
             schema_of(&c, opts, schema, &nschema);
             rc = stk_writer_create(path, schema, nschema, &opts->writer, &w, err);

@@ -90,6 +90,8 @@ uint64_t *stk__arrow_sort_rows(ctx *c);
 /* Group mode: which fields are static (constant within every group). */
 int stk__arrow_find_statics(ctx *c, const stk_arrow_options *o, const uint64_t *idx,
                             stk_error *err);
+/* Group mode: the order column's step, gaps and repeats (stoker.h). */
+void stk__arrow_order_report(const ctx *c, const uint64_t *idx, stk_arrow_report *r);
 /* Group mode: one record per group, in key order. */
 int stk__arrow_write_groups(ctx *c, stk_writer *w, const uint64_t *idx, uint64_t skip,
                             uint64_t *records, stk_error *err);

@@ -492,6 +492,41 @@ uint64_t *stk__arrow_sort_rows(ctx *c) {
     return idx;
 }
 
+void stk__arrow_order_report(const ctx *c, const uint64_t *idx, stk_arrow_report *r) {
+    memset(r, 0, sizeof *r);
+    for (uint64_t i = 0; i < c->nrows; i++)
+        r->groups += i == 0 || c->key[idx[i]] != c->key[idx[i - 1]];
+    if (c->order_col < 0 || c->cols[c->order_col].is_float) return;
+    /* Two passes over the sorted rows: the step, then what is off it.
+     * Differences are taken in unsigned arithmetic (the rows are sorted,
+     * so each is the true distance even across the int64 range). */
+    uint64_t step = 0;
+    for (uint64_t i = 1; i < c->nrows; i++) {
+        uint64_t a = idx[i - 1], b = idx[i];
+        if (c->key[a] != c->key[b]) continue;
+        uint64_t d = (uint64_t)c->ord_i[b] - (uint64_t)c->ord_i[a];
+        if (d && (!step || d < step)) step = d;
+    }
+    r->step = (int64_t)STK__MIN(step, (uint64_t)INT64_MAX);
+    bool gap = false, rep = false;
+    for (uint64_t i = 1; i <= c->nrows; i++) {
+        if (i == c->nrows || c->key[idx[i]] != c->key[idx[i - 1]]) {
+            r->gap_groups += gap;
+            r->repeat_groups += rep;
+            gap = rep = false;
+            continue;
+        }
+        uint64_t d = (uint64_t)c->ord_i[idx[i]] - (uint64_t)c->ord_i[idx[i - 1]];
+        if (d == 0) {
+            r->repeats++;
+            rep = true;
+        } else if (d > step) {
+            r->gaps++;
+            gap = true;
+        }
+    }
+}
+
 /* Decides which fields are static: those whose rows are equal (bytewise)
  * within every group.  A field named static that is not is an error that
  * names the group; so is a string field, which can only be static (a

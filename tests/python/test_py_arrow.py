@@ -168,3 +168,49 @@ def test_cli_pack_from_parquet_matches_write(tmp_path):
     bad = subprocess.run([exe, "pack", "--from", "parquet", str(tmp_path / "none*.parquet"),
                           "-o", str(tmp_path / "z")], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "no such file" in bad.stderr
+
+
+def test_a_grouped_pack_says_where_its_series_have_gaps(tmp_path):
+    """stoker pack (and stoker.write's report) name the order's step and
+    count the groups whose rows skip steps or repeat a value."""
+    import datetime as dt
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from stoker import _write
+    rows = []
+    for b in range(5):
+        days = list(range(20))
+        if b == 1:
+            days = days[:5] + days[9:]                      # one gap of 4 days
+        if b == 2:
+            days = days[:3] + days[10:14] + days[16:]       # two gaps
+        if b == 3:
+            days = days + [7]                               # a repeated date
+        rows += [(b, dt.date(2000, 1, 1) + dt.timedelta(days=d), float(d)) for d in days]
+    np.random.default_rng(0).shuffle(rows)
+    t = pa.table({"basin": [r[0] for r in rows],
+                  "date": pa.array([r[1] for r in rows], pa.date32()),
+                  "q": [r[2] for r in rows]})
+    stoker.write(tmp_path / "g.stk", t, group_by="basin", order_by="date")
+    r = _write.last_order_report
+    assert {k: r[k] for k in ("groups", "step", "gaps", "gap_groups", "repeats",
+                              "repeat_groups")} == dict(groups=5, step=1, gaps=3, gap_groups=2,
+                                                        repeats=1, repeat_groups=1)
+    (tmp_path / "pq").mkdir()
+    pq.write_table(t, tmp_path / "pq" / "a.parquet")
+    p = subprocess.run([sys.executable, "-m", "stoker", "pack", "--from", "parquet",
+                        str(tmp_path / "pq"), "-o", str(tmp_path / "g2.stk"), "--group-by",
+                        "basin", "--order-by", "date"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert ("rows by 'date', a step of 1 (date32[day]); 2 of 5 groups have gaps (3 in all)"
+            in p.stdout)
+    assert "1 groups repeat a value of 'date' (1 rows)" in p.stdout
+    # Without gaps it says so; a float order column has no step to report.
+    clean = t.filter(pa.compute.is_in(t["basin"], pa.array([0, 4])))
+    stoker.write(tmp_path / "c.stk", clean, group_by="basin", order_by="date")
+    assert _write.order_note(_write.last_order_report).endswith("no gaps in 2 groups")
+    stoker.write(tmp_path / "f.stk", t, group_by="basin", order_by="q")
+    assert _write.order_note(_write.last_order_report) is None

@@ -390,14 +390,20 @@ PyObject *py_write_arrow(PyObject *mod, PyObject *args) {
     }
     stk_error err = {0};
     uint64_t records = 0;
+    stk_arrow_report rep;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = stk_write_arrow(path, stream, &o, &records, &err);
+    rc = stk_write_arrow_report(path, stream, &o, &records, &rep, &err);
     Py_END_ALLOW_THREADS
     Py_XDECREF(seq);
     PyMem_Free(specs);
     if (rc) return raise_stk(rc, &err);
-    return PyLong_FromUnsignedLongLong(records);
+    return Py_BuildValue("K{sKsLsKsKsKsK}", (unsigned long long)records, "groups",
+                         (unsigned long long)rep.groups, "step", (long long)rep.step, "gaps",
+                         (unsigned long long)rep.gaps, "gap_groups",
+                         (unsigned long long)rep.gap_groups, "repeats",
+                         (unsigned long long)rep.repeats, "repeat_groups",
+                         (unsigned long long)rep.repeat_groups);
 }
 
 /* ---- in place ---- */
