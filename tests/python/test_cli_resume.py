@@ -140,3 +140,45 @@ def test_parquet_resume_after_kill_equals_a_full_pack(tmp_path):
         r = subprocess.run([exe, "pack", "--from", "parquet", glob_, "-o", str(ds), "--resume",
                             *opts], capture_output=True, text=True, env=env)
         assert r.returncode != 0 and "inputs" in r.stderr, r.stderr
+
+
+def _rewrite_keeping_size_and_time(path, offset):
+    """Flips a byte at `offset` (from the end where negative), the file's
+    size and modification time put back, as a restore or a copy tool would
+    leave it."""
+    st = path.stat()
+    b = bytearray(path.read_bytes())
+    b[offset] ^= 0xFF
+    path.write_bytes(bytes(b))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+
+
+def test_resume_refuses_inputs_rewritten_with_their_size_and_time(tmp_path):
+    """The inputs' digest holds each file's first and last 4 KiB: a file
+    changed there since the interrupted pack is refused, though its size
+    and time are as they were (npy through the C packer, parquet through
+    the package)."""
+    exe = str(stoker_exe())
+    env = dict(os.environ, STOKER_PYTHON=sys.executable)
+    src = tmp_path / "big.npy"
+    np.save(src, np.random.default_rng(1).standard_normal((400_000, 16)).astype(np.float32))
+    pq = tmp_path / "pq"
+    pq.mkdir()
+    _parquet_inputs(pq)
+    cases = [(["--from", "npy", str(src), "--split-axis0", "--shard-size", "1M"], src, 200),
+             (["--from", "parquet", str(pq / "*.parquet"), "--field", "x=a,b",
+               "--shard-size", "16K"], pq / "f000.parquet", -20)]
+    refused = 0
+    for i, (args, victim, offset) in enumerate(cases):
+        ds = tmp_path / f"ds{i}"
+        p = subprocess.Popen([exe, "pack", *args, "-o", str(ds), "-q"], env=env)
+        kill_after_shards(p, ds, 1)
+        if (ds / "manifest.json").exists():
+            continue   # finished before the kill: nothing to resume
+        _rewrite_keeping_size_and_time(victim, offset)
+        r = subprocess.run([exe, "pack", *args, "-o", str(ds), "--resume"], capture_output=True,
+                           text=True, env=env)
+        assert r.returncode != 0 and "inputs" in r.stderr, r.stderr
+        refused += 1
+    assert refused
