@@ -11,6 +11,8 @@
 #include "../core/internal.h"
 #include "../format/format.h"
 
+#include <setjmp.h>
+
 typedef struct stk__ioreq {
     uint32_t shard;
     uint64_t off;
@@ -74,6 +76,27 @@ int stk__io_pool_open(const stk__files *f, stk__io **out, stk_error *err);
 int stk__io_mmap_open(const stk__files *f, stk__io **out, stk_error *err);
 /* Whether io_uring works here (kernel support, not forbidden by policy). */
 bool stk__io_uring_available(void);
+
+/* A SIGBUS in a guarded stretch of a thread (a shard cut short under the
+ * mapping the mmap backend reads) becomes an error instead of the end of
+ * the process.  The thread arms a guard with sigsetjmp(g.jb, 0), sets
+ * stk__bus_guard_cur to it, runs the stretch and clears it; a SIGBUS in
+ * between returns from sigsetjmp a second time with g.addr the faulting
+ * address.  The stretch must hold no lock and allocate nothing it would
+ * leak by being abandoned.  A SIGBUS outside a guard goes to the handler
+ * that was there before stoker's (by default, the end of the process).
+ * stk__bus_install installs the handler, once per process; returns 0 or a
+ * negative errno.  Thread-safe. */
+typedef struct stk__bus_guard {
+    sigjmp_buf jb;
+    void *volatile addr;
+} stk__bus_guard;
+extern _Thread_local stk__bus_guard *volatile stk__bus_guard_cur
+    __attribute__((tls_model("initial-exec")));
+int stk__bus_install(void);
+/* The message for a SIGBUS at `addr` while reading ds through its mapping:
+ * names the shard whose mapping holds addr and its size now. */
+int stk__bus_error(const stk_dataset *ds, const void *addr, stk_error *err);
 
 static inline int stk__io_exec_pinned(stk__io *io, stk__ioreq *r, size_t n, stk_error *err) {
     int rc = stk__files_pin(io->files, r, n, err);

@@ -76,6 +76,25 @@ static void count_units(stk__warm *w, uint32_t s, uint64_t a, uint64_t b, bool l
     }
 }
 
+/* Touches a byte of every page of [lo, b) of a mapping.  A page past the
+ * end of a file cut short faults with SIGBUS (where MADV_POPULATE_READ
+ * says EFAULT): the guard (io.h) makes that -EFAULT. */
+static __attribute__((noinline)) void touch(const uint8_t *map, uint64_t lo, uint64_t b,
+                                            uint64_t page) {
+    volatile uint8_t sink = 0;
+    for (uint64_t o = lo; o < b; o += page) sink ^= map[o];
+    (void)sink;
+}
+
+static int touch_pages(const uint8_t *map, uint64_t lo, uint64_t b, uint64_t page) {
+    stk__bus_guard bus;
+    if (sigsetjmp(bus.jb, 0)) return -EFAULT;
+    stk__bus_guard_cur = &bus;
+    touch(map, lo, b, page);
+    stk__bus_guard_cur = NULL;
+    return 0;
+}
+
 /* Brings [a, b) of a mapping in: populating where the kernel can (5.14 and
  * later), else asking for it ahead and touching a byte of every page. */
 static int populate(const uint8_t *map, uint64_t a, uint64_t b) {
@@ -84,10 +103,7 @@ static int populate(const uint8_t *map, uint64_t a, uint64_t b) {
     if (madvise((void *)(map + lo), (size_t)(b - lo), MADV_POPULATE_READ) == 0) return 0;
     if (errno != EINVAL) return -errno;
     madvise((void *)(map + lo), (size_t)(b - lo), MADV_WILLNEED);
-    volatile uint8_t sink = 0;
-    for (uint64_t o = lo; o < b; o += (uint64_t)page) sink ^= map[o];
-    (void)sink;
-    return 0;
+    return touch_pages(map, lo, b, (uint64_t)page);
 }
 
 /* Drops from the page cache what the open read of a shard's head (its
@@ -164,6 +180,7 @@ static void warm_free(stk__warm *w) {
 int stk__warm_start(const stk_dataset *ds, const stk__range *r, size_t n, stk__warm **out,
                     stk_error *err) {
     *out = NULL;
+    (void)stk__bus_install(); /* for populate()'s guard */
     stk__warm *w = stk__calloc(1, sizeof *w);
     if (!w) return stk__err(err, -ENOMEM, "out of memory");
     pthread_mutex_init(&w->mu, NULL);

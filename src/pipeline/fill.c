@@ -554,6 +554,20 @@ static int fill(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen, stk_error
     return rc;
 }
 
+/* fill() through the mapping, where a shard another program cut short
+ * faults with SIGBUS: the guard makes that this batch's error, naming the
+ * shard (io.h).  The stretch holds no lock and allocates nothing; block
+ * order's groups take references and locks, and stay unguarded. */
+static int fill_guarded(stk_loader *ld, worker *w, stk_batch *s, uint64_t gen,
+                        stk_error *err) {
+    stk__bus_guard bus;
+    if (sigsetjmp(bus.jb, 0)) return stk__bus_error(ld->ds, bus.addr, err);
+    stk__bus_guard_cur = &bus;
+    int rc = fill(ld, w, s, gen, err);
+    stk__bus_guard_cur = NULL;
+    return rc;
+}
+
 /* ---- drawing (pipeline.h) ---- */
 
 /* Worker wi, with the order and dealing of `epoch` (kept from its last
@@ -810,7 +824,9 @@ void *stk__ld_worker_main(void *arg) {
         int depth = ld->nvtx ? stk__nvtx_depth() : 0;
         uint64_t t_batch = stk__ld_span_open(ld, STK__EV_BATCH);
         int rc = ld->hook ? ld->hook(ld->hook_ctx, s, (int)(w - ld->w), &err)
-                          : fill(ld, w, s, gen, &err);
+                 : ld->backend == STK_BACKEND_MMAP && !ld->use_groups && !ld->plan_only
+                     ? fill_guarded(ld, w, s, gen, &err)
+                     : fill(ld, w, s, gen, &err);
         uint64_t t_done = stk__now_ns();
         stk__ld_span_add(ld, w, STK__EV_BATCH, t_batch, t_done, s->b, s->n);
         if (ld->nvtx) stk__nvtx_pop_to(depth); /* the batch, and any a failure left */
