@@ -28,17 +28,6 @@ _WARM_UP = {**_stoker.option_names("warm_up"), True: _stoker.option_value("warm_
             False: _stoker.option_value("warm_up", "off")}
 _D = _stoker.loader_defaults()
 
-
-def _env_int(name: str, default: int) -> int:
-    v = os.environ.get(name)
-    if v is None or v == "":
-        return default
-    try:
-        return int(v)
-    except ValueError:
-        raise InvalidArgument(f"environment variable {name}={v!r} is not an integer") from None
-
-
 _U32 = (1 << 32) - 1
 _U64 = (1 << 64) - 1
 _I32 = (1 << 31) - 1
@@ -395,7 +384,7 @@ def _loader_args(*, path, batch_size, fields, window, stride, valid_field, valid
                  verify, on_error, max_skips, output, max_open_files, device, gpu_slots,
                  resident_budget, warm_up, split, root, cache_dir=None, cache_budget=None,
                  streams=None, period=None, order_by=None, calendar=False,
-                 resolve=True) -> _LoaderArgs:
+                 remote_timeout=None, resolve=True) -> _LoaderArgs:
     """Every argument of Loader checked; resolve=False (counting) neither
     asks torch for the current CUDA device nor imports torch."""
     if not isinstance(path, (str, os.PathLike)):
@@ -419,9 +408,21 @@ def _loader_args(*, path, batch_size, fields, window, stride, valid_field, valid
          resident_budget, warm_up, split[0], split[1], None if root is None else os.fspath(root),
          None if cache_dir is None else os.fspath(cache_dir),
          _U64 if cache_budget is None else _check_int("cache_budget", cache_budget, high=_U64),
-         streams, rules)
+         streams, rules, _remote_timeout(remote_timeout))
     return _LoaderArgs(c, output, dev, on_error == 1, batch_size, rank, world_size, split,
                        order[2], streams, rank_source)
+
+
+def _remote_timeout(value) -> float:
+    """remote_timeout= as the C option: seconds > 0 (at most an hour), or
+    0 for the default (``$STOKER_REMOTE_TIMEOUT``, else 30)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"remote_timeout must be a number of seconds, not {type(value).__name__}")
+    if not 0 < value <= 3600:
+        raise InvalidArgument(f"remote_timeout must be in (0, 3600] seconds, not {value}")
+    return float(value)
 
 
 def _count(path: PathLike, batch_size: int, **options: Any) -> Dict[str, int]:
@@ -661,6 +662,14 @@ class Loader:
             more at once than the budget (a batch of records, or a block
             group, each) is refused. 0 streams: nothing is kept but what is
             being read.
+        remote_timeout: For a remote dataset: the deadline of every request,
+            in seconds (default: ``$STOKER_REMOTE_TIMEOUT``, else 30). A
+            request ends within it, counted from when it was sent or from
+            the last byte of its object that came: failures that may pass
+            (5xx, 408, 429, resets, stalls) are retried within it, and one
+            still failing then raises ``Timeout``. What no retry can cure (a
+            changed object, a redirect loop, TLS, a host that does not
+            resolve, 4xx, a wrong Content-Range) raises at once, naming it.
 
     Given a list of sources instead of a path (paths, dicts of
     ``stoker.Source`` arguments, or Sources), it makes a ``stoker.Mixture``
@@ -725,7 +734,8 @@ class Loader:
                  split: Optional[Tuple[int, int]] = None, root: Optional[PathLike] = None,
                  cache_dir: Optional[PathLike] = None, cache_budget: Optional[int] = None,
                  streams: Optional[int] = None,
-                 strings: Literal["list", "numpy", "arrow"] = "list"):
+                 strings: Literal["list", "numpy", "arrow"] = "list",
+                 remote_timeout: Optional[float] = None):
         a = _loader_args(path=path, batch_size=batch_size, fields=fields, window=window,
                          stride=stride, valid_field=valid_field, valid=valid, period=period,
                          order_by=order_by, calendar=calendar, shuffle=shuffle,

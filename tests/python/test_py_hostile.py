@@ -316,17 +316,7 @@ def test_an_hdf5_chunk_key_with_a_trailing_element_offset_is_refused(tmp_path, c
     not 0: libhdf5 finds no chunk for those rows and reads fill values;
     stoker must refuse the chunk, not deliver its bytes."""
     h5py = pytest.importorskip("h5py")
-    import struct
-    p = tmp_path / "a.h5"
-    with h5py.File(p, "w", libver="earliest") as f:
-        f.create_dataset("d", data=np.arange(400, dtype=np.float32).reshape(100, 4),
-                         chunks=(10, 4))
-    b = bytearray(p.read_bytes())
-    key = struct.pack("<IIQQQ", 160, 0, 10 * chunk, 0, 0)
-    assert b.count(key) == 1
-    i = b.find(key)
-    b[i + 24:i + 32] = struct.pack("<Q", 4)
-    p.write_bytes(bytes(b))
+    p = _h5_with_a_key_changed(tmp_path, 10 * chunk, 2, 4)
     with h5py.File(p) as f:
         assert (f["d"][10 * chunk:10 * chunk + 10] == 0).all()   # what libhdf5 reads there
         assert (f["d"][50:60] == np.arange(200, 240).reshape(10, 4)).all()
@@ -400,22 +390,31 @@ def test_an_interrupt_inside_next_loses_no_batch(tmp_path):
     assert resumed == want[2:]
 
 
-def test_an_hdf5_chunk_key_beyond_dimension_0_is_refused(tmp_path):
-    """A B-tree key that puts a chunk at column 4 of a 4-column dataset:
-    libhdf5 reads fill values for those rows; stoker must not deliver the
-    chunk's bytes there."""
-    h5py = pytest.importorskip("h5py")
+def _h5_with_a_key_changed(tmp_path, row, k, value):
+    """a.h5: a dataset 'd' of 100 x 4 float32 in chunks of 10 rows, in a v1
+    B-tree, with coordinate k of the key of the chunk at `row` (0: rows,
+    1: columns, 2: the offset within an element) set to `value`."""
+    import h5py
     import struct
     p = tmp_path / "a.h5"
     with h5py.File(p, "w", libver="earliest") as f:
         f.create_dataset("d", data=np.arange(400, dtype=np.float32).reshape(100, 4),
                          chunks=(10, 4))
     b = bytearray(p.read_bytes())
-    key = struct.pack("<IIQQQ", 160, 0, 10, 0, 0)   # chunk bytes, mask, (10, 0, elem)
+    key = struct.pack("<IIQQQ", 160, 0, row, 0, 0)   # chunk bytes, mask, (row, 0, elem)
     assert b.count(key) == 1
-    i = b.find(key)
-    b[i + 16:i + 24] = struct.pack("<Q", 4)
+    i = b.find(key) + 8 + 8 * k
+    b[i:i + 8] = struct.pack("<Q", value)
     p.write_bytes(bytes(b))
+    return p
+
+
+def test_an_hdf5_chunk_key_beyond_dimension_0_is_refused(tmp_path):
+    """A B-tree key that puts a chunk at column 4 of a 4-column dataset:
+    libhdf5 reads fill values for those rows; stoker must not deliver the
+    chunk's bytes there."""
+    h5py = pytest.importorskip("h5py")
+    p = _h5_with_a_key_changed(tmp_path, 10, 1, 4)
     with h5py.File(p) as f:
         assert (f["d"][10:20] == 0).all()   # what libhdf5 reads there
     with pytest.raises(stoker.StokerError) as ei:
