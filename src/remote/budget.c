@@ -361,11 +361,20 @@ int stk__budget_reserve(stk__fetcher *f, const want *w, size_t n, bool wait, stk
                         "%s: one read needs %" PRIu64 " KiB of the cache at once, more than its "
                         "budget of %" PRIu64 " KiB; raise the cache budget",
                         f->url.text, need >> 10, B >> 10);
-    const int64_t limit = ((int64_t)stk__http_timeout_s() + 5) * 1000000000;
+    const int64_t limit = (int64_t)((f->timeout_s + 5) * 1e9);
     int64_t t0 = stk__now_ns();
     uint64_t used = 0;
     for (;;) {
         pthread_mutex_lock(&f->mu);
+        /* A shard whose object changed will never be fetched: its error,
+         * not a wait for room. */
+        for (size_t i = 0; i < n; i++) {
+            const stk_error *c = f->sh[w[i].s].changed;
+            if (!c) continue;
+            if (err) *err = *c;
+            pthread_mutex_unlock(&f->mu);
+            return c->code;
+        }
         while (flock(f->budget_fd, LOCK_EX) != 0 && errno == EINTR) {}
         bool ok;
         if (B == 0) {
@@ -402,16 +411,47 @@ int stk__budget_reserve(stk__fetcher *f, const want *w, size_t n, bool wait, stk
         if (ok) return 0;
         if (!wait) return -EAGAIN;
         /* Everything left is held by readers: they let go once they have
-         * read it. */
+         * read it.  When fetches failed meanwhile, the room lacked because
+         * of them (readers that cannot read hold on): the first failure is
+         * the cause, and what the user is told. */
+        pthread_mutex_lock(&f->mu);
+        stk_error cause = f->cause;
+        pthread_mutex_unlock(&f->mu);
+        if ((int64_t)(stk__now_ns() - t0) > limit && cause.code)
+            return stk__err(err, cause.code,
+                            "%s (and since, the cache budget of %" PRIu64 " KiB has had no "
+                            "room for %" PRIu64 " KiB for %g s)",
+                            cause.message, B >> 10, need >> 10, f->timeout_s + 5);
         if ((int64_t)(stk__now_ns() - t0) > limit)
             return stk__err(err, -ENOSPC,
                             "%s: the cache budget of %" PRIu64 " KiB has had no room for %" PRIu64
-                            " KiB for %lld s: the readers sharing it (%s) hold %" PRIu64
+                            " KiB for %g s: the readers sharing it (%s) hold %" PRIu64
                             " KiB between fetching and reading; raise the budget, or read "
                             "with fewer threads or processes",
-                            f->url.text, B >> 10, need >> 10, (long long)(limit / 1000000000),
-                            f->dir, used >> 10);
+                            f->url.text, B >> 10, need >> 10, f->timeout_s + 5, f->dir,
+                            used >> 10);
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+}
+
+void stk__budget_unreserve(stk__fetcher *f, const want *w, size_t n) {
+    if (!f->limited || !n) return;
+    while (flock(f->budget_fd, LOCK_EX) != 0 && errno == EINTR) {}
+    for (size_t i = 0; i < n; i++) {
+        fshard *s = &f->sh[w[i].s];
+        uint64_t b = w[i].b;
+        if (w[i].got || !s->holds || s->holds[b] || s->state[b] != B_ABSENT) continue;
+        uint64_t a, z;
+        stk__block_bytes(&f->ds->shards[w[i].s], b, &a, &z);
+        if (open_part(s, &s->evict_fd) != 0) continue;
+        /* A reader of another process holds it (and will fetch it into what
+         * was allocated): passed over, as eviction does. */
+        if (lock_range(s->evict_fd, F_WRLCK, F_OFD_SETLK, a, z) != 0) continue;
+        if (!stk__present_on_disk(s, b))
+            fallocate(s->evict_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a,
+                      (off_t)(z - a));
+        lock_range(s->evict_fd, F_UNLCK, F_OFD_SETLK, a, z);
+    }
+    flock(f->budget_fd, LOCK_UN);
 }

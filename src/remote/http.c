@@ -1,11 +1,15 @@
 /*
  * http.c: fetching objects with libcurl's multi interface: many requests in
  * flight on a few reused connections, S3 requests signed with SigV4, and
- * every failure that can pass (5xx, 429, SlowDown, resets, timeouts, stalls)
- * retried with exponential backoff and jitter, Retry-After honoured.  Each
- * wait is bounded: a transfer that makes no progress for the timeout is
- * abandoned and sent again, and a request is retried a bounded number of
- * times, so a run never hangs on the network.
+ * every failure that can pass (5xx, 408, 429, SlowDown, resets, timeouts,
+ * stalls) retried with exponential backoff and jitter, Retry-After
+ * honoured.  Each request has a deadline, counted from when it was sent or
+ * from the last byte of its object that came: a transfer with no byte for
+ * half of it is abandoned and sent again, no try starts past it (nor past
+ * the retry budget, or the number of tries), so a run never hangs on the
+ * network and a failure ends when the user said.  What no retry can cure (a
+ * redirect loop, TLS, a name that does not resolve, most 4xx, a wrong
+ * Content-Range, a changed object) fails at once.
  */
 #define _GNU_SOURCE
 #include "remote.h"
@@ -26,7 +30,9 @@ struct stk__http {
     stk__aws *aws;
     CURLM *multi;
     int retries;       /* attempts after the first, per request */
-    long timeout_s;    /* no progress for this long: abandoned, retried */
+    double timeout_s;  /* the deadline: no byte of the object for this long */
+    double retry_s;    /* the retry budget, from a request's first failure */
+    bool retry_set;    /* retry_s from $STOKER_REMOTE_RETRY_SECONDS */
     int connections;
     unsigned rng;
     /* Counters a fetching thread adds to while another may read them
@@ -52,6 +58,25 @@ static long env_long(const char *name, long dflt, long lo, long hi) {
     return *end || x < lo || x > hi ? dflt : x;
 }
 
+/* Seconds in (0, 3600], else dflt. */
+static double env_seconds(const char *name, double dflt) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end;
+    double x = strtod(v, &end);
+    return *end || !(x > 0 && x <= 3600) ? dflt : x;
+}
+
+double stk__remote_timeout(double opt) {
+    return opt > 0 ? opt : env_seconds("STOKER_REMOTE_TIMEOUT", 30);
+}
+
+void stk__http_deadline(stk__http *h, double timeout_s) {
+    if (!(timeout_s > 0)) return;
+    h->timeout_s = timeout_s;
+    if (!h->retry_set) h->retry_s = timeout_s;
+}
+
 int stk__http_new(const stk__url *u, stk__aws *aws, stk__http **out, stk_error *err) {
     *out = NULL;
     pthread_once(&curl_once, curl_init);
@@ -62,7 +87,10 @@ int stk__http_new(const stk__url *u, stk__aws *aws, stk__http **out, stk_error *
     h->url = u;
     h->aws = u->scheme == STK__URL_S3 ? aws : NULL;
     h->retries = (int)env_long("STOKER_REMOTE_RETRIES", 8, 0, 100);
-    h->timeout_s = stk__http_timeout_s();
+    h->timeout_s = stk__remote_timeout(0);
+    h->retry_s = env_seconds("STOKER_REMOTE_RETRY_SECONDS", 0);
+    h->retry_set = h->retry_s > 0;
+    if (!h->retry_set) h->retry_s = h->timeout_s;
     h->connections = (int)env_long("STOKER_REMOTE_CONNECTIONS", 16, 1, 1024);
     h->late = (int)env_long("STOKER_REMOTE_LATE", 4, 0, 1000);
     h->rng = (unsigned)stk__now_ns() ^ (unsigned)getpid();
@@ -100,8 +128,6 @@ uint64_t stk__http_part_bytes(void) {
     return (uint64_t)env_long("STOKER_REMOTE_PART_MB", 8, 1, 1024) << 20;
 }
 
-long stk__http_timeout_s(void) { return env_long("STOKER_REMOTE_TIMEOUT", 30, 1, 3600); }
-
 void stk__http_beat(stk__http *h, const int *fds, size_t n) {
     h->beat = fds;
     h->nbeat = fds ? n : 0;
@@ -118,6 +144,8 @@ static void beat(stk__http *h) {
 
 /* ---- one transfer ---- */
 
+#define MAX_REDIRECTS 5
+
 typedef struct xfer {
     stk__http *h;
     stk__fetch *f;
@@ -125,11 +153,23 @@ typedef struct xfer {
     struct curl_slist *headers;
     long status;      /* of the response being received */
     bool stale;       /* its ETag is not the pinned one */
-    bool stalled;     /* abandoned: no byte for the timeout */
+    bool stalled;     /* abandoned: no byte for half the deadline */
+    bool expired;     /* abandoned: the request's deadline passed */
     bool late;        /* abandoned: far slower than its siblings */
+    bool badrange;    /* a 206 for another range than the one asked */
     uint64_t start_ns;
     uint64_t last_ns; /* when the last byte (or the request) went */
+    char errbuf[CURL_ERROR_SIZE]; /* curl's own words on a failure */
 } xfer;
+
+static uint64_t secs_ns(double s) { return (uint64_t)(s * 1e9); }
+
+/* The request's deadline: the timeout after it was first sent, or after
+ * the last byte of its object came, whichever is later. */
+static uint64_t deadline_ns(const stk__http *h, const stk__fetch *f) {
+    uint64_t since = f->progress_ns > f->first_ns ? f->progress_ns : f->first_ns;
+    return since + secs_ns(h->timeout_s);
+}
 
 static const char *what(const stk__fetch *f) { return f->what ? f->what : f->url; }
 
@@ -147,11 +187,28 @@ static void response_started(xfer *x) {
     curl_easy_getinfo(x->e, CURLINFO_RESPONSE_CODE, &x->status);
     f->status = x->status;
     if (x->status / 100 != 2) return;
+    /* A server that ignored the range sends the whole object: its size, and
+     * from byte 0. */
+    bool ranged = f->lo || f->hi;
+    if (ranged && x->status == 200 && f->object_size == UINT64_MAX) {
+        f->skip = f->lo;
+        curl_off_t cl = -1;
+        if (curl_easy_getinfo(x->e, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) == CURLE_OK &&
+            cl >= 0)
+            f->object_size = (uint64_t)cl;
+    }
     if (f->want_etag && *f->want_etag && f->etag[0] && strcmp(f->etag, f->want_etag) != 0)
         x->stale = true;
-    /* A server that ignored the range sends the object from byte 0. */
-    bool ranged = f->lo || f->hi;
-    if (ranged && x->status == 200 && f->object_size == UINT64_MAX) f->skip = f->lo;
+    if (f->want_size && f->object_size != UINT64_MAX && f->object_size != f->want_size)
+        x->stale = true;
+    /* A 206 must be the range asked for: bytes of another range written
+     * where these belong would be checked against the wrong checksums, and
+     * a server that answers so answers so again. */
+    if (ranged && x->status == 206 && !f->head) {
+        uint64_t last = f->hi ? f->hi - 1
+                              : f->object_size != UINT64_MAX ? f->object_size - 1 : f->range_last;
+        if (f->range_first != f->lo || f->range_last != last) x->badrange = true;
+    }
 }
 
 static size_t on_body(char *buf, size_t size, size_t n, void *arg) {
@@ -168,7 +225,8 @@ static size_t on_body(char *buf, size_t size, size_t n, void *arg) {
         f->errbody[f->errlen] = '\0';
         return len;
     }
-    if (x->stale) return 0; /* aborts the transfer */
+    if (x->stale || x->badrange) return 0; /* aborts the transfer */
+    f->progress_ns = x->last_ns;
     count(&x->h->st_bytes, len);
     const char *p = buf;
     size_t k = len;
@@ -209,7 +267,7 @@ static size_t on_body(char *buf, size_t size, size_t n, void *arg) {
 static size_t on_read(char *buf, size_t size, size_t n, void *arg) {
     xfer *x = arg;
     stk__fetch *f = x->f;
-    x->last_ns = stk__now_ns(); /* sending is progress too */
+    x->last_ns = f->progress_ns = stk__now_ns(); /* sending is progress too */
     size_t want = size * n;
     uint64_t left = f->up_len - f->up_sent;
     if (want > left) want = (size_t)left;
@@ -223,9 +281,19 @@ static size_t on_read(char *buf, size_t size, size_t n, void *arg) {
     return want;
 }
 
-/* A stall: no byte for the whole timeout, counted from the last one that
- * came (curl's own low-speed limit averages over its window, and let a
- * transfer that stopped dead run on for seconds more). */
+/* Whether transfer x is to be abandoned now: its request's deadline
+ * passed, or no byte came for half of it (a stall, counted from the last
+ * byte: curl's own low-speed limit averages over its window, and let a
+ * transfer that stopped dead run on for seconds more), which leaves the
+ * other half to a try sent again.  Checked by curl's progress callback and
+ * by stk__http_run's loop, whichever comes first. */
+static bool overdue(xfer *x, uint64_t now) {
+    if (x->stalled || x->expired) return true;
+    if (now > deadline_ns(x->h, x->f)) x->expired = true;
+    else if (now - x->last_ns > secs_ns(x->h->timeout_s) / 2) x->stalled = true;
+    return x->stalled || x->expired;
+}
+
 static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                        curl_off_t ulnow) {
     (void)dltotal, (void)ultotal, (void)ulnow;
@@ -233,10 +301,7 @@ static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off
     const stk__http *h = x->h;
     const stk__fetch *f = x->f;
     uint64_t now = stk__now_ns();
-    if (now - x->last_ns > (uint64_t)h->timeout_s * 1000000000u) {
-        x->stalled = true;
-        return 1;
-    }
+    if (overdue(x, now)) return 1;
     /* Late: a range taking `late` times longer than the rate the others
      * get predicts (and over 2 s), though bytes still come: a slow server
      * or path, which a new request usually avoids. */
@@ -259,14 +324,19 @@ static int start(stk__http *h, xfer *x, stk_error *err) {
     x->status = 0;
     x->stale = false;
     x->stalled = false;
+    x->expired = false;
     x->late = false;
+    x->badrange = false;
+    x->errbuf[0] = '\0';
     x->start_ns = x->last_ns = stk__now_ns();
+    if (!f->first_ns) f->first_ns = x->start_ns;
     f->got = 0;
     f->mem_len = 0;
     f->errlen = 0;
     f->errbody[0] = '\0';
     f->status = 0;
     f->object_size = UINT64_MAX;
+    f->range_first = f->range_last = UINT64_MAX;
     f->skip = 0;
     f->store_err = 0;
     CURL *e = x->e;
@@ -277,12 +347,15 @@ static int start(stk__http *h, xfer *x, stk_error *err) {
     curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, h->timeout_s < 10 ? h->timeout_s : 10L);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf);
+    /* Connecting is a stall's part of the deadline too (at most 10 s). */
+    long cto = (long)(h->timeout_s * 500);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, cto < 1 ? 1L : cto > 10000 ? 10000L : cto);
     curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
     curl_easy_setopt(e, CURLOPT_XFERINFODATA, x);
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, h->aws ? 0L : 1L);
-    curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
+    curl_easy_setopt(e, CURLOPT_MAXREDIRS, (long)MAX_REDIRECTS);
     curl_easy_setopt(e, CURLOPT_USERAGENT, "stoker/" STK_VERSION_STRING);
     if (f->head) curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
     struct curl_slist *hd = NULL;
@@ -374,10 +447,30 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
     stk__xml_element(f->errbody, "Code", code, sizeof code);
     if (!f->region[0]) stk__xml_element(f->errbody, "Region", f->region, sizeof f->region);
     if (x->stale) {
-        f->rc = stk__err(&f->err, STK_ESTALE,
-                         "%s: the object changed since the dataset was opened (ETag %s, "
-                         "pinned %s); a dataset must not be rewritten while it is read",
-                         what(f), f->etag, f->want_etag);
+        if (f->want_size && f->object_size != UINT64_MAX && f->object_size != f->want_size)
+            f->rc = stk__err(&f->err, STK_ESTALE,
+                             "%s: the object changed since the dataset was opened (it has %llu "
+                             "bytes, the dataset %llu); a dataset must not be rewritten while "
+                             "it is read",
+                             what(f), (unsigned long long)f->object_size,
+                             (unsigned long long)f->want_size);
+        else
+            f->rc = stk__err(&f->err, STK_ESTALE,
+                             "%s: the object changed since the dataset was opened (ETag %s, "
+                             "pinned %s); a dataset must not be rewritten while it is read",
+                             what(f), f->etag, f->want_etag);
+        return -1;
+    }
+    if (x->badrange) {
+        char got[64] = "none";
+        if (f->range_first != UINT64_MAX)
+            snprintf(got, sizeof got, "bytes %llu-%llu", (unsigned long long)f->range_first,
+                     (unsigned long long)f->range_last);
+        f->rc = stk__err(&f->err, -EBADMSG,
+                         "%s: the server answered bytes %llu-%llu with another range (Content-"
+                         "Range: %s); not retried: the server does not serve ranges as asked",
+                         what(f), (unsigned long long)f->lo,
+                         (unsigned long long)(f->hi ? f->hi - 1 : f->object_size - 1), got);
         return -1;
     }
     if (cc != CURLE_OK && f->put && f->store_err) {
@@ -393,9 +486,15 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
         f->err.code = -EIO;
         return 1;
     }
+    if (cc != CURLE_OK && x->expired) {
+        snprintf(f->err.message, sizeof f->err.message, "stalled: no byte for %.1f s",
+                 (double)(stk__now_ns() - x->last_ns) / 1e9);
+        f->err.code = STK_ETIMEOUT;
+        return 1;
+    }
     if (cc != CURLE_OK && x->stalled) {
-        snprintf(f->err.message, sizeof f->err.message, "stalled: no byte for %ld s",
-                 h->timeout_s);
+        snprintf(f->err.message, sizeof f->err.message,
+                 "stalled: no byte for %g s (half the deadline)", h->timeout_s / 2);
         f->err.code = STK_ETIMEOUT;
         return 1;
     }
@@ -412,10 +511,43 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
             f->rc = stk__err(&f->err, cc == CURLE_OUT_OF_MEMORY ? -ENOMEM : -EINVAL, "%s: %s",
                              what(f), curl_easy_strerror(cc));
             return -1;
+        /* What no retry cures: answered at once. */
+        case CURLE_TOO_MANY_REDIRECTS: {
+            char *to = NULL;
+            curl_easy_getinfo(x->e, CURLINFO_EFFECTIVE_URL, &to);
+            f->rc = stk__err(&f->err, -ELOOP,
+                             "%s: a redirect loop (more than %d redirects, the last to %s); not "
+                             "retried",
+                             what(f), MAX_REDIRECTS, to ? to : "?");
+            return -1;
+        }
+        case CURLE_COULDNT_RESOLVE_HOST:
+        case CURLE_COULDNT_RESOLVE_PROXY:
+            f->rc = stk__err(&f->err, -EHOSTUNREACH, "%s: the host's name does not resolve (%s); "
+                             "not retried",
+                             what(f), x->errbuf[0] ? x->errbuf : curl_easy_strerror(cc));
+            return -1;
+        case CURLE_SSL_CONNECT_ERROR:
+        case CURLE_PEER_FAILED_VERIFICATION:
+        case CURLE_SSL_CERTPROBLEM:
+        case CURLE_SSL_CIPHER:
+        case CURLE_SSL_CACERT_BADFILE:
+        case CURLE_SSL_ISSUER_ERROR:
+        case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+        case CURLE_SSL_INVALIDCERTSTATUS:
+        case CURLE_SSL_CRL_BADFILE:
+        case CURLE_SSL_ENGINE_NOTFOUND:
+        case CURLE_SSL_ENGINE_SETFAILED:
+        case CURLE_SSL_ENGINE_INITFAILED:
+        case CURLE_USE_SSL_FAILED:
+            f->rc = stk__err(&f->err, -EPROTO, "%s: TLS failed (%s); not retried", what(f),
+                             x->errbuf[0] ? x->errbuf : curl_easy_strerror(cc));
+            return -1;
         default:
             /* Connection refused or reset, timeouts, stalls, partial
              * bodies, name resolution: all may pass. */
-            snprintf(f->err.message, sizeof f->err.message, "%s", curl_easy_strerror(cc));
+            snprintf(f->err.message, sizeof f->err.message, "%s",
+                     x->errbuf[0] ? x->errbuf : curl_easy_strerror(cc));
             f->err.code = cc == CURLE_OPERATION_TIMEDOUT ? STK_ETIMEOUT : -EIO;
             return 1;
         }
@@ -430,7 +562,7 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
         }
         return 0;
     }
-    if (st >= 500 || st == 429 || strcmp(code, "SlowDown") == 0 ||
+    if (st >= 500 || st == 429 || st == 408 || strcmp(code, "SlowDown") == 0 ||
         strcmp(code, "RequestTimeout") == 0 || strcmp(code, "InternalError") == 0) {
         snprintf(f->err.message, sizeof f->err.message, "HTTP %ld%s%s", st, code[0] ? " " : "",
                  code);
@@ -472,10 +604,60 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
                          "changed since the dataset was written",
                          what(f));
     } else {
-        f->rc = stk__err(&f->err, -EIO, "%s: HTTP %ld%s%s", what(f), st, code[0] ? " " : "",
-                         code);
+        f->rc = stk__err(&f->err, -EIO, "%s: HTTP %ld%s%s%s", what(f), st, code[0] ? " " : "",
+                         code, st / 100 == 4 ? "; not retried" : "");
     }
     return -1;
+}
+
+/* A finished (or abandoned) attempt x, curl's result cc: done, sent again
+ * after its backoff, or given up (out of tries, past its deadline or its
+ * retry budget).  Returns whether the request is over. */
+static bool settle(stk__http *h, xfer *x, CURLcode cc) {
+    int v = judge(h, x, cc);
+    finish(h, x);
+    stk__fetch *fx = x->f;
+    uint64_t now = stk__now_ns();
+    uint64_t took = now - x->start_ns;
+    if (v == 0 && !fx->head && fx->got >= (16u << 10) && took > 0) {
+        /* What a transfer typically gets (small ones say more about
+         * latency than rate, and are left out). */
+        double r = (double)fx->got * 1e9 / (double)took;
+        h->rate = h->rate > 0 ? 0.8 * h->rate + 0.2 * r : r;
+    }
+    if (v != 1) return true;
+    if (!fx->failed_ns) fx->failed_ns = now;
+    /* A late one goes again at once: the server was not busy. */
+    uint64_t at = now + (uint64_t)(x->late ? 0 : backoff_ns(h, fx, fx->attempts));
+    uint64_t dl = deadline_ns(h, fx), budget = fx->failed_ns + secs_ns(h->retry_s);
+    char last[STK_ERROR_MAX];
+    snprintf(last, sizeof last, "%s", fx->err.message);
+    double spent = (double)(now - fx->first_ns) / 1e9;
+    if (fx->attempts > h->retries) {
+        fx->rc = stk__err(&fx->err, fx->err.code ? fx->err.code : -EIO,
+                          "%s: gave up after %d attempts; the last: %s", what(fx), fx->attempts,
+                          last);
+        return true;
+    }
+    if (at > dl || at > budget) {
+        /* The next try would start too late: given up now rather than
+         * after a wait that cannot end well. */
+        if (at > dl)
+            fx->rc = stk__err(&fx->err, STK_ETIMEOUT,
+                              "%s: gave up after %d attempts in %.1f s: no byte of it came "
+                              "within the deadline of %g s (remote_timeout); the last: %s",
+                              what(fx), fx->attempts, spent, h->timeout_s, last);
+        else
+            fx->rc = stk__err(&fx->err, STK_ETIMEOUT,
+                              "%s: gave up after %d attempts in %.1f s: the next would start "
+                              "past the retry budget of %g s (STOKER_REMOTE_RETRY_SECONDS); the "
+                              "last: %s",
+                              what(fx), fx->attempts, spent, h->retry_s, last);
+        return true;
+    }
+    count(&h->st_retries, 1);
+    fx->not_before_ns = (int64_t)at;
+    return false;
 }
 
 int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err) {
@@ -491,6 +673,7 @@ int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err) {
         xs[i].f = &f[i];
         f[i].attempts = 0;
         f[i].not_before_ns = 0;
+        f[i].first_ns = f[i].progress_ns = f[i].failed_ns = 0;
         f[i].done = false;
         f[i].rc = 0;
         memset(&f[i].err, 0, sizeof f[i].err);
@@ -527,34 +710,23 @@ int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err) {
             if (m->msg != CURLMSG_DONE) continue;
             xfer *x = NULL;
             curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
-            CURLcode cc = m->data.result;
-            int v = judge(h, x, cc);
-            finish(h, x);
             active--;
-            stk__fetch *fx = x->f;
-            uint64_t took = stk__now_ns() - x->start_ns;
-            if (v == 0 && !fx->head && fx->got >= (16u << 10) && took > 0) {
-                /* What a transfer typically gets (small ones say more about
-                 * latency than rate, and are left out). */
-                double r = (double)fx->got * 1e9 / (double)took;
-                h->rate = h->rate > 0 ? 0.8 * h->rate + 0.2 * r : r;
+            if (settle(h, x, m->data.result)) {
+                x->f->done = true;
+                left--;
             }
-            if (v == 1 && fx->attempts <= h->retries) {
-                count(&h->st_retries, 1);
-                /* A late one goes again at once: the server was not busy. */
-                fx->not_before_ns = (int64_t)stk__now_ns() +
-                                    (x->late ? 0 : backoff_ns(h, fx, fx->attempts));
-                continue;
+        }
+        /* Transfers past their deadline or stalled that curl has not called
+         * back about (it calls the progress callback about once a second
+         * when nothing comes). */
+        uint64_t tnow = stk__now_ns();
+        for (size_t i = 0; i < n; i++) {
+            if (!xs[i].e || !overdue(&xs[i], tnow)) continue;
+            active--;
+            if (settle(h, &xs[i], CURLE_ABORTED_BY_CALLBACK)) {
+                f[i].done = true;
+                left--;
             }
-            if (v == 1) {
-                char last[STK_ERROR_MAX];
-                snprintf(last, sizeof last, "%s", fx->err.message);
-                fx->rc = stk__err(&fx->err, fx->err.code ? fx->err.code : -EIO,
-                                  "%s: gave up after %d attempts; the last: %s", what(fx),
-                                  fx->attempts, last);
-            }
-            fx->done = true;
-            left--;
         }
         if (left == 0) break;
         int64_t now2 = (int64_t)stk__now_ns();

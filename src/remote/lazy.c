@@ -31,7 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
-int stk__fetcher_new(const char *url_text, size_t n, stk__fetcher **out, stk_error *err) {
+int stk__fetcher_new(const char *url_text, size_t n, double timeout_s, stk__fetcher **out,
+                     stk_error *err) {
     *out = NULL;
     stk__fetcher *f = stk__calloc(1, sizeof *f);
     if (!f) return stk__err(err, -ENOMEM, "out of memory");
@@ -44,6 +45,7 @@ int stk__fetcher_new(const char *url_text, size_t n, stk__fetcher **out, stk_err
     }
     f->n = n;
     f->part = stk__http_part_bytes();
+    f->timeout_s = stk__remote_timeout(timeout_s);
     for (size_t i = 0; i < n; i++)
         f->sh[i].fd = f->sh[i].present_fd = f->sh[i].lock_fd = f->sh[i].evict_fd = -1;
     f->budget_fd = f->uses_fd = -1;
@@ -74,6 +76,7 @@ void stk__fetcher_free(stk__fetcher *f) {
         stk__free(s->present_path);
         stk__free(s->lock_path);
         stk__free(s->state);
+        stk__free(s->changed);
         if (s->fd >= 0) close(s->fd);
         if (s->present_fd >= 0) close(s->present_fd);
         if (s->lock_fd >= 0) close(s->lock_fd);
@@ -200,6 +203,7 @@ static stk__http *client_get(stk__fetcher *f, stk_error *err) {
         stk__free(a);
         return NULL;
     }
+    stk__http_deadline(h, f->timeout_s);
     pthread_mutex_lock(&f->mu);
     stk__http **all = stk__realloc(f->all, (f->nall + 1) * sizeof *all);
     stk__aws **awss = a ? stk__realloc(f->awss, (f->naws + 1) * sizeof *awss) : f->awss;
@@ -250,7 +254,12 @@ static int open_fds(fshard *s, stk_error *err) {
  * each; sets got on those that passed. */
 static int fetch_once(stk__fetcher *f, stk__http *h, want *w, size_t n, stk_error *err) {
     stk__fetch *q = stk__calloc(n ? n : 1, sizeof *q);
-    if (!q) return stk__err(err, -ENOMEM, "out of memory");
+    uint32_t *qs = stk__calloc(n ? n : 1, sizeof *qs); /* each request's shard */
+    if (!q || !qs) {
+        stk__free(q);
+        stk__free(qs);
+        return stk__err(err, -ENOMEM, "out of memory");
+    }
     size_t nq = 0;
     for (size_t i = 0; i < n;) {
         if (w[i].got) {
@@ -268,12 +277,25 @@ static int fetch_once(stk__fetcher *f, stk__http *h, want *w, size_t n, stk_erro
             if (z2 - a > f->part) break;
             z = z2;
         }
+        qs[nq] = w[i].s;
         q[nq++] = (stk__fetch){.url = s->url, .what = s->name, .lo = a, .hi = z, .fd = s->fd,
-                               .fd_off = a, .want_etag = s->pin};
+                               .fd_off = a, .want_etag = s->pin, .want_size = sh->size};
         i = j;
     }
     int rc = stk__http_run(h, q, nq, err);
+    /* An object that changed stays changed: its shard's later reads fail
+     * at once, with this error (its first cause). */
+    for (size_t i = 0; rc && i < nq; i++) {
+        fshard *s = &f->sh[qs[i]];
+        if (q[i].rc != STK_ESTALE) continue;
+        stk_error *e = stk__malloc(sizeof *e);
+        pthread_mutex_lock(&f->mu);
+        if (!s->changed && e) s->changed = e, e = NULL, *s->changed = q[i].err;
+        pthread_mutex_unlock(&f->mu);
+        stk__free(e);
+    }
     stk__free(q);
+    stk__free(qs);
     if (rc) return rc;
     /* Each block against its checksum, as it now is in the file. */
     uint8_t *buf = NULL;
@@ -411,7 +433,7 @@ static bool given_up(void *ctx) {
 }
 
 static int lock_wait(stk__fetcher *f, fshard *s, stk_error *err) {
-    const int64_t limit = ((int64_t)stk__http_timeout_s() + 5) * 1000000000;
+    const int64_t limit = (int64_t)((f->timeout_s + 5) * 1e9);
     waiter w = {f, s};
     int64_t silent;
     int rc = stk__flock_alive(s->lock_fd, limit, given_up, &w, &silent);
@@ -423,8 +445,8 @@ static int lock_wait(stk__fetcher *f, fshard *s, stk_error *err) {
     if (rc == 1)
         return stk__err(err, STK_ETIMEOUT,
                         "%s: another process holds this shard's cache lock (%s) and has shown "
-                        "no sign of life for over %lld s; is it stopped?",
-                        s->name, s->lock_path, (long long)(limit / 1000000000));
+                        "no sign of life for over %g s; is it stopped?",
+                        s->name, s->lock_path, f->timeout_s + 5);
     return 0;
 }
 
@@ -484,12 +506,22 @@ static int fetch_claimed(stk__fetcher *f, want *w, size_t n, stk_error *err) {
     return rc;
 }
 
+/* Notes how a fetch of this process ended (under mu): the first failure
+ * since the last success is kept as the cause a later wait names. */
+static void note_fetch(stk__fetcher *f, int rc, const stk_error *e) {
+    if (rc == 0) f->cause.code = 0;
+    else if (f->cause.code == 0) {
+        f->cause.code = rc;
+        snprintf(f->cause.message, sizeof f->cause.message, "%s", e ? e->message : "");
+    }
+}
+
 static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
     stk__fetcher *f = ctx;
     const stk_dataset *ds = f->ds;
     int rc = 0;
     want *w = NULL;
-    size_t cap = 0;
+    size_t cap = 0, failed = 0; /* w[0..failed): claimed by a fetch that failed */
     pthread_mutex_lock(&f->mu);
     if (f->limited) stk__budget_hold(f, r, n);
     for (;;) {
@@ -498,6 +530,11 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
         for (size_t i = 0; i < n; i++) {
             fshard *s = &f->sh[r[i].shard];
             if (s->complete) continue;
+            if (s->changed) {
+                rc = s->changed->code;
+                if (err) *err = *s->changed;
+                break;
+            }
             const stk__shard *sh = &ds->shards[r[i].shard];
             uint64_t b0, b1;
             /* Header, index, blocks: fetched at open. */
@@ -533,20 +570,29 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
         }
         pthread_mutex_unlock(&f->mu);
         /* Under a budget, room is made and allocated first.  What was
-         * allocated for blocks that do not arrive stays allocated (and
-         * counted): another process may have allocated the same blocks and
-         * be about to fetch them; they are fetched into later, or given
-         * back by the next open that finds itself alone. */
+         * allocated for blocks whose fetch failed is given back where no
+         * reader of any process holds them (stk__budget_unreserve); what
+         * another process holds stays allocated, and counted: it is about
+         * to fetch into it, or the next open that finds itself alone gives
+         * it back. */
         rc = f->limited ? stk__budget_reserve(f, w, nw, true, err) : 0;
-        if (rc == 0) rc = fetch_claimed(f, w, nw, err);
+        bool fetched = rc == 0;
+        if (fetched) rc = fetch_claimed(f, w, nw, err);
         pthread_mutex_lock(&f->mu);
+        if (fetched) note_fetch(f, rc, err);
         for (size_t i = 0; i < nw; i++)
             f->sh[w[i].s].state[w[i].b] = w[i].got ? B_PRESENT : w[i].bad ? B_BAD : B_ABSENT;
         if (rc == 0) name_complete(f, w, nw);
         pthread_cond_broadcast(&f->cv);
-        if (rc) break;
+        if (rc) {
+            failed = fetched ? nw : 0;
+            break;
+        }
     }
-    if (rc && f->limited) stk__budget_release_locked(f, r, n);
+    if (rc && f->limited) {
+        stk__budget_release_locked(f, r, n);
+        stk__budget_unreserve(f, w, failed);
+    }
     pthread_mutex_unlock(&f->mu);
     stk__free(w);
     return rc;
@@ -653,8 +699,10 @@ static void *ahead_main(void *arg) {
         pthread_mutex_unlock(&f->mu);
         stk_error err = {0};
         int rc = f->limited ? stk__budget_reserve(f, w, nw, false, &err) : 0;
-        if (rc == 0) rc = fetch_claimed(f, w, nw, &err);
+        bool fetched = rc == 0;
+        if (fetched) rc = fetch_claimed(f, w, nw, &err);
         pthread_mutex_lock(&f->mu);
+        if (fetched) note_fetch(f, rc, &err);
         for (size_t i = 0; i < nw; i++) {
             fshard *s = &f->sh[w[i].s];
             uint8_t st = w[i].got ? B_PRESENT : w[i].bad ? B_BAD : B_ABSENT;
@@ -669,6 +717,7 @@ static void *ahead_main(void *arg) {
             s->state[w[i].b] = st;
         }
         if (f->limited) stk__budget_release_wants(f, w, nw);
+        if (f->limited && fetched && rc) stk__budget_unreserve(f, w, nw);
         if (rc == 0) name_complete(f, w, nw);
         /* A failure is left to the reader, which fetches the blocks again
          * and reports what it gets. */

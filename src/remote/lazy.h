@@ -30,6 +30,9 @@ typedef struct fshard {
                   * flock is per open file, which they share */
     bool given_up; /* a wait for another process's lock timed out (under mu):
                     * the next waiters fail at once until the lock is had */
+    stk_error *changed; /* the object changed since it was pinned (under mu;
+                         * NULL: not seen): every later read of the shard
+                         * fails at once with this error */
     /* Under a budget (budget.c), per block, under mu: */
     uint32_t *holds; /* this process's readers between ensure and release */
     uint32_t *tick;  /* when its last reader let it go */
@@ -44,6 +47,11 @@ struct stk__fetcher {
     fshard *sh;
     size_t n;
     uint64_t part;
+    double timeout_s; /* the deadline of a request (stk__remote_timeout) */
+    /* The first fetch failure since the last fetch that succeeded (under
+     * mu; code 0: none): what a wait for the budget's room names when it
+     * ends, the room having been lacking because of it. */
+    stk_error cause;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     stk__http **idle; /* clients not in use */
@@ -102,6 +110,11 @@ void stk__budget_release_wants(stk__fetcher *f, const struct want *w, size_t n);
 struct want;
 int stk__budget_reserve(stk__fetcher *f, const struct want *w, size_t n, bool wait,
                         stk_error *err);
+/* Gives back what stk__budget_reserve allocated for blocks w[0..n) that did
+ * not arrive (a failed fetch), where no reader of any process holds them:
+ * otherwise the budget would stay taken by bytes that never come.  Under
+ * mu, after the holds on them were released. */
+void stk__budget_unreserve(stk__fetcher *f, const struct want *w, size_t n);
 
 typedef struct want {
     uint32_t s;

@@ -34,7 +34,7 @@ typedef struct remote {
     char *dir; /* the dataset's cache directory */
     stk__manifest m;
     uint64_t cached;
-    int64_t timeout_s;
+    double timeout_s; /* the deadline of a request (stk__remote_timeout) */
     uint64_t part; /* bytes per range request */
     bool fresh_ends; /* fetch every partial shard's ends, reusing none */
     bool limited;    /* a cache budget smaller than the dataset */
@@ -120,10 +120,11 @@ static void known_read(known *k, int64_t ttl) {
  * manifest, and its shards' headers and indexes) while the others wait and
  * then reuse what it fetched.  A holder that shows no sign of life is not
  * waited for: going on without the lock costs only requests of one's own. */
-static int known_lock(const known *k, int64_t timeout_s) {
+static int known_lock(const known *k, double timeout_s) {
     int fd = k->lock ? open(k->lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644) : -1;
     int64_t silent;
-    if (fd >= 0 && stk__flock_alive(fd, (timeout_s + 5) * 1000000000, NULL, NULL, &silent) != 0) {
+    if (fd >= 0 &&
+        stk__flock_alive(fd, (int64_t)((timeout_s + 5) * 1e9), NULL, NULL, &silent) != 0) {
         close(fd);
         fd = -1;
     }
@@ -284,7 +285,8 @@ static int fetch_ends(remote *r, partial *ps, size_t n, stk_error *err) {
         uint64_t index_off = stk__ld64(ps[k].header + STK__H_INDEX_OFF);
         if (index_off < STK__HEADER_SIZE || index_off > want) index_off = STK__HEADER_SIZE;
         f[j] = (stk__fetch){.url = ps[k].url, .what = ps[k].name, .lo = index_off, .hi = want,
-                            .fd = ps[k].fd, .fd_off = index_off, .want_etag = ps[k].pin};
+                            .fd = ps[k].fd, .fd_off = index_off, .want_etag = ps[k].pin,
+                            .want_size = want};
     }
     if (rc == 0) rc = stk__http_run(r->http, f, nf, err);
     for (size_t j = 0; rc == 0 && j < nf; j++) ends_keep(r, &ps[at[j]]);
@@ -407,7 +409,7 @@ static int open_cached(remote *r, stk_dataset **out, stk_error *err) {
                       (missing + (1u << 20) - 1) >> 20);
     if (rc == 0 && np) rc = fetch_ends(r, ps, np, err);
     stk__fetcher *fe = NULL;
-    if (rc == 0 && np) rc = stk__fetcher_new(r->url.text, n, &fe, err);
+    if (rc == 0 && np) rc = stk__fetcher_new(r->url.text, n, r->timeout_s, &fe, err);
     for (size_t k = 0; rc == 0 && fe && k < np; k++)
         rc = stk__fetcher_shard(fe, ps[k].i, ps[k].url, ps[k].name, ps[k].final, ps[k].pin,
                                 false, err);
@@ -497,7 +499,7 @@ int stk__remote_open(const char *path, const stk_open_options *opts, stk_dataset
     size_t len = 0;
     int lock_fd = -1; /* the node's open of this URL: held until the dataset is
                        * open, beating while it fetches */
-    r.timeout_s = stk__http_timeout_s();
+    r.timeout_s = stk__remote_timeout(opts ? opts->remote_timeout : 0);
     r.part = stk__http_part_bytes();
     int rc = stk__url_parse(path, &r.url, err);
     if (rc) return rc;
@@ -506,6 +508,7 @@ int stk__remote_open(const char *path, const stk_open_options *opts, stk_dataset
         r.have_aws = true;
     }
     if ((rc = stk__http_new(&r.url, r.have_aws ? &r.aws : NULL, &r.http, err))) goto out;
+    stk__http_deadline(r.http, r.timeout_s);
     if ((rc = stk__cache_root(opts ? opts->cache_dir : NULL, &root, err))) goto out;
     bool copy = false;
     rc = fetch_manifest(&r, root, false, &text, &len, &murl, &copy, &lock_fd, err);

@@ -42,6 +42,7 @@ void stk__fetch_header(stk__fetch *f, const char *buf, size_t len) {
         /* A new response (after a 100 Continue, say): forget the last. */
         f->etag[0] = f->last_modified[0] = f->retry_after[0] = f->region[0] = '\0';
         f->object_size = UINT64_MAX;
+        f->range_first = f->range_last = UINT64_MAX;
         f->skip = 0;
         return;
     }
@@ -61,10 +62,23 @@ void stk__fetch_header(stk__fetch *f, const char *buf, size_t len) {
         value(v, vl, f->region, sizeof f->region);
     } else if (kl == 13 && strncasecmp(buf, "content-range", 13) == 0) {
         /* "bytes a-b/total"; an asterisk for the total, or anything else:
-         * unknown. */
+         * unknown.  The range is kept only when both ends parse, a <= b. */
         value(v, vl, tmp, sizeof tmp);
-        const char *slash = strchr(tmp, '/');
+        char *slash = strchr(tmp, '/');
         if (slash) f->object_size = size_of(slash + 1);
+        f->range_first = f->range_last = UINT64_MAX;
+        if (slash && strncasecmp(tmp, "bytes ", 6) == 0) {
+            *slash = '\0';
+            char *dash = strchr(tmp + 6, '-');
+            if (dash) {
+                *dash = '\0';
+                uint64_t a = size_of(tmp + 6), b = size_of(dash + 1);
+                if (a != UINT64_MAX && b != UINT64_MAX && a <= b) {
+                    f->range_first = a;
+                    f->range_last = b;
+                }
+            }
+        }
     } else if (kl == 14 && strncasecmp(buf, "content-length", 14) == 0) {
         value(v, vl, tmp, sizeof tmp);
         /* The whole object's size only when no range was asked or none was

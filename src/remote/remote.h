@@ -86,7 +86,10 @@ char *stk__url_object(const stk__url *u, const stk__aws *a, const char *name);
  * HEAD.  The body goes to fd at fd_off + (its offset in the range), or, with
  * fd < 0, into `mem` (grown as needed, from stk__malloc; the caller frees
  * it).  With `want_etag` set, a response carrying another ETag is
- * STK_ESTALE: the object changed since it was pinned. */
+ * STK_ESTALE: the object changed since it was pinned; with `want_size`
+ * set, so is a response that gives the object another size.  A 206's
+ * Content-Range must be the range asked for (-EBADMSG otherwise, not
+ * retried). */
 typedef struct stk__fetch {
     const char *url;
     const char *what;      /* names the object in messages (the URL if NULL) */
@@ -95,6 +98,7 @@ typedef struct stk__fetch {
     int fd;
     uint64_t fd_off;
     const char *want_etag; /* NULL or "": not checked */
+    uint64_t want_size;    /* the object's size; 0: not checked */
     const char *if_none_match; /* an ETag: "not modified" (304) is then a
                                 * success, with status 304 and no body */
     /* A request with a body (uploads): PUT of bytes [up_off, up_off +
@@ -114,9 +118,15 @@ typedef struct stk__fetch {
     uint64_t object_size;   /* Content-Range's total, else Content-Length of a
                              * whole-object response; UINT64_MAX if unknown */
     uint64_t got;           /* body bytes kept */
+    uint64_t range_first, range_last; /* a 206's Content-Range ("bytes
+                                       * first-last/size"); UINT64_MAX if
+                                       * none or not understood */
     /* private to http.c */
     int attempts;
     int64_t not_before_ns;
+    uint64_t first_ns;    /* when its first attempt was sent */
+    uint64_t progress_ns; /* when a byte of the object last came (or went) */
+    uint64_t failed_ns;   /* when its first attempt failed; 0: none yet */
     uint64_t skip;          /* a server that ignored the range: bytes to drop */
     char errbody[512];
     size_t errlen;
@@ -146,20 +156,37 @@ typedef struct stk__http stk__http;
 
 /* A client for the dataset URL `u` (signing S3 requests with `aws`, which
  * must outlive it; NULL for HTTP).  Limits from the environment:
- * STOKER_REMOTE_RETRIES, STOKER_REMOTE_TIMEOUT, STOKER_REMOTE_CONNECTIONS. */
+ * STOKER_REMOTE_RETRIES, STOKER_REMOTE_TIMEOUT, STOKER_REMOTE_RETRY_SECONDS,
+ * STOKER_REMOTE_CONNECTIONS. */
 int stk__http_new(const stk__url *u, stk__aws *aws, stk__http **out, stk_error *err);
 void stk__http_free(stk__http *h);
+/* Sets h's deadline (seconds > 0; see stk__remote_timeout); the retry
+ * budget follows it unless $STOKER_REMOTE_RETRY_SECONDS sets its own. */
+void stk__http_deadline(stk__http *h, double timeout_s);
 /* Runs the n requests, many at once, each retried as stoker.h says.  Returns
  * 0 when every one succeeded, else the first failure (in request order)
- * with its message; the others ran to their end. */
+ * with its message; the others ran to their end.
+ *
+ * Each request ends within its deadline: T seconds (stk__http_deadline)
+ * after it was first sent or after the last byte of its object came,
+ * whichever is later.  A transfer with no byte for T/2 is abandoned and
+ * sent again (the other half of the deadline is the retry's); no try
+ * starts past the deadline, nor past the retry budget (counted from the
+ * first failure); either passing is STK_ETIMEOUT, naming the last cause.
+ * What no retry can cure fails at once: a redirect loop (-ELOOP), a TLS
+ * failure (-EPROTO), a host that does not resolve (-EHOSTUNREACH), 4xx other
+ * than 408 and 429 (404 -ENOENT, 401 and 403 -EACCES, a wrong region
+ * -EINVAL, 416 STK_ESTALE, others -EIO), a Content-Range other than the
+ * range asked for (-EBADMSG), an object whose ETag or size changed
+ * (STK_ESTALE). */
 int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err);
 /* Counters since the client was made. */
 void stk__http_stats(const stk__http *h, stk_remote_stats *out);
 /* The bytes of one range request: $STOKER_REMOTE_PART_MB MiB, default 8. */
 uint64_t stk__http_part_bytes(void);
-/* Seconds without a byte after which a transfer is abandoned:
- * $STOKER_REMOTE_TIMEOUT, default 30. */
-long stk__http_timeout_s(void);
+/* The deadline of a request, in seconds: `opt` when > 0 (an open's
+ * stk_open_options.remote_timeout), else $STOKER_REMOTE_TIMEOUT, else 30. */
+double stk__remote_timeout(double opt);
 /* While h runs requests, the modification times of files fds[0..n) are set
  * to now every half second or so: a heartbeat that tells processes waiting
  * for the locks on those files that their holder is alive.  NULL, 0 stops.
@@ -195,8 +222,10 @@ char *stk__concat(const char *a, const char *sep, const char *b);
 
 typedef struct stk__fetcher stk__fetcher;
 
-/* A fetcher for the n shards of dataset `url_text`. */
-int stk__fetcher_new(const char *url_text, size_t n, stk__fetcher **out, stk_error *err);
+/* A fetcher for the n shards of dataset `url_text`, its requests under a
+ * deadline of timeout_s seconds (stk__remote_timeout). */
+int stk__fetcher_new(const char *url_text, size_t n, double timeout_s, stk__fetcher **out,
+                     stk_error *err);
 /* Shard i: its object's URL, its name for messages, its final path in the
  * cache (the .part, .present and .lock files are named after it), the pin
  * its responses must carry, and whether the cache holds it whole. */

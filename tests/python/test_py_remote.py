@@ -706,12 +706,13 @@ def test_transfer_that_always_stalls_is_a_timeout(faulty, aws, tmp_path, monkeyp
                     seen.add(path)
                     return False
             data = (h.server.root / path).read_bytes()
+            lo, hi = (int(v) for v in h.headers["Range"].split("=")[1].split("-"))
             h.send_response(206)
-            h.send_header("Content-Length", "1000")
-            h.send_header("Content-Range", f"bytes 0-999/{len(data)}")
+            h.send_header("Content-Length", str(hi + 1 - lo))
+            h.send_header("Content-Range", f"bytes {lo}-{hi}/{len(data)}")
             h.send_header("ETag", '"v1"')
             h.end_headers()
-            h.wfile.write(data[:10])
+            h.wfile.write(data[lo:lo + 10])
             h.wfile.flush()
             time.sleep(8)
             return True

@@ -15,6 +15,7 @@ typedef struct {
     unsigned int split_index, split_count, streams;
     unsigned long long window, stride, seed, epoch, bb, bs, budget, max_skips, resident;
     unsigned long long cache_budget;
+    double remote_timeout;
     int valid, order, backend, pad, drop_last, direct, threads, verify, on_error, device;
     int warm_up;
 } loader_args;
@@ -27,21 +28,21 @@ static int loader_args_parse(PyObject *args, PyObject *kw, loader_args *a) {
                              "verify", "on_error", "max_skips", "max_open_files", "device",
                              "gpu_slots", "resident_budget", "warm_up", "split_index",
                              "split_count", "root", "cache_dir", "cache_budget", "streams",
-                             "valid_rules", NULL};
+                             "valid_rules", "remote_timeout", NULL};
     *a = (loader_args){.batch = 32, .fields = Py_None, .stride = 1, .valid_field = Py_None,
                        .order = 2, .bb = 4u << 20, .block_group = 16, .world = 1, .qd = 64,
                        .budget = 1ull << 30, .verify = 1, .max_skips = 100, .device = -1,
                        .gpu_slots = 3, .split_count = 1, .cache_budget = STK_CACHE_BUDGET_AUTO,
                        .valid_rules = Py_None};
     return PyArg_ParseTupleAndKeywords(
-               args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiKIiIKiIIzzKIO", kwlist, &a->path, &a->batch,
+               args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiKIiIKiIIzzKIOd", kwlist, &a->path, &a->batch,
                &a->fields, &a->window, &a->stride, &a->valid_field, &a->valid, &a->order,
                &a->seed, &a->epoch, &a->bb, &a->bs, &a->block_group, &a->rank, &a->world,
                &a->pad, &a->drop_last, &a->backend, &a->direct, &a->threads, &a->prefetch,
                &a->qd, &a->budget, &a->verify, &a->on_error, &a->max_skips, &a->max_open,
                &a->device, &a->gpu_slots, &a->resident, &a->warm_up, &a->split_index,
                &a->split_count, &a->root, &a->cache_dir, &a->cache_budget, &a->streams,
-               &a->valid_rules)
+               &a->valid_rules, &a->remote_timeout)
                ? 0
                : -1;
 }
@@ -150,6 +151,7 @@ int loader_config_parse(PyObject *args, PyObject *kw, loader_config *c) {
     c->open.root = a.root;
     c->open.cache_dir = a.cache_dir;
     c->open.cache_budget = a.cache_budget;
+    c->open.remote_timeout = a.remote_timeout;
     config_loader_options(&c->lo, &a);
     if (a.valid_field != Py_None && !(c->lo.valid_field = PyUnicode_AsUTF8(a.valid_field)))
         return -1;
