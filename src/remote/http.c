@@ -660,7 +660,9 @@ static bool settle(stk__http *h, xfer *x, CURLcode cc) {
     return false;
 }
 
-int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err) {
+/* stk__http_run and stk__http_run_or_stop: with `stop`, the first request
+ * that fails for good ends the run, the others abandoned. */
+static int run(stk__http *h, stk__fetch *f, size_t n, bool stop, stk_error *err) {
     if (n == 0) return 0;
     xfer *xs = stk__calloc(n, sizeof *xs);
     if (!xs) return stk__err(err, -ENOMEM, "out of memory");
@@ -668,6 +670,7 @@ int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err) {
     size_t left = n;
     int active = 0;
     int rc = 0;
+    size_t failed = n; /* with stop: the request that ended the run */
     for (size_t i = 0; i < n; i++) {
         xs[i].h = h;
         xs[i].f = &f[i];
@@ -698,6 +701,7 @@ int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err) {
                 fi->err = e;
                 fi->done = true;
                 left--;
+                if (failed == n) failed = i;
                 continue;
             }
             active++;
@@ -714,6 +718,7 @@ int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err) {
             if (settle(h, x, m->data.result)) {
                 x->f->done = true;
                 left--;
+                if (x->f->rc && failed == n) failed = (size_t)(x - xs);
             }
         }
         /* Transfers past their deadline or stalled that curl has not called
@@ -726,7 +731,18 @@ int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err) {
             if (settle(h, &xs[i], CURLE_ABORTED_BY_CALLBACK)) {
                 f[i].done = true;
                 left--;
+                if (f[i].rc && failed == n) failed = i;
             }
+        }
+        if (stop && failed < n) {
+            for (size_t i = 0; i < n; i++) {
+                if (f[i].done) continue;
+                if (xs[i].e) finish(h, &xs[i]);
+                f[i].rc = stk__err(&f[i].err, -ECANCELED, "%s: abandoned: %s failed", what(&f[i]),
+                                   what(&f[failed]));
+                f[i].done = true;
+            }
+            break;
         }
         if (left == 0) break;
         int64_t now2 = (int64_t)stk__now_ns();
@@ -736,6 +752,10 @@ int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err) {
         else if (ms > 0) usleep((useconds_t)ms * 1000);
     }
     count(&h->st_network_ns, stk__now_ns() - t0);
+    if (failed < n && stop) {
+        rc = f[failed].rc;
+        if (err) *err = f[failed].err;
+    }
     for (size_t i = 0; i < n; i++)
         if (f[i].rc && rc == 0) {
             rc = f[i].rc;
@@ -743,4 +763,12 @@ int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err) {
         }
     stk__free(xs);
     return rc;
+}
+
+int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err) {
+    return run(h, f, n, false, err);
+}
+
+int stk__http_run_or_stop(stk__http *h, stk__fetch *f, size_t n, stk_error *err) {
+    return run(h, f, n, true, err);
 }

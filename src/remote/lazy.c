@@ -282,7 +282,9 @@ static int fetch_once(stk__fetcher *f, stk__http *h, want *w, size_t n, stk_erro
                                .fd_off = a, .want_etag = s->pin, .want_size = sh->size};
         i = j;
     }
-    int rc = stk__http_run(h, q, nq, err);
+    /* One request failed, the whole fetch fails (nothing is checked):
+     * the others are not waited for. */
+    int rc = stk__http_run_or_stop(h, q, nq, err);
     /* An object that changed stays changed: its shard's later reads fail
      * at once, with this error (its first cause). */
     for (size_t i = 0; rc && i < nq; i++) {
@@ -507,8 +509,15 @@ static int fetch_claimed(stk__fetcher *f, want *w, size_t n, stk_error *err) {
 }
 
 /* Notes how a fetch of this process ended (under mu): the first failure
- * since the last success is kept as the cause a later wait names. */
+ * since the last success is kept as the cause a later wait names; a
+ * timeout is counted, and kept, for the readers that waited on the fetch
+ * (see ensure). */
 static void note_fetch(stk__fetcher *f, int rc, const stk_error *e) {
+    if (rc == STK_ETIMEOUT) {
+        f->timeouts++;
+        f->timeout.code = rc;
+        snprintf(f->timeout.message, sizeof f->timeout.message, "%s", e ? e->message : "");
+    }
     if (rc == 0) f->cause.code = 0;
     else if (f->cause.code == 0) {
         f->cause.code = rc;
@@ -522,6 +531,7 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
     int rc = 0;
     want *w = NULL;
     size_t cap = 0, failed = 0; /* w[0..failed): claimed by a fetch that failed */
+    uint64_t seen = UINT64_MAX;  /* f->timeouts when this reader began to wait */
     pthread_mutex_lock(&f->mu);
     if (f->limited) stk__budget_hold(f, r, n);
     for (;;) {
@@ -558,6 +568,15 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
             }
             if (rc) break;
         }
+        if (rc == 0 && (nw || waiting) && seen != UINT64_MAX && f->timeouts != seen) {
+            /* A fetch timed out while this reader waited, and blocks it
+             * needs are still not here: the server gave nothing within the
+             * deadline, which has passed for this read too.  Fetching them
+             * again, or waiting on the next round that claimed them (the
+             * read-ahead goes on at once), would wait out another. */
+            rc = f->timeout.code;
+            if (err) *err = f->timeout;
+        }
         if (rc) {
             for (size_t i = 0; i < nw; i++) f->sh[w[i].s].state[w[i].b] = B_ABSENT;
             break;
@@ -565,6 +584,7 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
         if (nw == 0 && !waiting) break;
         if (nw == 0) {
             /* Another thread fetches them: wait, then look again. */
+            if (seen == UINT64_MAX) seen = f->timeouts;
             pthread_cond_wait(&f->cv, &f->mu);
             continue;
         }
@@ -588,6 +608,7 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
             failed = fetched ? nw : 0;
             break;
         }
+        seen = UINT64_MAX; /* its own fetch went through: a wait begins anew */
     }
     if (rc && f->limited) {
         stk__budget_release_locked(f, r, n);

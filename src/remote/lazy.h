@@ -52,6 +52,10 @@ struct stk__fetcher {
      * mu; code 0: none): what a wait for the budget's room names when it
      * ends, the room having been lacking because of it. */
     stk_error cause;
+    /* The fetches that failed with STK_ETIMEOUT, and the last one's error
+     * (under mu): a reader whose wait saw one fails with it at once. */
+    uint64_t timeouts;
+    stk_error timeout;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     stk__http **idle; /* clients not in use */

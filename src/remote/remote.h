@@ -180,6 +180,13 @@ void stk__http_deadline(stk__http *h, double timeout_s);
  * range asked for (-EBADMSG), an object whose ETag or size changed
  * (STK_ESTALE). */
 int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err);
+/* stk__http_run for a caller whose requests are worth nothing unless all
+ * succeed: the first to fail for good ends the run, and is the failure
+ * returned; the others are abandoned (-ECANCELED, their bytes so far
+ * written), so that the run ends within one deadline of that failure
+ * instead of waiting out the deadlines of requests still queued behind
+ * the connections, one after another. */
+int stk__http_run_or_stop(stk__http *h, stk__fetch *f, size_t n, stk_error *err);
 /* Counters since the client was made. */
 void stk__http_stats(const stk__http *h, stk_remote_stats *out);
 /* The bytes of one range request: $STOKER_REMOTE_PART_MB MiB, default 8. */

@@ -7,8 +7,9 @@
  * descriptor left open (a leaked lock would also make the next open wait on
  * itself), and nothing unchecked under a shard's name in the cache.  Then
  * the dataset closed while its read-ahead fetches, and its statistics read
- * from another thread while it fetches, and the objects changed under a
- * loader reading through a cache budget.  Skips (77) without python3.
+ * from another thread while it fetches, a read waiting on a read-ahead
+ * round that stalls, and the objects changed under a loader reading
+ * through a cache budget.  Skips (77) without python3.
  */
 #include "util.h"
 #include "core/fault.h"
@@ -237,6 +238,60 @@ static void close_while_reading_ahead(const char *url, const stk_open_options *o
     CHECK(pthread_create(&t, NULL, resume_server, &rs) == 0);
     stk_dataset_close(ds);
     pthread_join(t, NULL);
+}
+
+/* A reader that needs a block the read-ahead claimed, while every request
+ * stalls (the server stopped): the read-ahead's round has a range for
+ * every shard, and one connection (STOKER_REMOTE_CONNECTIONS=1) makes its
+ * requests go one after another.  The read fails with STK_ETIMEOUT within
+ * the deadline T plus one retry interval: the round stops at its first
+ * timeout, and the reader that waited on it names that timeout instead of
+ * fetching again for another T.  (The reader once waited for the round's
+ * every range to time out in turn, then for its own fetch: k T + T.) */
+static void stalled_round_waited_on(const char *url, const stk_open_options *oo, pid_t srv) {
+    const double T = 2;
+    stk_error err = {0};
+    stk_open_options ot = *oo;
+    ot.remote_timeout = T;
+    stk_dataset *ds = NULL;
+    CHECK_OK(stk_dataset_open_with(url, &ot, &ds, &err));
+    size_t n = ds->nshards;
+    CHECK(n >= 2 && n <= 16 && ds->ensure_ahead);
+    stk__range r[16];
+    for (size_t i = 0; i < n; i++)
+        r[i] = (stk__range){(uint32_t)i, ds->shards[i].data_off, ds->shards[i].data_end};
+    setenv("STOKER_REMOTE_CONNECTIONS", "1", 1); /* read when the round's client is made */
+    CHECK(kill(srv, SIGSTOP) == 0);
+    ds->ensure_ahead(ds->ensure_ctx, r, n, false);
+    /* Until the read-ahead has claimed the last shard's last block: the
+     * round then fetches every shard's range, the last one's last. */
+    stk__fetcher *f = ds->ensure_ctx;
+    const stk__shard *sh = &ds->shards[n - 1];
+    uint64_t b0, b1;
+    CHECK(stk__range_blocks(sh, sh->data_off, sh->data_end, &b0, &b1));
+    bool flight = false;
+    for (int i = 0; i < 10000 && !flight; i++) {
+        pthread_mutex_lock(&f->mu);
+        flight = f->sh[n - 1].state && f->sh[n - 1].state[b1] == B_FLIGHT;
+        pthread_mutex_unlock(&f->mu);
+        if (!flight) usleep(1000);
+    }
+    if (!flight) kill(srv, SIGCONT);
+    CHECK(flight);
+    uint64_t a, z;
+    stk__block_bytes(sh, b1, &a, &z);
+    stk__range need = {(uint32_t)(n - 1), a, z};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = ds->ensure(ds->ensure_ctx, &need, 1, &err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    kill(srv, SIGCONT);
+    unsetenv("STOKER_REMOTE_CONNECTIONS");
+    printf("stalled round waited on (%zu shards): %d in %.2f s: %s\n", n, rc, took, err.message);
+    CHECK(rc == STK_ETIMEOUT);
+    CHECK(took < T + 2); /* one retry interval (at most 1.6 s at this deadline) */
+    stk_dataset_close(ds);
 }
 
 typedef struct poller {
@@ -512,6 +567,9 @@ int main(void) {
     stk_dataset_close(ds);
     empty_cache(cache);
     close_while_reading_ahead(url, &oo, srv);
+    CHECK(count_fds() == fds0);
+    empty_cache(cache);
+    stalled_round_waited_on(url, &oo, srv);
     CHECK(count_fds() == fds0);
     empty_cache(cache);
     changed_under_budget(url, ds_dir, cache);
