@@ -433,7 +433,7 @@ def test_bit_strings_from_pandas_and_hdf5_become_bits(tmp_path):
     np.testing.assert_array_equal(np.unpackbits(b["fp"], axis=1), want.astype(np.uint8))
 
 
-def test_bit_strings_that_are_not_say_which_row():
+def test_bit_strings_that_are_not_say_which_row(tmp_path):
     with pytest.raises(ValueError, match=r"row 1 holds '2' at position 2"):
         stoker.bits(["0101", "0121"])
     with pytest.raises(ValueError, match=r"row 2 is shorter than the others \(3 characters"):
@@ -443,7 +443,8 @@ def test_bit_strings_that_are_not_say_which_row():
     with pytest.raises(ValueError, match="stoker.bits"):
         # (A 1-d array of strings is a field of one string a record; 2-d
         # is not, and the hint names stoker.bits.)
-        stoker.write("/nonexistent/never", {"fp": np.array([[b"0101"]], dtype="S4")})
+        stoker.write(tmp_path / "never", {"fp": np.array([[b"0101"]], dtype="S4")})
+    assert not (tmp_path / "never").exists()
 
 
 def test_installed_cli_finds_its_python_outside_the_environment(tmp_path):
