@@ -213,9 +213,13 @@ int stk__ld_substitute(stk_loader *ld, worker *w, uint64_t p, uint64_t gstart, u
             *id = id2;
             *rec = r2;
             *t = t2;
-            ld->st_skipped++;
+            /* The reason first, then the count, both under the lock that
+             * stk_loader_last_skip reads them under: a consumer that saw the
+             * count go up before the reason was stored warned of a skip
+             * with no reason (once under the sanitized build). */
             pthread_mutex_lock(&ld->mu);
             ld->last_skip = first;
+            ld->st_skipped++;
             pthread_mutex_unlock(&ld->mu);
             return 0;
         }
