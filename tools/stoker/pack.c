@@ -89,6 +89,23 @@ static int pack_hash_ends(XXH3_state_t *st, const char *path, uint64_t size) {
     return 0;
 }
 
+bool pack_common_option(int argc, char **argv, int *i, stk_writer_options *wo,
+                        const char **compress, bool *quiet) {
+    const char *a = argv[*i];
+    if (!strcmp(a, "--compress")) *compress = opt_value("pack", argc, argv, i);
+    else if (!strcmp(a, "--shard-size"))
+        wo->shard_bytes = opt_size("pack", a, opt_value("pack", argc, argv, i), 0, UINT64_MAX);
+    else if (!strcmp(a, "--align"))
+        wo->align = (uint32_t)opt_u64("pack", a, opt_value("pack", argc, argv, i), 0, 4096);
+    else if (!strcmp(a, "--part")) pack_parse_part(opt_value("pack", argc, argv, i), wo);
+    else if (!strcmp(a, "--force")) wo->overwrite = 1;
+    else if (!strcmp(a, "--resume")) wo->resume = 1;
+    else if (!strcmp(a, "--no-sync")) wo->sync = 0;
+    else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) *quiet = true;
+    else return false;
+    return true;
+}
+
 int pack_inputs_digest(const strvec *files, const char *kind, const char *opts, char *out,
                        size_t cap) {
     XXH3_state_t *st = XXH3_createState();
@@ -180,16 +197,7 @@ static bool pack_args(int argc, char **argv, pack_job *j) {
         else if (!strcmp(a, "--field")) j->field = VALUE();
         else if (!strcmp(a, "--split-axis0")) j->split = true;
         else if (!strcmp(a, "--ragged")) j->ragged = true;
-        else if (!strcmp(a, "--compress")) j->compress = VALUE();
-        else if (!strcmp(a, "--shard-size"))
-            j->wo.shard_bytes = opt_size("pack", a, VALUE(), 0, UINT64_MAX);
-        else if (!strcmp(a, "--align"))
-            j->wo.align = (uint32_t)opt_u64("pack", a, VALUE(), 0, 4096);
-        else if (!strcmp(a, "--part")) pack_parse_part(VALUE(), &j->wo);
-        else if (!strcmp(a, "--force")) j->wo.overwrite = 1;
-        else if (!strcmp(a, "--resume")) j->wo.resume = 1;
-        else if (!strcmp(a, "--no-sync")) j->wo.sync = 0;
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) j->quiet = true;
+        else if (pack_common_option(argc, argv, &i, &j->wo, &j->compress, &j->quiet)) continue;
         else if (a[0] == '-' && a[1]) die_usage("pack", "unknown option '%s'", a);
         else sv_push(&j->inputs, a);
 #undef VALUE

@@ -29,6 +29,11 @@ int collect_dir(const char *dir, const char *ext, strvec *out);
 /* --part I/N and --compress zstd[:LEVEL], into the options and a field;
  * a bad value dies with a usage error. */
 void pack_parse_part(const char *v, stk_writer_options *wo);
+/* The writer's options every pack takes (--compress, --shard-size, --align,
+ * --part, --force, --resume, --no-sync, -q): true when argv[*i] was one,
+ * *i past its value. */
+bool pack_common_option(int argc, char **argv, int *i, stk_writer_options *wo,
+                        const char **compress, bool *quiet);
 void pack_parse_codec(const char *c, stk_field *f);
 
 /* What a pack is made from, for resume and merge to check: a digest of

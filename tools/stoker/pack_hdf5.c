@@ -93,16 +93,7 @@ static bool h5_args(int argc, char **argv, h5_job *j) {
         } else if (!strcmp(a, "--from")) (void)VALUE();
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) j->output = VALUE();
         else if (!strcmp(a, "--dataset")) sv_push(&j->names, VALUE());
-        else if (!strcmp(a, "--compress")) j->compress = VALUE();
-        else if (!strcmp(a, "--shard-size"))
-            j->wo.shard_bytes = opt_size("pack", a, VALUE(), 0, UINT64_MAX);
-        else if (!strcmp(a, "--align"))
-            j->wo.align = (uint32_t)opt_u64("pack", a, VALUE(), 0, 4096);
-        else if (!strcmp(a, "--part")) pack_parse_part(VALUE(), &j->wo);
-        else if (!strcmp(a, "--force")) j->wo.overwrite = 1;
-        else if (!strcmp(a, "--resume")) j->wo.resume = 1;
-        else if (!strcmp(a, "--no-sync")) j->wo.sync = 0;
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) j->quiet = true;
+        else if (pack_common_option(argc, argv, &i, &j->wo, &j->compress, &j->quiet)) continue;
         else if (a[0] == '-' && a[1]) die_usage("pack", "unknown option '%s' (with --from hdf5)", a);
         else sv_push(&j->files, a);
 #undef VALUE
