@@ -72,12 +72,16 @@ static bool starts_with(const char *s, const char *p) { return strncmp(s, p, str
  * or part-7.json is not. */
 int stk__is_ours(int dfd, const char *name) {
     struct stat st;
-    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) return 0;
+    /* Gone since the directory was listed (another part's writer finished
+     * and removed its marker, parts running at once in one directory):
+     * nothing there to keep. */
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT;
+    if (!S_ISREG(st.st_mode)) return 0;
     if (!strcmp(name, STK__LOCK_NAME) || (starts_with(name, ".stoker-part-") && strstr(name, ".lock")))
         return 1;
     if (name[0] == '.' && strstr(name, ".tmp.")) return 1; /* our atomic writes' */
     int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return 0;
+    if (fd < 0) return errno == ENOENT;
     int ours = 0;
     size_t n = strlen(name);
     char head[32] = {0};

@@ -8,9 +8,12 @@
  * different schemas fail with STK_ESCHEMA; a second merge gives -EEXIST.
  * Parts made from different inputs (stk_writer_options.inputs) fail with
  * STK_EMISMATCH; a resume whose inputs differ from the journal's is refused.
+ * Parts written at once by threads into one directory (as Dask's and Ray's
+ * workers do) never take one another's files for a user's.
  */
 #include "util.h"
 
+#include <pthread.h>
 #include <sys/stat.h>
 
 static const stk_field schema[2] = {
@@ -290,7 +293,37 @@ static void resume_checks_inputs(void) {
     test_rmrf(dir);
 }
 
+/* Parts written at once: each checks the directory for files it did not
+ * write while the others create, fill and remove their markers, so a file
+ * listed and gone before it is read must count as nothing of anyone's. */
+enum { NCONC = 8 };
+static const char *conc_dir;
+
+static void *conc_part(void *arg) {
+    uint32_t i = (uint32_t)(uintptr_t)arg;
+    write_part(conc_dir, i, NCONC, (uint64_t)i * 40, 40, schema, 2);
+    return NULL;
+}
+
+static void concurrent_parts(void) {
+    stk_error err = {0};
+    for (int round = 0; round < 25; round++) {
+        conc_dir = test_dir("parts-concurrent");
+        pthread_t t[NCONC];
+        for (uintptr_t i = 0; i < NCONC; i++)
+            CHECK(pthread_create(&t[i], NULL, conc_part, (void *)i) == 0);
+        for (int i = 0; i < NCONC; i++) pthread_join(t[i], NULL);
+        CHECK_OK(stk_merge(conc_dir, &err));
+        stk_dataset *ds = NULL;
+        CHECK_OK(stk_dataset_open(conc_dir, &ds, &err));
+        CHECK(stk_dataset_num_records(ds) == NCONC * 40);
+        stk_dataset_close(ds);
+        test_rmrf(conc_dir);
+    }
+}
+
 int main(void) {
+    concurrent_parts();
     merged();
     missing_part();
     different_schemas();
