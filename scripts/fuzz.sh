@@ -29,7 +29,7 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 # libhdf5 1.10 leaks on some damaged files (its own memory); see the file.
 export LSAN_OPTIONS=suppressions=$PWD/tests/fuzz/hdf5.supp
 for t in ${FUZZ_TARGETS:-manifest npy shard wav index response url hdf5}; do
-    clang $CFLAGS -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined tests/fuzz/fuzz_$t.c \
+    clang $CFLAGS -D_GNU_SOURCE -DSTK_FUZZ_IN_PROCESS -fsanitize=fuzzer,address,undefined tests/fuzz/fuzz_$t.c \
         $B/libstk-fuzz.a $LIBS -lpthread -lm -o $B/fuzz_$t
     mkdir -p $B/corpus-$t
     cp -n tests/fuzz/corpus/$t/* $B/corpus-$t/ 2>/dev/null || true

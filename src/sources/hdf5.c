@@ -10,12 +10,20 @@
  * n-bit, scale-offset, plugins), and chunks that cut rows apart, are
  * refused with what to do instead.
  */
+#define _GNU_SOURCE
 #include "sources.h"
 
+#include "../core/convert.h"
+
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+bool stk__hdf5_isolate = true;
 
 void stk__h5info_free(stk__h5info *h) {
     if (!h) return;
@@ -154,7 +162,130 @@ static herr_t h5_last_error(unsigned n, const H5E_error2_t *e, void *data) {
     return 0;
 }
 
-int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_error *err) {
+/* Bytes of filtered chunks decoded by check_rows before it samples: every
+ * chunk of a dataset up to this size in chunks, else the first, the last
+ * and chunks spread evenly between them up to it. */
+#define CHECK_DECODE_BUDGET ((uint64_t)64 << 20)
+
+/* Row `r` as stoker will read it, from run `u` of file descriptor `fd`:
+ * `row` bytes into `out`.  1: read; 0: the run does not decode (the
+ * reader will refuse it then, naming the record); < 0: an error. */
+static int stoker_row(int fd, const stk__h5run *u, uint64_t r, uint64_t row, size_t elem,
+                      uint8_t *out, uint8_t **scratch, uint64_t *cap) {
+    if (!u->applied) {
+        uint64_t at = u->off + (r - u->first) * row;
+        ssize_t got = pread(fd, out, (size_t)row, (off_t)at);
+        if (got < 0) return -errno;
+        return (uint64_t)got == row;
+    }
+    uint64_t need = u->stored + 2 * u->raw;
+    if (*cap < need) {
+        uint8_t *p = stk__realloc(*scratch, (size_t)need);
+        if (!p) return -ENOMEM;
+        *scratch = p;
+        *cap = need;
+    }
+    uint8_t *src = *scratch, *a = src + u->stored, *b = a + u->raw;
+    ssize_t got = pread(fd, src, (size_t)u->stored, (off_t)u->off);
+    if (got < 0) return -errno;
+    if ((uint64_t)got != u->stored) return 0;
+    const char *why = NULL;
+    const uint8_t *p = stk__chunk_decode(u->applied, elem, src, u->stored, u->raw, a, b, &why);
+    if (!p) return 0;
+    memcpy(out, p + (r - u->first) * row, (size_t)row);
+    return 1;
+}
+
+/* Reads the first and the last row of each run (of a sample of the
+ * filtered ones past CHECK_DECODE_BUDGET) both ways, through libhdf5 and
+ * as stoker will, and refuses the file where they differ: a layout that
+ * claims fewer bytes than its rows take, or a chunk index libhdf5 reads
+ * otherwise, would have stoker deliver bytes libhdf5 reads as fill. */
+static int check_rows(const char *path, hid_t d, hid_t sp, hid_t t, const stk__h5info *h,
+                      uint64_t row, stk_error *err) {
+    int nd = h->ndim, rc = 0;
+    size_t elem = H5Tget_size(t);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return stk__err(err, -errno, "%s: %s", path, stk_strerror(-errno));
+    uint8_t *mine = stk__malloc((size_t)row), *theirs = stk__malloc((size_t)row), *scratch = NULL;
+    uint64_t cap = 0, filtered = 0, nfilt = 0;
+    hid_t fs = H5Scopy(sp), ms = H5I_INVALID_HID;
+    hsize_t start[STK_MAX_DIMS] = {0}, count[STK_MAX_DIMS];
+    for (int k = 0; k < nd; k++) count[k] = (hsize_t)h->dims[k];
+    count[0] = 1;
+    if (!mine || !theirs) {
+        rc = stk__err(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    ms = H5Screate_simple(nd, count, NULL);
+    if (fs < 0 || ms < 0) {
+        rc = stk__err(err, -ENOMEM, "%s: libhdf5 cannot make a selection", path);
+        goto out;
+    }
+    for (size_t i = 0; i < h->nruns; i++)
+        if (h->runs[i].applied) filtered += h->runs[i].raw, nfilt++;
+    /* Past the budget, every `stride`-th filtered run, the last one too. */
+    uint64_t stride = 1;
+    if (filtered > CHECK_DECODE_BUDGET && nfilt > 2) {
+        uint64_t can = STK__MAX(CHECK_DECODE_BUDGET / (filtered / nfilt), 2);
+        stride = (nfilt + can - 1) / can;
+    }
+    uint64_t seen = 0;
+    for (size_t i = 0; i < h->nruns && !rc; i++) {
+        const stk__h5run *u = &h->runs[i];
+        if (u->applied && (seen++ % stride) != 0 && seen != nfilt) continue;
+        uint64_t rows[2] = {u->first, u->first + u->count - 1};
+        for (int j = 0; j < 2 && !rc; j++) {
+            if (j == 1 && rows[1] == rows[0]) break;
+            start[0] = rows[j];
+            int got = stoker_row(fd, u, rows[j], row, elem, mine, &scratch, &cap);
+            if (got < 0) {
+                rc = stk__err(err, got, "%s: %s", path, stk_strerror(got));
+                break;
+            }
+            if (got == 0) break; /* refused where read, naming the record */
+            herr_t hr = -1;
+            H5E_BEGIN_TRY {
+                if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0)
+                    hr = H5Dread(d, t, ms, fs, H5P_DEFAULT, theirs);
+            }
+            H5E_END_TRY
+            if (hr < 0) {
+                char why[256] = "";
+                H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, h5_last_error, why);
+                why[80] = '\0';
+                rc = stk__err(err, STK_ECORRUPT,
+                              "%s: dataset '%s': libhdf5 cannot read row %llu%s%s%s, so stoker "
+                              "will not read it in place either (a damaged file)",
+                              path, h->dataset, (unsigned long long)rows[j], why[0] ? " (" : "",
+                              why, why[0] ? ")" : "");
+                break;
+            }
+            if (memcmp(mine, theirs, (size_t)row) != 0) {
+                uint64_t at = 0;
+                while (at < row && mine[at] == theirs[at]) at++;
+                rc = stk__err(err, STK_ECORRUPT,
+                              "%s: dataset '%s': row %llu as libhdf5 reads it differs, from "
+                              "byte %llu of the row on, from the bytes of the %s at file "
+                              "offset %llu its layout names (a damaged or crafted file); "
+                              "stoker will not read it in place",
+                              path, h->dataset, (unsigned long long)rows[j],
+                              (unsigned long long)at, u->applied ? "chunk" : "data",
+                              (unsigned long long)u->off);
+            }
+        }
+    }
+out:
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    stk__free(scratch);
+    stk__free(theirs);
+    stk__free(mine);
+    close(fd);
+    return rc;
+}
+
+static int index_here(const char *path, const char *dset, stk__h5info *out, stk_error *err) {
     memset(out, 0, sizeof *out);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     hid_t f = H5I_INVALID_HID, d = H5I_INVALID_HID, sp = H5I_INVALID_HID,
@@ -257,6 +388,7 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
         }
         out->runs[0] = (stk__h5run){(uint64_t)a, 0, dims[0], 0, 0, 0};
         out->nruns = 1;
+        rc = check_rows(path, d, sp, t, out, row, err);
         goto out;
     }
     if (lay != H5D_CHUNKED) {
@@ -430,12 +562,139 @@ int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_er
                       pack_hint(path, out->dataset, hint, sizeof hint));
         goto out;
     }
+    rc = check_rows(path, d, sp, t, out, row, err);
 out:
     if (pl >= 0) H5Pclose(pl);
     if (t >= 0) H5Tclose(t);
     if (sp >= 0) H5Sclose(sp);
     if (d >= 0) H5Dclose(d);
     if (f >= 0) H5Fclose(f);
+    if (rc) stk__h5info_free(out);
+    return rc;
+}
+
+/* ---- libhdf5 in a child process ----
+ *
+ * libhdf5 parses the file's superblock, object headers and B-trees, and a
+ * damaged or crafted file can kill the process inside it (1.10.8 divides
+ * by a chunk dimension of 0, and reads through a NULL heap: the files in
+ * tests/fuzz/crashers/hdf5).  The look-up runs in a child made for it, so
+ * such a file is refused, naming it, and the training process lives.  It
+ * also keeps libhdf5 (not thread-safe as Debian builds it) out of the
+ * caller's threads: two indexes built at once never share its state. */
+
+
+typedef struct wire {
+    int32_t rc, code, dtype, ndim, filters;
+    uint32_t dset_len, msg_len;
+    int64_t dims[STK_MAX_DIMS];
+    uint64_t nruns;
+} wire;
+
+static bool put(int fd, const void *p, size_t n) {
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return false;
+        c += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+static bool get(int fd, void *p, size_t n) {
+    char *c = p;
+    while (n) {
+        ssize_t r = read(fd, c, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return false;
+        c += r;
+        n -= (size_t)r;
+    }
+    return true;
+}
+
+static void child(int fd, const char *path, const char *dset) {
+    stk__h5info h;
+    stk_error e = {0};
+    int rc = index_here(path, dset, &h, &e);
+    wire w = {.rc = rc, .code = e.code};
+    if (rc == 0) {
+        w.dtype = (int32_t)h.dtype;
+        w.ndim = h.ndim;
+        w.filters = h.filters;
+        memcpy(w.dims, h.dims, sizeof w.dims);
+        w.nruns = h.nruns;
+        w.dset_len = h.dataset ? (uint32_t)strlen(h.dataset) : 0;
+    } else {
+        w.msg_len = (uint32_t)strnlen(e.message, sizeof e.message - 1);
+    }
+    bool ok = put(fd, &w, sizeof w);
+    if (ok && rc == 0)
+        ok = put(fd, h.runs, h.nruns * sizeof *h.runs) && put(fd, h.dataset, w.dset_len);
+    else if (ok)
+        ok = put(fd, e.message, w.msg_len);
+    _exit(ok ? 0 : 3);
+}
+
+static int from_child(int fd, stk__h5info *out, stk_error *err) {
+    wire w;
+    if (!get(fd, &w, sizeof w)) return 1;
+    if (w.rc) {
+        char msg[STK_ERROR_MAX] = "";
+        if (w.msg_len >= sizeof msg || !get(fd, msg, w.msg_len)) return 1;
+        return stk__err(err, w.rc, "%s", msg);
+    }
+    if (w.ndim < 0 || w.ndim > STK_MAX_DIMS || w.nruns > ((uint64_t)1 << 40) / sizeof *out->runs)
+        return 1;
+    out->dtype = (stk_dtype)w.dtype;
+    out->ndim = w.ndim;
+    out->filters = w.filters;
+    memcpy(out->dims, w.dims, sizeof w.dims);
+    out->runs = stk__calloc(w.nruns ? w.nruns : 1, sizeof *out->runs);
+    out->dataset = stk__calloc(1, (size_t)w.dset_len + 1);
+    if (!out->runs || !out->dataset) return stk__err(err, -ENOMEM, "out of memory");
+    out->nruns = (size_t)w.nruns;
+    if (!get(fd, out->runs, out->nruns * sizeof *out->runs) ||
+        !get(fd, out->dataset, w.dset_len))
+        return 1;
+    return 0;
+}
+
+int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_error *err) {
+    if (!stk__hdf5_isolate) return index_here(path, dset, out, err);
+    memset(out, 0, sizeof *out);
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return stk__err(err, -errno, "%s: cannot index it: %s", path, stk_strerror(-errno));
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = -errno;
+        close(p[0]);
+        close(p[1]);
+        return stk__err(err, e, "%s: cannot index it: fork: %s", path, stk_strerror(e));
+    }
+    if (pid == 0) {
+        close(p[0]);
+        child(p[1], path, dset);
+    }
+    close(p[1]);
+    int rc = from_child(p[0], out, err);
+    close(p[0]);
+    int status = 0;
+    pid_t got;
+    while ((got = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+    }
+    if (rc == 1) {
+        stk__h5info_free(out);
+        if (got == pid && WIFSIGNALED(status))
+            return stk__err(err, STK_ECORRUPT,
+                            "%s: libhdf5 crashed (%s) reading the file's structure: a damaged "
+                            "or crafted HDF5 file, refused",
+                            path, strsignal(WTERMSIG(status)));
+        return stk__err(err, -EIO, "%s: the process indexing it ended without a result", path);
+    }
     if (rc) stk__h5info_free(out);
     return rc;
 }

@@ -33,6 +33,10 @@ typedef struct stk__h5info {
  * cannot read itself (other filters, chunks that split a row, big-endian or
  * compound types), with what to do instead. */
 int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_error *err);
+/* Whether stk__hdf5_index runs libhdf5 in a child process (the default:
+ * a file that crashes libhdf5 is refused, and the caller lives); the
+ * fuzzer turns it off to see libhdf5's code and its own crashes. */
+extern bool stk__hdf5_isolate;
 void stk__h5info_free(stk__h5info *h);
 
 /* ---- in-place indexes (index_build.c, index_open.c) ---- */
