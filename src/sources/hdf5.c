@@ -20,6 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,7 +37,11 @@ void stk__h5info_free(stk__h5info *h) {
 
 #ifndef STK_HAVE_HDF5
 
-int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_error *err) {
+void stk__h5child_close(stk__h5child *c) { STK__UNUSED(c); }
+
+int stk__hdf5_index(stk__h5child **child, const char *path, const char *dset,
+                    stk__h5info *out, stk_error *err) {
+    STK__UNUSED(child);
     STK__UNUSED(dset);
     memset(out, 0, sizeof *out);
     return stk__err(err, STK_EUNSUPPORTED,
@@ -578,11 +585,17 @@ out:
  * libhdf5 parses the file's superblock, object headers and B-trees, and a
  * damaged or crafted file can kill the process inside it (1.10.8 divides
  * by a chunk dimension of 0, and reads through a NULL heap: the files in
- * tests/fuzz/crashers/hdf5).  The look-up runs in a child made for it, so
- * such a file is refused, naming it, and the training process lives.  It
- * also keeps libhdf5 (not thread-safe as Debian builds it) out of the
- * caller's threads: two indexes built at once never share its state. */
+ * tests/fuzz/crashers/hdf5).  The look-ups run in a child made for them,
+ * one per index build (forked once: a fork per file would cost the page
+ * tables of a large training process each time), so such a file is
+ * refused, naming it, and the training process lives.  It also keeps
+ * libhdf5 (not thread-safe as Debian builds it) out of the caller's
+ * threads: two indexes built at once never share its state. */
 
+struct stk__h5child {
+    pid_t pid;
+    int fd; /* our end of a stream socket pair: requests out, answers in */
+};
 
 typedef struct wire {
     int32_t rc, code, dtype, ndim, filters;
@@ -594,7 +607,8 @@ typedef struct wire {
 static bool put(int fd, const void *p, size_t n) {
     const char *c = p;
     while (n) {
-        ssize_t w = write(fd, c, n);
+        /* MSG_NOSIGNAL: a child that died answers EPIPE, not SIGPIPE. */
+        ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) return false;
         c += w;
@@ -606,7 +620,7 @@ static bool put(int fd, const void *p, size_t n) {
 static bool get(int fd, void *p, size_t n) {
     char *c = p;
     while (n) {
-        ssize_t r = read(fd, c, n);
+        ssize_t r = recv(fd, c, n, 0);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) return false;
         c += r;
@@ -615,30 +629,96 @@ static bool get(int fd, void *p, size_t n) {
     return true;
 }
 
-static void child(int fd, const char *path, const char *dset) {
-    stk__h5info h;
-    stk_error e = {0};
-    int rc = index_here(path, dset, &h, &e);
-    wire w = {.rc = rc, .code = e.code};
-    if (rc == 0) {
-        w.dtype = (int32_t)h.dtype;
-        w.ndim = h.ndim;
-        w.filters = h.filters;
-        memcpy(w.dims, h.dims, sizeof w.dims);
-        w.nruns = h.nruns;
-        w.dset_len = h.dataset ? (uint32_t)strlen(h.dataset) : 0;
-    } else {
-        w.msg_len = (uint32_t)strnlen(e.message, sizeof e.message - 1);
+/* A request: the path, then the dataset's name (length UINT32_MAX: none). */
+static char *get_string(int fd, uint32_t n) {
+    char *s = malloc((size_t)n + 1);
+    if (!s || !get(fd, s, n)) {
+        free(s);
+        return NULL;
     }
-    bool ok = put(fd, &w, sizeof w);
-    if (ok && rc == 0)
-        ok = put(fd, h.runs, h.nruns * sizeof *h.runs) && put(fd, h.dataset, w.dset_len);
-    else if (ok)
-        ok = put(fd, e.message, w.msg_len);
-    _exit(ok ? 0 : 3);
+    s[n] = '\0';
+    return s;
 }
 
-static int from_child(int fd, stk__h5info *out, stk_error *err) {
+static void serve(int fd) {
+    for (;;) {
+        uint32_t len[2];
+        if (!get(fd, len, sizeof len)) _exit(0); /* the parent closed */
+        char *path = get_string(fd, len[0]);
+        char *dset = len[1] == UINT32_MAX ? NULL : get_string(fd, len[1]);
+        if (!path || (len[1] != UINT32_MAX && !dset)) _exit(3);
+        stk__h5info h;
+        stk_error e = {0};
+        int rc = index_here(path, dset, &h, &e);
+        wire w = {.rc = rc, .code = e.code};
+        if (rc == 0) {
+            w.dtype = (int32_t)h.dtype;
+            w.ndim = h.ndim;
+            w.filters = h.filters;
+            memcpy(w.dims, h.dims, sizeof w.dims);
+            w.nruns = h.nruns;
+            w.dset_len = h.dataset ? (uint32_t)strlen(h.dataset) : 0;
+        } else {
+            w.msg_len = (uint32_t)strnlen(e.message, sizeof e.message - 1);
+        }
+        bool ok = put(fd, &w, sizeof w);
+        if (ok && rc == 0)
+            ok = put(fd, h.runs, h.nruns * sizeof *h.runs) && put(fd, h.dataset, w.dset_len);
+        else if (ok)
+            ok = put(fd, e.message, w.msg_len);
+        if (rc == 0) stk__h5info_free(&h);
+        free(path);
+        free(dset);
+        if (!ok) _exit(3);
+    }
+}
+
+/* Closes every descriptor but `keep` in the child: another thread's
+ * child, or the parent's own sockets, must not stay open here (a copy of
+ * another build's socket would keep its child from seeing the end). */
+static void close_others(int keep) {
+#ifdef SYS_close_range
+    if (keep > 3) syscall(SYS_close_range, 3, keep - 1, 0);
+    if (syscall(SYS_close_range, keep + 1, ~0u, 0) == 0) return;
+#endif
+    struct rlimit rl;
+    long max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                   ? (long)rl.rlim_cur
+                   : 65536;
+    for (long fd = 3; fd < STK__MIN(max, 1L << 20); fd++)
+        if (fd != keep) close((int)fd);
+}
+
+static int start(stk__h5child **out, const char *path, stk_error *err) {
+    stk__h5child *c = stk__calloc(1, sizeof *c);
+    if (!c) return stk__err(err, -ENOMEM, "out of memory");
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        int e = -errno;
+        stk__free(c);
+        return stk__err(err, e, "%s: cannot index it: %s", path, stk_strerror(e));
+    }
+    c->pid = fork();
+    if (c->pid < 0) {
+        int e = -errno;
+        close(sv[0]);
+        close(sv[1]);
+        stk__free(c);
+        return stk__err(err, e, "%s: cannot index it: fork: %s", path, stk_strerror(e));
+    }
+    if (c->pid == 0) {
+        close_others(sv[1]);
+        serve(sv[1]);
+    }
+    close(sv[1]);
+    c->fd = sv[0];
+    *out = c;
+    return 0;
+}
+
+/* The child's answer: 0, an error of index_here, or 1 when it sent none
+ * (it died). */
+static int answer(int fd, stk__h5info *out, stk_error *err) {
     wire w;
     if (!get(fd, &w, sizeof w)) return 1;
     if (w.rc) {
@@ -662,33 +742,42 @@ static int from_child(int fd, stk__h5info *out, stk_error *err) {
     return 0;
 }
 
-int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_error *err) {
-    if (!stk__hdf5_isolate) return index_here(path, dset, out, err);
-    memset(out, 0, sizeof *out);
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) != 0)
-        return stk__err(err, -errno, "%s: cannot index it: %s", path, stk_strerror(-errno));
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = -errno;
-        close(p[0]);
-        close(p[1]);
-        return stk__err(err, e, "%s: cannot index it: fork: %s", path, stk_strerror(e));
-    }
-    if (pid == 0) {
-        close(p[0]);
-        child(p[1], path, dset);
-    }
-    close(p[1]);
-    int rc = from_child(p[0], out, err);
-    close(p[0]);
+/* Waits for the child to end; its status, or -1 when another reaped it. */
+static int reap(pid_t pid) {
     int status = 0;
     pid_t got;
     while ((got = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
     }
+    return got == pid ? status : -1;
+}
+
+void stk__h5child_close(stk__h5child *c) {
+    if (!c) return;
+    close(c->fd); /* the child sees the end and exits */
+    reap(c->pid);
+    stk__free(c);
+}
+
+int stk__hdf5_index(stk__h5child **child, const char *path, const char *dset,
+                    stk__h5info *out, stk_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!stk__hdf5_isolate || !child) return index_here(path, dset, out, err);
+    int rc;
+    if (!*child && (rc = start(child, path, err))) return rc;
+    stk__h5child *c = *child;
+    size_t pl = strlen(path), dl = dset ? strlen(dset) : 0;
+    uint32_t len[2] = {(uint32_t)pl, dset ? (uint32_t)dl : UINT32_MAX};
+    if (pl >= UINT32_MAX || dl >= UINT32_MAX)
+        return stk__err(err, -ENAMETOOLONG, "%s: %s", path, stk_strerror(-ENAMETOOLONG));
+    bool sent = put(c->fd, len, sizeof len) && put(c->fd, path, pl) && (!dset || put(c->fd, dset, dl));
+    rc = sent ? answer(c->fd, out, err) : 1;
     if (rc == 1) {
         stk__h5info_free(out);
-        if (got == pid && WIFSIGNALED(status))
+        close(c->fd);
+        int status = reap(c->pid);
+        stk__free(c);
+        *child = NULL;
+        if (status != -1 && WIFSIGNALED(status))
             return stk__err(err, STK_ECORRUPT,
                             "%s: libhdf5 crashed (%s) reading the file's structure: a damaged "
                             "or crafted HDF5 file, refused",

@@ -80,6 +80,7 @@ typedef struct builder {
     unsigned rate;
     int filters;       /* HDF5: the chunks' filter pipeline (STK__CHUNK_*) */
     const char *skip;  /* the index file itself, never indexed */
+    stk__h5child *h5;  /* HDF5: the process libhdf5 runs in, for every file */
 } builder;
 
 void stk_index_options_init(stk_index_options *o) {
@@ -284,7 +285,7 @@ static int add_wav(builder *b, ifile *f, const uint8_t *head, size_t n, stk_erro
 
 static int add_hdf5(builder *b, ifile *f, stk_error *err) {
     stk__h5info h;
-    int rc = stk__hdf5_index(f->path, b->o->hdf5_dataset, &h, err);
+    int rc = stk__hdf5_index(&b->h5, f->path, b->o->hdf5_dataset, &h, err);
     if (rc) return rc;
     stk_field s = {NULL, h.dtype, h.ndim - 1, {0}, STK_CODEC_NONE, 0, NULL};
     for (int d = 1; d < h.ndim; d++) s.shape[d - 1] = h.dims[d];
@@ -505,6 +506,7 @@ static void builder_free(builder *b) {
         stk__free(b->files[i].runs);
     }
     stk__free(b->files);
+    stk__h5child_close(b->h5);
 }
 
 int stk_index_build(const char *const *paths, size_t npaths, const char *index_path,

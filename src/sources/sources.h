@@ -32,10 +32,15 @@ typedef struct stk__h5info {
  * STK_EUNSUPPORTED where this build has no HDF5, or for layouts the loader
  * cannot read itself (other filters, chunks that split a row, big-endian or
  * compound types), with what to do instead. */
-int stk__hdf5_index(const char *path, const char *dset, stk__h5info *out, stk_error *err);
-/* Whether stk__hdf5_index runs libhdf5 in a child process (the default:
- * a file that crashes libhdf5 is refused, and the caller lives); the
- * fuzzer turns it off to see libhdf5's code and its own crashes. */
+typedef struct stk__h5child stk__h5child;
+int stk__hdf5_index(stk__h5child **child, const char *path, const char *dset,
+                    stk__h5info *out, stk_error *err);
+/* libhdf5 runs in a child process, started by the first stk__hdf5_index
+ * given `child` (*child NULL) and kept for the next files, ended here: a
+ * file that crashes libhdf5 is refused, and the caller lives.  Without
+ * `child`, or with stk__hdf5_isolate false (the fuzzer's, to see
+ * libhdf5's own code and crashes), libhdf5 runs in this process. */
+void stk__h5child_close(stk__h5child *c);
 extern bool stk__hdf5_isolate;
 void stk__h5info_free(stk__h5info *h);
 

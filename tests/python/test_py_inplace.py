@@ -473,3 +473,36 @@ def test_hdf5_file_that_crashes_libhdf5_is_refused_and_the_process_lives(tmp_pat
     make_h5(tmp_path / "s.h5")
     stoker.index(tmp_path / "s.h5", tmp_path / "ok.idx", dataset="gz")
     assert len(drain(stoker.Loader(tmp_path / "ok.idx", batch_size=8))) > 0
+
+
+def test_hdf5_indexes_built_at_once_from_threads(tmp_path):
+    """libhdf5 as Debian builds it is not thread-safe; each index build runs
+    it in its own child process, kept for the build's files: builds from
+    several threads at once each get their own values, and each child ends
+    with its build (another thread's child holding a copy of a build's
+    socket would keep it waiting)."""
+    import threading
+    data = make_h5(tmp_path / "s.h5")
+    names = ["cont", "chunked", "series", "gz", "gzseries", "shuffled", "shufgzfl", "fletcher"]
+    errors = []
+
+    def build(name, k):
+        try:
+            for r in range(4):
+                idx = tmp_path / f"{name}-{k}-{r}.idx"
+                stoker.index(tmp_path / "s.h5", idx, dataset=name)
+                got = np.concatenate([b["data"] for _, b in
+                                      drain(stoker.Loader(idx, batch_size=5, shuffle="sequential"))])
+                np.testing.assert_array_equal(got, data["chunked" if name in ("gz", "fletcher")
+                                                         else "cont" if name == "shuffled"
+                                                         else "series" if name in
+                                                         ("gzseries", "shufgzfl") else name])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(f"{name}: {e!r}")
+
+    threads = [threading.Thread(target=build, args=(n, k)) for k, n in enumerate(names)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
