@@ -269,6 +269,15 @@ typedef struct stk_writer_options {
      * inputs.  NULL: nothing is recorded or checked.  `stoker pack` sets
      * it. */
     const char *inputs;
+    /* The inputs one by one, so that a refusal can name the one that
+     * changed: a line per input, "NAME\tSIZE\tMTIME_NS\tHASH\n" (HASH: of
+     * its first and last bytes, as hex), in the order they are packed, or
+     * NULL.  Recorded beside `inputs` in the journal and in a part's
+     * manifest ("input_files"); when `inputs` differs on resume (or
+     * between parts at stk_merge) the error names the first input added,
+     * removed or changed (its size, its time or its bytes), or says that
+     * only the options differ.  At most 64 MiB. */
+    const char *inputs_list;
 } stk_writer_options;
 
 /* Fills `opts` with the defaults above. */

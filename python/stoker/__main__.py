@@ -67,25 +67,37 @@ def _size(s):
 def _inputs_digest(files, options):
     """What the pack is made from (each file's name, identity, size and
     time, in order, and the options that shape the records) as the short
-    string the writer records: resume refuses a journal that recorded
-    another."""
+    string the writer records, with each input on a line of its own: resume
+    refuses a journal that recorded another digest, and names the input
+    that changed from the lines."""
     import hashlib
     h = hashlib.sha256()
+    lines = []
     for f in files:
         h.update(repr(f).encode())
         h.update(b"\n")
+        ends = hashlib.sha256()
         if f and f[0] != "s3":
             # A local file's first and last 4 KiB too: one rewritten in
             # place with its size and time put back still differs where its
             # header or footer changed (an object's ETag already says so).
             with open(f[0], "rb") as fh:
-                h.update(fh.read(4096))
+                ends.update(fh.read(4096))
                 size = os.fstat(fh.fileno()).st_size
                 if size > 4096:
                     fh.seek(max(size - 4096, 4096))
-                    h.update(fh.read(4096))
+                    ends.update(fh.read(4096))
+            h.update(ends.digest())
+            name, size, mtime = f[0], f[3], f[4]
+        else:
+            name, size, mtime = f[1], f[2], f[3] if len(f) > 3 else 0
+            ends.update(repr(f[4:]).encode())
+        lines.append(f"{name}\t{size}\t{mtime}\t{ends.hexdigest()[:16]}\n")
     h.update(repr(options).encode())
-    return "parquet-" + h.hexdigest()[:48]
+    listed = "".join(lines)
+    if any(c in ln[:ln.index("\t")] for ln in lines for c in "\t\n") or not listed:
+        listed = None  # a name that cannot be listed: the digest alone
+    return ("parquet-" + h.hexdigest()[:48], listed)
 
 
 def _with_progress(reader, files, fs):

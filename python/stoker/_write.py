@@ -541,9 +541,12 @@ def _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes
     except Exception:  # noqa: BLE001  (not pyarrow, or no such column: C says)
         pass
     capsule = source.__arrow_c_stream__()
+    # `stoker pack` gives (digest, each input on a line): a refusal to
+    # resume then names the input that changed.
+    inputs, inputs_list = inputs if isinstance(inputs, tuple) else (inputs, None)
     n, report = _stoker.write_arrow(path, capsule, group_by, order_by, spec, shard_bytes, align,
                                     bool(overwrite), bool(sync), attrs_json, static, part_index,
-                                    part_count, bool(resume), inputs)
+                                    part_count, bool(resume), inputs, inputs_list)
     global last_order_report
     last_order_report = dict(report, group_by=group_by, order_by=order_by, type=kind)
     note = order_note(last_order_report)

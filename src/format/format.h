@@ -150,7 +150,18 @@ typedef struct stk__manifest {
     size_t nshards;
     char *attrs; /* compact JSON object */
     char *inputs; /* stk_writer_options.inputs, or NULL */
+    char *inputs_list; /* stk_writer_options.inputs_list (a part's), or NULL */
 } stk__manifest;
+
+/* Names the first input that differs between two lists of inputs (the
+ * form of stk_writer_options.inputs_list; `was` from the journal or the
+ * first part, `now` from this run or another part) into out[cap]: "data/b
+ * .npy changed (its size, 100 then 120 bytes)", "... added", "...
+ * removed".  False when both list the same inputs alike (then the options
+ * differ) or when either is NULL. */
+bool stk__inputs_diff(const char *was, const char *now, char *out, size_t cap);
+/* Whether `list` has the form of an inputs_list. */
+bool stk__inputs_list_valid(const char *list);
 
 /* Serialises to JSON text from stk__malloc. */
 int stk__manifest_dump(const stk__manifest *m, char **out, size_t *len,

@@ -23,6 +23,7 @@ void stk__manifest_clear(stk__manifest *m) {
     stk__free(m->shards);
     stk__free(m->attrs);
     stk__free(m->inputs);
+    stk__free(m->inputs_list);
     memset(m, 0, sizeof *m);
 }
 
@@ -139,6 +140,10 @@ int stk__manifest_dump(const stk__manifest *m, char **out, size_t *len,
     json_t *attrs = json_loads(m->attrs ? m->attrs : "{}", 0, &je);
     json_object_set_new(root, "attrs", attrs ? attrs : json_object());
     if (m->inputs) json_object_set_new(root, "inputs", json_string(m->inputs));
+    /* A part's inputs one by one, for a merge to name one that changed
+     * (left out where a name is not UTF-8, which JSON cannot hold). */
+    json_t *list = m->inputs_list ? json_string(m->inputs_list) : NULL;
+    if (list) json_object_set_new(root, "input_files", list);
     uint64_t mh;
     if (canonical_hash(root, &mh)) {
         json_decref(root);
@@ -270,7 +275,7 @@ static int check_integrity(json_t *root, const char *what, stk_error *err) {
     }
     static const char *const top[] = {"format", "kind", "version", "writer", "part", "records",
                                       "align", "block_size", "fields", "shards", "attrs", "inputs",
-                                      NULL};
+                                      "input_files", NULL};
     static const char *const field[] = {"name", "dtype", "shape", "codec", "codec_level", "type", NULL};
     static const char *const shard[] = {"file", "records", "bytes", "header_xxh3", NULL};
     const char *k = unknown_key(root, top);
@@ -440,8 +445,15 @@ int stk__manifest_parse(const char *text, size_t len, const char *what,
     char *s = attrs ? json_dumps(attrs, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     m->attrs = stk__strdup(s ? s : "{}");
     free(s);
+    json_t *files = json_object_get(root, "input_files");
+    if (files && (!json_is_string(files) || !stk__inputs_list_valid(json_string_value(files)))) {
+        rc = BAD("%s: \"input_files\" must be a string of lines NAME, SIZE, MTIME_NS, HASH", what);
+        goto out;
+    }
     if (inputs) m->inputs = stk__strdup(json_string_value(inputs));
-    if (!m->attrs || (inputs && !m->inputs)) rc = stk__err(err, -ENOMEM, "out of memory");
+    if (files) m->inputs_list = stk__strdup(json_string_value(files));
+    if (!m->attrs || (inputs && !m->inputs) || (files && !m->inputs_list))
+        rc = stk__err(err, -ENOMEM, "out of memory");
 out:
     json_decref(root);
     if (rc) stk__manifest_clear(m);

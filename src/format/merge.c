@@ -104,6 +104,7 @@ static int merge_locked(const char *path, uint32_t want, stk_error *err) {
                 parts[j] = parts[j - 1];
                 parts[j - 1] = t;
             }
+        char what[512];
         for (size_t i = 0; i < nparts && !rc; i++) {
             if (parts[i].part_index >= count)
                 rc = stk__err(err, STK_EMISMATCH,
@@ -117,6 +118,16 @@ static int merge_locked(const char *path, uint32_t want, stk_error *err) {
             else if (i && parts[i].part_index == parts[i - 1].part_index)
                 rc = stk__err(err, STK_ECORRUPT, "%s: part %u appears twice", path,
                               parts[i].part_index);
+            else if ((parts[i].inputs || parts[0].inputs) &&
+                     (!parts[i].inputs || !parts[0].inputs ||
+                      strcmp(parts[i].inputs, parts[0].inputs) != 0) &&
+                     stk__inputs_diff(parts[0].inputs_list, parts[i].inputs_list, what,
+                                      sizeof what))
+                rc = stk__err(err, STK_EMISMATCH,
+                              "%s: part %u was packed from other inputs than part %u: %s "
+                              "between them; pack every part from the same files with the "
+                              "same options",
+                              path, parts[i].part_index, parts[0].part_index, what);
             else if ((parts[i].inputs || parts[0].inputs) &&
                      (!parts[i].inputs || !parts[0].inputs ||
                       strcmp(parts[i].inputs, parts[0].inputs) != 0))
@@ -150,6 +161,7 @@ static int merge_locked(const char *path, uint32_t want, stk_error *err) {
         m.is_part = 0;
         m.part_index = 0;
         m.part_count = 1;
+        m.inputs_list = NULL; /* a part's own, for merges; the dataset needs none */
         m.records = 0;
         m.nshards = 0;
         for (size_t i = 0; i < nparts; i++) {

@@ -46,6 +46,7 @@ struct stk_writer {
     stk_writer_options opt;
     char *attrs;
     char *inputs; /* opts->inputs, copied */
+    char *inputs_list; /* opts->inputs_list, copied */
     uint64_t schema_hash;
     char prefix[32];  /* "", "part-00003-", or "r<tag>-" when replacing */
     char marker[48];  /* ".packing" or ".packing-part-00003" */
@@ -99,6 +100,7 @@ void stk_writer_options_init(stk_writer_options *o) {
     o->sync = 1;
     o->attrs_json = NULL;
     o->inputs = NULL;
+    o->inputs_list = NULL;
 }
 
 static int werr(stk_writer *w, stk_error *err, int code, const char *fmt, ...)
@@ -141,6 +143,53 @@ static int check_options(const stk_writer_options *o, stk_error *err) {
 
 static int journal_shard(stk_writer *w, size_t idx);
 
+/* The inputs_list a journal recorded (its "input " lines, without the
+ * word), from stk__malloc; NULL when none. */
+static char *journal_inputs_list(const char *text) {
+    size_t n = 0;
+    for (const char *p = text; (p = strstr(p, "\ninput ")); p++) n += strcspn(p + 7, "\n") + 1;
+    if (!n) return NULL;
+    char *out = stk__malloc(n + 1), *o = out;
+    if (!out) return NULL;
+    for (const char *p = text; (p = strstr(p, "\ninput ")); p++) {
+        size_t k = strcspn(p + 7, "\n");
+        memcpy(o, p + 7, k);
+        o += k;
+        *o++ = '\n';
+    }
+    *o = '\0';
+    return out;
+}
+
+/* The journal's head: what it is, the schema, the inputs (and each input
+ * on an "input " line); from stk__malloc. */
+static char *journal_head(const stk_writer *w, bool resumed, size_t *len) {
+    size_t list = w->inputs_list ? strlen(w->inputs_list) : 0, lines = 0;
+    for (size_t i = 0; i < list; i++) lines += w->inputs_list[i] == '\n';
+    size_t cap = 400 + list + 6 * lines;
+    char *h = stk__malloc(cap);
+    if (!h) return NULL;
+    int n = resumed ? snprintf(h, cap, "stoker pack in progress (resumed), pid %ld\n",
+                               (long)getpid())
+                    : snprintf(h, cap, "stoker pack in progress, pid %ld, started %lld\n",
+                               (long)getpid(), (long long)time(NULL));
+    n += snprintf(h + n, cap - (size_t)n, "schema %016llx\n%s%s%s",
+                  (unsigned long long)w->schema_hash, w->inputs ? "inputs " : "",
+                  w->inputs ? w->inputs : "", w->inputs ? "\n" : "");
+    size_t at = (size_t)n;
+    for (const char *p = w->inputs_list; p && *p;) {
+        size_t k = strcspn(p, "\n");
+        memcpy(h + at, "input ", 6);
+        memcpy(h + at + 6, p, k);
+        at += 6 + k;
+        h[at++] = '\n';
+        p += k + (p[k] == '\n');
+    }
+    h[at] = '\0';
+    *len = at;
+    return h;
+}
+
 /* Takes up an interrupted pack from its journal: keeps the shards the
  * journal lists that are still intact, removes every other shard file of
  * this writer, and continues after the kept ones. */
@@ -165,12 +214,24 @@ static int resume_journal(stk_writer *w, stk_error *err) {
         const char *at = strstr(text, "\ninputs ");
         size_t n = at ? strcspn(at + 8, "\n") : 0;
         if (!at || n != strlen(w->inputs) || memcmp(at + 8, w->inputs, n) != 0) {
+            char *was = journal_inputs_list(text), what[512];
+            bool named = at && stk__inputs_diff(was, w->inputs_list, what, sizeof what);
+            bool alike = at && !named && was && w->inputs_list;
+            stk__free(was);
             stk__free(text);
+            if (named)
+                return stk__err(err, -EINVAL,
+                                "%s: cannot resume: an input changed since the interrupted "
+                                "pack began: %s; start again with overwrite / --force",
+                                w->dir, what);
             return stk__err(err, -EINVAL,
                             "%s: cannot resume: the inputs are not those of the interrupted "
-                            "pack (%s: files added, removed, rewritten or moved, or other "
-                            "options); start again with overwrite / --force",
-                            w->dir, at ? "they differ" : "it did not record them");
+                            "pack (%s); start again with overwrite / --force",
+                            w->dir,
+                            !at ? "it did not record them"
+                            : alike ? "the same files, unchanged, but other options"
+                                    : "they differ: files added, removed, rewritten or moved, "
+                                      "or other options");
         }
     }
     for (char *line = strtok(text, "\n"); line && rc == 0; line = strtok(NULL, "\n")) {
@@ -231,11 +292,11 @@ static int resume_journal(stk_writer *w, stk_error *err) {
         if (!kept) unlinkat(dirfd(d), de->d_name, 0);
     }
     closedir(d);
-    char head[320];
-    int hn = snprintf(head, sizeof head, "stoker pack in progress (resumed), pid %ld\n%s%s%s%s",
-                      (long)getpid(), want, w->inputs ? "inputs " : "",
-                      w->inputs ? w->inputs : "", w->inputs ? "\n" : "");
-    if ((rc = stk__write_file_atomic(w->dir, w->marker, head, (size_t)hn, w->opt.sync)))
+    size_t hn = 0;
+    char *head = journal_head(w, true, &hn);
+    rc = head ? stk__write_file_atomic(w->dir, w->marker, head, hn, w->opt.sync) : -ENOMEM;
+    stk__free(head);
+    if (rc)
         return stk__err(err, rc, "%s: cannot rewrite the pack journal: %s", w->dir,
                         stk_strerror(rc));
     for (size_t i = 0; i < w->nshards; i++)
@@ -281,6 +342,10 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
                             "inputs: 1 to 128 letters, digits and . _ : - (got %zu characters%s)",
                             n, ok != n ? ", some of them others" : "");
     }
+    if (opts->inputs_list && !stk__inputs_list_valid(opts->inputs_list))
+        return stk__err(err, -EINVAL,
+                        "inputs_list: lines of NAME, SIZE, MTIME_NS and HASH parted by tabs, "
+                        "each ending in a newline, at most 64 MiB");
     stk_writer *w = stk__aligned_alloc(64, sizeof *w);
     if (!w) return stk__err(err, -ENOMEM, "out of memory");
     memset(w, 0, sizeof *w);
@@ -289,6 +354,7 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
     w->opt = *opts;
     w->opt.attrs_json = NULL;
     w->opt.inputs = NULL;
+    w->opt.inputs_list = NULL;
     w->nfields = nfields;
     bool part = opts->part_count > 1;
     if (part) {
@@ -313,7 +379,8 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
         stk_writer_free(w);
         return rc;
     }
-    if (opts->inputs && !(w->inputs = stk__strdup(opts->inputs))) {
+    if ((opts->inputs && !(w->inputs = stk__strdup(opts->inputs))) ||
+        (opts->inputs_list && !(w->inputs_list = stk__strdup(opts->inputs_list)))) {
         stk_writer_free(w);
         return stk__err(err, -ENOMEM, "out of memory");
     }
@@ -403,13 +470,11 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
                             stk_strerror(rc));
         }
     }
-    char note[320];
-    int n = snprintf(note, sizeof note,
-                     "stoker pack in progress, pid %ld, started %lld\nschema %016llx\n%s%s%s",
-                     (long)getpid(), (long long)time(NULL),
-                     (unsigned long long)w->schema_hash, w->inputs ? "inputs " : "",
-                     w->inputs ? w->inputs : "", w->inputs ? "\n" : "");
-    if ((rc = stk__write_file_atomic(path, w->marker, note, (size_t)n, opts->sync))) {
+    size_t n = 0;
+    char *note = journal_head(w, false, &n);
+    rc = note ? stk__write_file_atomic(path, w->marker, note, n, opts->sync) : -ENOMEM;
+    stk__free(note);
+    if (rc) {
         stk__err(err, rc, "%s: cannot write %s: %s", path, w->marker, stk_strerror(rc));
         stk_writer_free(w);
         return rc;
@@ -787,6 +852,7 @@ int stk_writer_finish(stk_writer *w, stk_error *err) {
         .nshards = w->nshards,
         .attrs = w->attrs,
         .inputs = w->inputs,
+        .inputs_list = w->opt.part_count > 1 ? w->inputs_list : NULL,
     };
     char name[32];
     if (m.is_part) snprintf(name, sizeof name, "part-%05u.json", w->opt.part_index);
@@ -818,6 +884,7 @@ void stk_writer_free(stk_writer *w) {
     stk__free(w->stored_len);
     stk__free(w->attrs);
     stk__free(w->inputs);
+    stk__free(w->inputs_list);
     stk__free(w->dir);
     stk__free(w->shard_path);
     stk__free(w->index);

@@ -29,8 +29,8 @@ static void tokens(uint64_t id, uint16_t *t) {
     for (uint64_t k = 0; k < ntokens(id); k++) t[k] = (uint16_t)(id * 31 + k % 17);
 }
 
-/* The inputs the next write_part records (NULL: none). */
-static const char *part_inputs;
+/* The inputs the next write_part records (NULL: none), one by one too. */
+static const char *part_inputs, *part_list;
 
 /* Writes part `index` of `count` holding records [first, first + n). */
 static void write_part(const char *dir, uint32_t index, uint32_t count, uint64_t first,
@@ -43,6 +43,7 @@ static void write_part(const char *dir, uint32_t index, uint32_t count, uint64_t
     o.shard_bytes = 8192;
     o.sync = 0;
     o.inputs = part_inputs;
+    o.inputs_list = part_list;
     stk_writer *w = NULL;
     CHECK_OK(stk_writer_create(dir, fields, nfields, &o, &w, &err));
     uint16_t t[600] = {0}; /* room for the u32 variant of the schema too */
@@ -239,6 +240,8 @@ static void different_inputs(void) {
 
 /* Starts a pack of 200 records recording `inputs` and leaves it
  * interrupted after some shards. */
+static const char *journal_list; /* inputs_list of the next interrupted/resume_with */
+
 static void interrupted(const char *dir, const char *inputs) {
     stk_error err = {0};
     stk_writer_options o;
@@ -246,6 +249,7 @@ static void interrupted(const char *dir, const char *inputs) {
     o.shard_bytes = 8192;
     o.sync = 0;
     o.inputs = inputs;
+    o.inputs_list = journal_list;
     stk_writer *w = NULL;
     CHECK_OK(stk_writer_create(dir, schema, 2, &o, &w, &err));
     uint16_t t[600] = {0};
@@ -264,6 +268,7 @@ static uint64_t resume_with(const char *dir, const char *inputs, stk_error *err)
     o.sync = 0;
     o.resume = 1;
     o.inputs = inputs;
+    o.inputs_list = journal_list;
     stk_writer *w = NULL;
     int rc = stk_writer_create(dir, schema, 2, &o, &w, err);
     if (rc) return UINT64_MAX;
@@ -291,6 +296,90 @@ static void resume_checks_inputs(void) {
     /* A caller that gives none checks nothing (the C API's own use). */
     CHECK(resume_with(dir, NULL, &err) > 0);
     test_rmrf(dir);
+}
+
+/* A refusal names the input that changed, from the lists of inputs one by
+ * one (stk_writer_options.inputs_list): on resume against the journal's,
+ * at a merge between the parts'. */
+static void names_the_changed_input(void) {
+    static const char *was = "data/a.npy\t100\t1700000000000000000\t00000000000000a1\n"
+                             "data/b.npy\t200\t1700000000000000000\t00000000000000b1\n"
+                             "data/c.npy\t300\t1700000000000000000\t00000000000000c1\n";
+    static const struct {
+        const char *now, *says;
+    } cases[] = {
+        {"data/a.npy\t100\t1700000000000000000\t00000000000000a1\n"
+         "data/b.npy\t240\t1700000000000000009\t00000000000000b2\n"
+         "data/c.npy\t300\t1700000000000000000\t00000000000000c1\n",
+         "data/b.npy changed (its size, 200 then 240 bytes)"},
+        {"data/a.npy\t100\t1700000000000000000\t00000000000000a1\n"
+         "data/b.npy\t200\t1700000000000000005\t00000000000000b1\n"
+         "data/c.npy\t300\t1700000000000000000\t00000000000000c1\n",
+         "data/b.npy changed (its modification time)"},
+        {"data/a.npy\t100\t1700000000000000000\t00000000000000a1\n"
+         "data/b.npy\t200\t1700000000000000000\t00000000000000b1\n"
+         "data/c.npy\t300\t1700000000000000000\t0000000000000c11\n",
+         "data/c.npy changed (its first or last bytes"},
+        {"data/a.npy\t100\t1700000000000000000\t00000000000000a1\n"
+         "data/c.npy\t300\t1700000000000000000\t00000000000000c1\n",
+         "data/b.npy removed"},
+        {"data/a.npy\t100\t1700000000000000000\t00000000000000a1\n"
+         "data/a2.npy\t7\t1700000000000000000\t00000000000000a2\n"
+         "data/b.npy\t200\t1700000000000000000\t00000000000000b1\n"
+         "data/c.npy\t300\t1700000000000000000\t00000000000000c1\n",
+         "data/a2.npy added"},
+        {"data/a.npy\t100\t1700000000000000000\t00000000000000a1\n"
+         "data/b.npy\t200\t1700000000000000000\t00000000000000b1\n"
+         "data/c.npy\t300\t1700000000000000000\t00000000000000c1\n"
+         "data/d.npy\t400\t1700000000000000000\t00000000000000d1\n",
+         "data/d.npy added"},
+        {"data/b.npy\t200\t1700000000000000000\t00000000000000b1\n"
+         "data/a.npy\t100\t1700000000000000000\t00000000000000a1\n"
+         "data/c.npy\t300\t1700000000000000000\t00000000000000c1\n",
+         "data/a.npy moved in the order"},
+        /* The same files alike: the options differ. */
+        {"data/a.npy\t100\t1700000000000000000\t00000000000000a1\n"
+         "data/b.npy\t200\t1700000000000000000\t00000000000000b1\n"
+         "data/c.npy\t300\t1700000000000000000\t00000000000000c1\n",
+         "the same files, unchanged, but other options"},
+    };
+    stk_error err = {0};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const char *dir = test_dir("parts-resume-named");
+        journal_list = was;
+        interrupted(dir, "npy:3:0000000000000001");
+        journal_list = cases[k].now;
+        CHECK(resume_with(dir, "npy:3:0000000000000002", &err) == UINT64_MAX);
+        if (err.code != -EINVAL || !strstr(err.message, cases[k].says)) {
+            fprintf(stderr, "case %zu: %s\n", k, err.message);
+            CHECK(0);
+        }
+        /* Refused, the interrupted pack is still there to resume. */
+        journal_list = was;
+        CHECK(resume_with(dir, "npy:3:0000000000000001", &err) > 0);
+        test_rmrf(dir);
+        /* Two parts of other inputs: the merge names the same input. */
+        if (k == 7) continue; /* alike lists: merge says only that they differ */
+        dir = test_dir("parts-merge-named");
+        part_inputs = "npy:3:0000000000000001";
+        part_list = was;
+        write_part(dir, 0, 2, 0, 10, schema, 2);
+        part_inputs = "npy:3:0000000000000002";
+        part_list = cases[k].now;
+        write_part(dir, 1, 2, 10, 10, schema, 2);
+        CHECK_ERR(stk_merge(dir, &err), STK_EMISMATCH, cases[k].says);
+        CHECK(strstr(err.message, "part 1 was packed from other inputs than part 0") != NULL);
+        test_rmrf(dir);
+    }
+    journal_list = part_list = part_inputs = NULL;
+    /* A malformed list is refused. */
+    stk_writer_options o;
+    stk_writer_options_init(&o);
+    o.inputs = "npy:1:01";
+    o.inputs_list = "a.npy 100 1 2\n";
+    stk_writer *w = NULL;
+    CHECK_ERR(stk_writer_create(test_dir("parts-bad-list"), schema, 2, &o, &w, &err), -EINVAL,
+              "inputs_list");
 }
 
 /* Parts written at once: each checks the directory for files it did not
@@ -329,5 +418,6 @@ int main(void) {
     different_schemas();
     different_inputs();
     resume_checks_inputs();
+    names_the_changed_input();
     return 0;
 }

@@ -584,23 +584,28 @@ def test_resume_refuses_inputs_that_changed(tmp_path):
         pytest.skip("the pack always finished before it could be killed")
     assert opens_incomplete(out)
 
-    def refused(p):
-        return p.returncode != 0 and "inputs are not those of the interrupted pack" in p.stderr
+    def refused(p, says):
+        return (p.returncode != 0 and "an input changed since the interrupted pack began" in
+                p.stderr and says in p.stderr), p.stderr
 
     np.save(src / "a_first.npy", np.full(256 << 10, -1, np.float32))
-    assert refused(pack("--resume"))
+    assert refused(pack("--resume"), f"{src}/a_first.npy added")
     (src / "a_first.npy").unlink()
     (src / "f299.npy").rename(tmp_path / "f299.npy")
-    assert refused(pack("--resume"))
+    assert refused(pack("--resume"), f"{src}/f299.npy removed")
     (tmp_path / "f299.npy").rename(src / "f299.npy")
     five = (src / "f005.npy").read_bytes()
     st = os.stat(src / "f005.npy")
     (src / "f005.npy").write_bytes(five)  # rewritten: the same bytes, a new time
-    assert refused(pack("--resume"))
+    assert refused(pack("--resume"), f"{src}/f005.npy changed (its modification time)")
+    (src / "f005.npy").write_bytes(five[:-4] + b"\x00\x00\x80\x7f")  # same size, last value
+    os.utime(src / "f005.npy", ns=(st.st_atime_ns, st.st_mtime_ns))  # and its time put back
+    assert refused(pack("--resume"), f"{src}/f005.npy changed (its first or last bytes")
+    (src / "f005.npy").write_bytes(five)
     os.utime(src / "f005.npy", ns=(st.st_atime_ns, st.st_mtime_ns))
     other = tmp_path / "other"
     _npy_tree(other, 300, size=256 << 10)
-    assert refused(pack("--resume", inputs=(other,)))
+    assert refused(pack("--resume", inputs=(other,)), f"{other}/f000.npy added")
     # Refusing touched nothing; the same inputs resume after what was packed.
     assert opens_incomplete(out)
     p = pack("--resume")
@@ -625,6 +630,7 @@ def test_merge_refuses_parts_packed_from_different_inputs(tmp_path):
     part(1)
     p = subprocess.run([cli(), "merge", str(out)], capture_output=True, text=True)
     assert p.returncode != 0 and "packed from other inputs" in p.stderr, p.stderr
+    assert f"{src}/f100.npy added between them" in p.stderr, p.stderr
     assert opens_incomplete(out)
     subprocess.run([cli(), "pack", "--from", "npy", str(src), "-o", str(out), "--part", "0/2",
                     "--no-sync", "-q", "--force"], check=True, capture_output=True)

@@ -107,12 +107,19 @@ bool pack_common_option(int argc, char **argv, int *i, stk_writer_options *wo,
 }
 
 int pack_inputs_digest(const strvec *files, const char *kind, const char *opts, char *out,
-                       size_t cap) {
-    XXH3_state_t *st = XXH3_createState();
-    if (!st) {
+                       size_t cap, char **list) {
+    XXH3_state_t *st = XXH3_createState(), *ends = XXH3_createState();
+    size_t lcap = 256, llen = 0;
+    *list = malloc(lcap);
+    if (!st || !ends || !*list) {
         fprintf(stderr, "%s: error: out of memory\n", prog);
+        XXH3_freeState(st);
+        XXH3_freeState(ends);
+        free(*list);
+        *list = NULL;
         return -1;
     }
+    (*list)[0] = '\0';
     XXH3_64bits_reset(st);
     XXH3_64bits_update(st, opts, strlen(opts));
     for (size_t i = 0; i < files->n; i++) {
@@ -129,11 +136,40 @@ int pack_inputs_digest(const strvec *files, const char *kind, const char *opts, 
         /* And the bytes of its first and last 4 KiB: a file rewritten in
          * place with its size and time put back (a copy tool, a restore)
          * still differs where its header or its tail changed. */
-        if (pack_hash_ends(st, files->v[i], (uint64_t)sb.st_size) != 0) {
+        XXH3_64bits_reset(ends);
+        if (pack_hash_ends(ends, files->v[i], (uint64_t)sb.st_size) != 0) {
             fprintf(stderr, "%s: error: %s: %s\n", prog, files->v[i], strerror(errno));
             XXH3_freeState(st);
+            XXH3_freeState(ends);
+            free(*list);
+            *list = NULL;
             return -1;
         }
+        uint64_t eh = XXH3_64bits_digest(ends);
+        XXH3_64bits_update(st, &eh, sizeof eh);
+        /* And its line of the list that names a changed input (a name
+         * holding a tab or a newline cannot be listed: then no list). */
+        size_t need = llen + strlen(files->v[i]) + 80;
+        if (*list && need > lcap) {
+            char *p = realloc(*list, lcap = need * 2);
+            if (!p) free(*list);
+            *list = p;
+        }
+        if (*list && strpbrk(files->v[i], "\t\n")) {
+            free(*list);
+            *list = NULL;
+        }
+        if (*list)
+            llen += (size_t)snprintf(*list + llen, lcap - llen, "%s\t%llu\t%lld\t%016llx\n",
+                                     files->v[i], (unsigned long long)sb.st_size,
+                                     (long long)sb.st_mtim.tv_sec * 1000000000LL +
+                                         sb.st_mtim.tv_nsec,
+                                     (unsigned long long)eh);
+    }
+    XXH3_freeState(ends);
+    if (*list && !llen) {
+        free(*list);
+        *list = NULL;
     }
     snprintf(out, cap, "%s:%zu:%016llx", kind, files->n,
              (unsigned long long)XXH3_64bits_digest(st));
@@ -155,6 +191,7 @@ typedef struct pack_job {
     stk_field f;       /* the one field, as the headers make it */
     uint64_t lo, hi;   /* the records this run writes: [lo, hi) */
     char digest[48];   /* of the inputs, for wo.inputs */
+    char *inputs_list; /* each input, for wo.inputs_list (malloc) */
     uint64_t in_bytes; /* bytes of input packed so far */
     progress pb;
 } pack_job;
@@ -312,9 +349,10 @@ static int create_writer(pack_job *j, stk_writer **w) {
     j->hi = j->total_rows * (wo->part_index + 1) / wo->part_count;
     char opt[64];
     snprintf(opt, sizeof opt, "npy split=%d parts=%u\n", j->split, wo->part_count);
-    if (pack_inputs_digest(&j->files, "npy", opt, j->digest, sizeof j->digest))
+    if (pack_inputs_digest(&j->files, "npy", opt, j->digest, sizeof j->digest, &j->inputs_list))
         return EXIT_ERROR;
     j->wo.inputs = j->digest;
+    j->wo.inputs_list = j->inputs_list;
     if (stk_writer_create(j->output, &j->f, 1, &j->wo, w, &err)) {
         if (err.code == -EINVAL)
             fprintf(stderr, "%s: error: the arrays (e.g. %s) do not make a valid field: %s\n",
@@ -473,6 +511,7 @@ int cmd_pack(int argc, char **argv) {
     }
     sv_free(&j.files);
     sv_free(&j.inputs);
+    free(j.inputs_list);
     free(j.nf);
     return rc;
 }

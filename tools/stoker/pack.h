@@ -40,9 +40,12 @@ void pack_parse_codec(const char *c, stk_field *f);
  * every input file's path, device, inode, size and modification time, in
  * order, and of `opts`, the options that decide which records come from
  * them, written to out as "KIND:N:HEX".  Every part of a split pack
- * computes the same one.  Returns 0, or -1 after saying why. */
+ * computes the same one.  *list gets each input on a line of
+ * stk_writer_options.inputs_list (malloc; NULL where a name cannot be
+ * listed), so a refusal names the input that changed.  Returns 0, or -1
+ * after saying why. */
 int pack_inputs_digest(const strvec *files, const char *kind, const char *opts, char *out,
-                       size_t cap);
+                       size_t cap, char **list);
 
 /* stoker pack --from hdf5 (pack_hdf5.c): the arguments after "pack". */
 int cmd_pack_hdf5(int argc, char **argv);

@@ -80,6 +80,7 @@ typedef struct h5_job {
     uint64_t *rows;    /* per file */
     uint64_t total_rows, lo, hi, done_bytes, total_bytes;
     char digest[48];
+    char *inputs_list; /* each input, for wo.inputs_list (malloc) */
     progress pb;
 } h5_job;
 
@@ -417,9 +418,11 @@ static int h5_pack(h5_job *j) {
     int n = snprintf(opts, sizeof opts, "hdf5 parts=%u", wo->part_count);
     for (size_t k = 0; k < j->names.n && n > 0 && (size_t)n < sizeof opts; k++)
         n += snprintf(opts + n, sizeof opts - (size_t)n, " %s", j->names.v[k]);
-    if (pack_inputs_digest(&j->files, "hdf5", opts, j->digest, sizeof j->digest))
+    if (pack_inputs_digest(&j->files, "hdf5", opts, j->digest, sizeof j->digest,
+                           &j->inputs_list))
         return EXIT_ERROR;
     j->wo.inputs = j->digest;
+    j->wo.inputs_list = j->inputs_list;
     stk_writer *w = NULL;
     stk_error err = {0};
     if (stk_writer_create(j->output, j->f, j->nf, &j->wo, &w, &err)) return fail(&err);
@@ -477,6 +480,7 @@ int cmd_pack_hdf5(int argc, char **argv) {
     free(j.rows);
     sv_free(&j.files);
     sv_free(&j.names);
+    free(j.inputs_list);
     return rc;
 }
 

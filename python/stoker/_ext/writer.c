@@ -291,7 +291,7 @@ static int arrow_field_specs(PyObject *fields, arrow_fields *s, stk_arrow_option
 
 /* write_arrow(path, stream_capsule, group_by, order_by, fields, shard_bytes,
  * align, overwrite, sync, attrs, statics, part_index, part_count, resume,
- * inputs): fields is
+ * inputs, inputs_list): fields is
  * None or a list of
  * (name, [columns], codec, level); statics None (found from the data) or a
  * list of field names (empty: none). */
@@ -350,10 +350,10 @@ PyObject *py_write_arrow(PyObject *mod, PyObject *args) {
     unsigned long long shard_bytes;
     unsigned int align, part_index = 0, part_count = 1;
     int overwrite, sync, resume = 0;
-    const char *inputs = NULL;
-    if (!PyArg_ParseTuple(args, "sOzzOKIppz|OIIpz", &path, &cap, &group_by, &order_by, &fields,
+    const char *inputs = NULL, *inputs_list = NULL;
+    if (!PyArg_ParseTuple(args, "sOzzOKIppz|OIIpzz", &path, &cap, &group_by, &order_by, &fields,
                           &shard_bytes, &align, &overwrite, &sync, &attrs, &statics,
-                          &part_index, &part_count, &resume, &inputs))
+                          &part_index, &part_count, &resume, &inputs, &inputs_list))
         return NULL;
     stk_arrow_options o;
     stk_arrow_options_init(&o);
@@ -378,6 +378,7 @@ PyObject *py_write_arrow(PyObject *mod, PyObject *args) {
     o.writer.part_count = part_count;
     o.writer.resume = resume;
     o.writer.inputs = inputs;
+    o.writer.inputs_list = inputs_list;
     arrow_fields *specs = NULL; /* large: not on the stack */
     PyObject *seq = NULL;
     if (fields != Py_None) {
