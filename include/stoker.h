@@ -97,11 +97,17 @@ enum {
     STK_ECUDA = -1014,        /* a CUDA call failed (the message says which)  */
     STK_EOUTSIDE = -1015,     /* an index names a file outside the directory
                                * its files may be read from                 */
-    STK_ETIMEOUT = -1016      /* a wait passed its deadline: a remote transfer
+    STK_ETIMEOUT = -1016,     /* a wait passed its deadline: a remote transfer
                                * given up after its retries, or another
                                * process that stopped while holding a lock.
                                * Not -ETIMEDOUT, which stk_loader_next_timeout
                                * returns when no batch is ready yet          */
+    /* What a remote store answered that no retry cures, failed at once: */
+    STK_EREDIRECT = -1017,    /* a redirect loop                              */
+    STK_EHOST = -1018,        /* a host name that does not resolve            */
+    STK_ETLS = -1019,         /* TLS failed (a certificate, the handshake)    */
+    STK_EHTTP = -1020,        /* an HTTP 4xx other than 401/403/404/408/429   */
+    STK_ERANGE = -1021        /* a range other than the one asked for         */
 };
 
 #define STK_ERROR_MAX 512

@@ -35,6 +35,13 @@ Exceptions:
     - ``Timeout`` (also a ``TimeoutError``): a wait passed its deadline (a
       remote transfer with no progress through all its retries, another
       process that stopped while holding a shared cache's lock).
+    - ``DataChanged``: a file or object changed since the dataset was
+      opened or indexed (an object's ETag or size, an indexed source file).
+    - ``RemoteError`` (also a ``ConnectionError``): what an object store
+      answered that no retry cures, raised at once, one subclass a kind:
+      ``RedirectLoop``, ``HostNotFound``, ``TLSError``, ``HTTPError`` (a
+      4xx other than 401/403/404/408/429; ``.status``), ``BadRange`` (a
+      Content-Range other than asked).
     - ``StokerError`` itself: anything else (a damaged shard, a truncated
       file, an unsupported layout).
 
@@ -46,7 +53,9 @@ Exceptions:
     rather than a failure of stoker's.
 """
 from . import _stoker
-from ._errors import AccessDenied, InvalidArgument, NotFound, OutOfMemory, StokerError, Timeout
+from ._errors import (AccessDenied, BadRange, DataChanged, HostNotFound, HTTPError,
+                      InvalidArgument, NotFound, OutOfMemory, RedirectLoop, RemoteError,
+                      StokerError, Timeout, TLSError)
 from ._loader import Loader, gpu_count, gpu_status, neuralhydrology_rules
 from ._stats import stats
 from ._mix import Mixture, Source
@@ -56,7 +65,8 @@ from ._write import bits, index, merge, write
 from .profile import profile
 
 __all__ = ["Loader", "Mixture", "Source", "StokerError", "InvalidArgument", "NotFound", "AccessDenied", "OutOfMemory",
-           "Timeout",
+           "Timeout", "DataChanged", "RemoteError", "RedirectLoop", "HostNotFound", "TLSError",
+           "HTTPError", "BadRange",
            "bits", "gpu_count", "gpu_status", "index", "merge", "neuralhydrology_rules",
            "parquet", "profile",
            "s3_filesystem", "stats", "write", "version"]

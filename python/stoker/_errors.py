@@ -12,13 +12,24 @@ apart are also the built-in exceptions Python code already catches:
     OutOfMemory       also a MemoryError
     Timeout           also a TimeoutError  (a remote transfer given up after
                                             its retries, a stopped process)
+    DataChanged       a file or object changed since the dataset was opened
+                      or indexed (an object's ETag or size, a source file)
+    RemoteError       also a ConnectionError: what an object store answered
+                      that no retry cures, raised at once, one kind each:
+        RedirectLoop      a redirect loop
+        HostNotFound      a host name that does not resolve
+        TLSError          TLS failed (a certificate, the handshake)
+        HTTPError         an HTTP 4xx other than 401/403/404/408/429
+        BadRange          a Content-Range other than the range asked for
 
 Anything else (a damaged shard, a truncated file, an unsupported layout)
 is a plain StokerError.  A value of the wrong Python type is a TypeError,
 as anywhere in Python.
 """
 
-__all__ = ["StokerError", "InvalidArgument", "NotFound", "AccessDenied", "OutOfMemory", "Timeout"]
+__all__ = ["StokerError", "InvalidArgument", "NotFound", "AccessDenied", "OutOfMemory", "Timeout",
+           "DataChanged", "RemoteError", "RedirectLoop", "HostNotFound", "TLSError", "HTTPError",
+           "BadRange"]
 
 
 class StokerError(RuntimeError):
@@ -84,3 +95,49 @@ class Timeout(StokerError, TimeoutError):
 
     def __str__(self):
         return self.message
+
+
+class DataChanged(StokerError):
+    """A file or object changed since the dataset was opened or indexed: an
+    object's ETag or size (a dataset rewritten while it is read), a source
+    file of an in-place index.  Reading on would mix old and new data."""
+
+
+class RemoteError(StokerError, ConnectionError):
+    """What an object store answered that no retry cures, raised at once
+    rather than after the deadline (also a ConnectionError).  Its kinds are
+    the subclasses; the message names the object and the server's words."""
+
+    def __str__(self):
+        return self.message
+
+
+class RedirectLoop(RemoteError):
+    """The server redirected the request round in a loop."""
+
+
+class HostNotFound(RemoteError):
+    """The host's name does not resolve (a typo in the endpoint, no DNS)."""
+
+
+class TLSError(RemoteError):
+    """TLS failed: a certificate not trusted or not for this host, or the
+    handshake."""
+
+
+class HTTPError(RemoteError):
+    """An HTTP 4xx other than 401/403 (AccessDenied), 404 (NotFound) and
+    408/429 (retried): the request as made will never succeed."""
+
+    @property
+    def status(self) -> int:
+        """The HTTP status (0 where the message does not give one)."""
+        import re
+        m = re.search(r"HTTP (\d{3})", self.message)
+        return int(m.group(1)) if m else 0
+
+
+class BadRange(RemoteError):
+    """The server answered a byte range other than the one asked for: it
+    does not serve ranges as the protocol says, and its bytes cannot be
+    trusted for the range asked."""

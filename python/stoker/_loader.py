@@ -667,9 +667,12 @@ class Loader:
             request ends within it, counted from when it was sent or from
             the last byte of its object that came: failures that may pass
             (5xx, 408, 429, resets, stalls) are retried within it, and one
-            still failing then raises ``Timeout``. What no retry can cure (a
-            changed object, a redirect loop, TLS, a host that does not
-            resolve, 4xx, a wrong Content-Range) raises at once, naming it.
+            still failing then raises ``Timeout``. What no retry can cure
+            raises at once, naming it, each as its own type: a changed
+            object ``DataChanged``; a redirect loop ``RedirectLoop``, TLS
+            ``TLSError``, a host that does not resolve ``HostNotFound``, a
+            4xx ``HTTPError`` (or ``NotFound``, ``AccessDenied``), a wrong
+            Content-Range ``BadRange``: the five are ``RemoteError``s.
 
     Given a list of sources instead of a path (paths, dicts of
     ``stoker.Source`` arguments, or Sources), it makes a ``stoker.Mixture``

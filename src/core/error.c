@@ -28,6 +28,11 @@ const char *stk_strerror(int code) {
     case STK_ECUDA: return "a CUDA call failed";
     case STK_EOUTSIDE: return "a file outside the directory an index may read from";
     case STK_ETIMEOUT: return "a wait passed its deadline";
+    case STK_EREDIRECT: return "a redirect loop";
+    case STK_EHOST: return "a host name that does not resolve";
+    case STK_ETLS: return "TLS failed";
+    case STK_EHTTP: return "the server refused the request (HTTP 4xx)";
+    case STK_ERANGE: return "the server answered another range than asked";
     default: break;
     }
     if (code < 0 && code > -4096) {

@@ -466,7 +466,7 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
         if (f->range_first != UINT64_MAX)
             snprintf(got, sizeof got, "bytes %llu-%llu", (unsigned long long)f->range_first,
                      (unsigned long long)f->range_last);
-        f->rc = stk__err(&f->err, -EBADMSG,
+        f->rc = stk__err(&f->err, STK_ERANGE,
                          "%s: the server answered bytes %llu-%llu with another range (Content-"
                          "Range: %s); not retried: the server does not serve ranges as asked",
                          what(f), (unsigned long long)f->lo,
@@ -515,7 +515,7 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
         case CURLE_TOO_MANY_REDIRECTS: {
             char *to = NULL;
             curl_easy_getinfo(x->e, CURLINFO_EFFECTIVE_URL, &to);
-            f->rc = stk__err(&f->err, -ELOOP,
+            f->rc = stk__err(&f->err, STK_EREDIRECT,
                              "%s: a redirect loop (more than %d redirects, the last to %s); not "
                              "retried",
                              what(f), MAX_REDIRECTS, to ? to : "?");
@@ -523,7 +523,7 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
         }
         case CURLE_COULDNT_RESOLVE_HOST:
         case CURLE_COULDNT_RESOLVE_PROXY:
-            f->rc = stk__err(&f->err, -EHOSTUNREACH, "%s: the host's name does not resolve (%s); "
+            f->rc = stk__err(&f->err, STK_EHOST, "%s: the host's name does not resolve (%s); "
                              "not retried",
                              what(f), x->errbuf[0] ? x->errbuf : curl_easy_strerror(cc));
             return -1;
@@ -540,7 +540,7 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
         case CURLE_SSL_ENGINE_SETFAILED:
         case CURLE_SSL_ENGINE_INITFAILED:
         case CURLE_USE_SSL_FAILED:
-            f->rc = stk__err(&f->err, -EPROTO, "%s: TLS failed (%s); not retried", what(f),
+            f->rc = stk__err(&f->err, STK_ETLS, "%s: TLS failed (%s); not retried", what(f),
                              x->errbuf[0] ? x->errbuf : curl_easy_strerror(cc));
             return -1;
         default:
@@ -604,8 +604,9 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
                          "changed since the dataset was written",
                          what(f));
     } else {
-        f->rc = stk__err(&f->err, -EIO, "%s: HTTP %ld%s%s%s", what(f), st, code[0] ? " " : "",
-                         code, st / 100 == 4 ? "; not retried" : "");
+        f->rc = stk__err(&f->err, st / 100 == 4 ? STK_EHTTP : -EIO, "%s: HTTP %ld%s%s%s",
+                         what(f), st, code[0] ? " " : "", code,
+                         st / 100 == 4 ? "; not retried" : "");
     }
     return -1;
 }

@@ -88,7 +88,7 @@ char *stk__url_object(const stk__url *u, const stk__aws *a, const char *name);
  * it).  With `want_etag` set, a response carrying another ETag is
  * STK_ESTALE: the object changed since it was pinned; with `want_size`
  * set, so is a response that gives the object another size.  A 206's
- * Content-Range must be the range asked for (-EBADMSG otherwise, not
+ * Content-Range must be the range asked for (STK_ERANGE otherwise, not
  * retried). */
 typedef struct stk__fetch {
     const char *url;
@@ -173,12 +173,12 @@ void stk__http_deadline(stk__http *h, double timeout_s);
  * sent again (the other half of the deadline is the retry's); no try
  * starts past the deadline, nor past the retry budget (counted from the
  * first failure); either passing is STK_ETIMEOUT, naming the last cause.
- * What no retry can cure fails at once: a redirect loop (-ELOOP), a TLS
- * failure (-EPROTO), a host that does not resolve (-EHOSTUNREACH), 4xx other
- * than 408 and 429 (404 -ENOENT, 401 and 403 -EACCES, a wrong region
- * -EINVAL, 416 STK_ESTALE, others -EIO), a Content-Range other than the
- * range asked for (-EBADMSG), an object whose ETag or size changed
- * (STK_ESTALE). */
+ * What no retry can cure fails at once, each with a code of its own: a
+ * redirect loop (STK_EREDIRECT), a TLS failure (STK_ETLS), a host that
+ * does not resolve (STK_EHOST), 4xx other than 408 and 429 (404 -ENOENT,
+ * 401 and 403 -EACCES, a wrong region -EINVAL, 416 STK_ESTALE, others
+ * STK_EHTTP), a Content-Range other than the range asked for
+ * (STK_ERANGE), an object whose ETag or size changed (STK_ESTALE). */
 int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err);
 /* stk__http_run for a caller whose requests are worth nothing unless all
  * succeed: the first to fail for good ends the run, and is the failure

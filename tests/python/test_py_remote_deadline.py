@@ -24,7 +24,8 @@ T = 2.0  # the deadline every case sets
 SLACK = 2.0  # one retry interval (backoff at most 1.6 s at this deadline) and the open
 MiB = 1 << 20
 STK_ESTALE, STK_ETIMEOUT = -1012, -1016
-ELOOP, EPROTO, EHOSTUNREACH, EBADMSG, ENOENT = -40, -71, -113, -74, -2
+STK_EREDIRECT, STK_EHOST, STK_ETLS, STK_EHTTP, STK_ERANGE = -1017, -1018, -1019, -1020, -1021
+ENOENT = -2
 
 
 class Server(http.server.ThreadingHTTPServer):
@@ -106,6 +107,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         if mode == "redirect":
             self.head_only(302, [("Location", f"{srv.url}/{path}"), ("Content-Length", "0")])
+            return
+        if mode == "410" and path.endswith(".stk"):
+            body = b"<Error><Code>Gone</Code></Error>"
+            self.head_only(410, [("Content-Length", str(len(body)))])
+            self.wfile.write(body)
             return
         if not (srv.root / path).is_file() or mode == "404":
             self.head_only(404, [("Content-Length", "0")])
@@ -243,8 +249,9 @@ def test_redirect_loop_is_not_retried(server, tmp_path):
     server.mode = "redirect"
     err, took, _ = read(f"{server.url}/ds", server.root / "ds", cache_dir=tmp_path / "c",
                         remote_timeout=T)
-    assert err is not None and not isinstance(err, stoker.Timeout), err
-    assert err.code == ELOOP and "redirect loop" in str(err), err
+    assert isinstance(err, stoker.RedirectLoop) and isinstance(err, stoker.RemoteError), err
+    assert isinstance(err, ConnectionError) and not isinstance(err, stoker.Timeout), err
+    assert err.code == STK_EREDIRECT and "redirect loop" in str(err), err
     assert took < 1.0, took
 
 
@@ -262,7 +269,8 @@ def test_short_206_answers(server, tmp_path, mode):
                 pass
         took = time.monotonic() - t0
     if mode == "lying-range":
-        assert e.value.code == EBADMSG and "Content-Range" in str(e.value), e.value
+        assert isinstance(e.value, stoker.BadRange), e.value
+        assert e.value.code == STK_ERANGE and "Content-Range" in str(e.value), e.value
         assert took < 1.0, took
     else:
         assert isinstance(e.value, stoker.Timeout), e.value
@@ -289,6 +297,7 @@ def test_object_changed_mid_epoch_under_a_small_budget_names_the_change(server, 
             for b in ld:
                 got.append({k: np.array(v) for k, v in b.items()})
         took = time.monotonic() - t0
+    assert isinstance(e.value, stoker.DataChanged), e.value
     assert e.value.code == STK_ESTALE and "changed" in str(e.value), e.value
     assert "budget" not in str(e.value), e.value
     assert "shard" in str(e.value), e.value
@@ -318,6 +327,21 @@ def test_404_mid_epoch_is_not_retried_and_408_is(server, tmp_path):
     assert err is None and n == 50 and server.fail_left == 0
 
 
+def test_other_4xx_mid_epoch_is_an_http_error_at_once(server, tmp_path):
+    """A 4xx that no retry cures (410 Gone here) raises HTTPError at once,
+    with its status, not Timeout after the deadline."""
+    server.mode, server.data_only = "410", True
+    with stoker.Loader(f"{server.url}/ds", 4, cache_dir=tmp_path / "c", remote_timeout=T) as ld:
+        t0 = time.monotonic()
+        with pytest.raises(stoker.HTTPError) as e:
+            for _ in ld:
+                pass
+        took = time.monotonic() - t0
+    assert took < 1.0, took
+    assert e.value.code == STK_EHTTP and e.value.status == 410, e.value
+    assert "Gone" in str(e.value) and "shard" in str(e.value), e.value
+
+
 def test_tls_and_name_resolution_failures_are_not_retried(server, tmp_path):
     # TLS to a server that speaks plain HTTP.
     t0 = time.monotonic()
@@ -325,14 +349,16 @@ def test_tls_and_name_resolution_failures_are_not_retried(server, tmp_path):
         stoker.Loader(f"https://127.0.0.1:{server.server_address[1]}/ds", 4,
                       cache_dir=tmp_path / "c", remote_timeout=T)
     assert time.monotonic() - t0 < 1.0
-    assert e.value.code == EPROTO and "TLS" in str(e.value), e.value
+    assert isinstance(e.value, stoker.TLSError), e.value
+    assert e.value.code == STK_ETLS and "TLS" in str(e.value), e.value
     # A name that cannot resolve (.invalid, RFC 2606).
     t0 = time.monotonic()
     with pytest.raises(stoker.StokerError) as e:
         stoker.Loader("http://stoker-test.invalid/ds", 4, cache_dir=tmp_path / "c",
                       remote_timeout=T)
     assert time.monotonic() - t0 < T + SLACK
-    assert e.value.code == EHOSTUNREACH and "resolve" in str(e.value), e.value
+    assert isinstance(e.value, stoker.HostNotFound), e.value
+    assert e.value.code == STK_EHOST and "resolve" in str(e.value), e.value
 
 
 def test_remote_timeout_is_checked():

@@ -9,6 +9,7 @@
 #include <string.h>
 
 PyObject *StokerError, *InvalidArgument, *NotFound, *AccessDenied, *OutOfMemory, *Timeout;
+static PyObject *DataChanged, *RedirectLoop, *HostNotFound, *TLSError, *HTTPError, *BadRange;
 
 PyObject *raise_stk(int rc, const stk_error *e) {
     const char *msg = e && e->message[0] ? e->message : stk_strerror(rc);
@@ -17,6 +18,12 @@ PyObject *raise_stk(int rc, const stk_error *e) {
                      : rc == -ENOENT ? NotFound
                      : rc == -EACCES ? AccessDenied
                      : rc == STK_ETIMEOUT ? Timeout
+                     : rc == STK_ESTALE ? DataChanged
+                     : rc == STK_EREDIRECT ? RedirectLoop
+                     : rc == STK_EHOST ? HostNotFound
+                     : rc == STK_ETLS ? TLSError
+                     : rc == STK_EHTTP ? HTTPError
+                     : rc == STK_ERANGE ? BadRange
                                      : StokerError;
     PyObject *args = Py_BuildValue("(is)", rc, msg);
     if (args) {
@@ -157,8 +164,16 @@ static int import_errors(void) {
     AccessDenied = PyObject_GetAttrString(errors, "AccessDenied");
     OutOfMemory = PyObject_GetAttrString(errors, "OutOfMemory");
     Timeout = PyObject_GetAttrString(errors, "Timeout");
+    DataChanged = PyObject_GetAttrString(errors, "DataChanged");
+    RedirectLoop = PyObject_GetAttrString(errors, "RedirectLoop");
+    HostNotFound = PyObject_GetAttrString(errors, "HostNotFound");
+    TLSError = PyObject_GetAttrString(errors, "TLSError");
+    HTTPError = PyObject_GetAttrString(errors, "HTTPError");
+    BadRange = PyObject_GetAttrString(errors, "BadRange");
     Py_DECREF(errors);
-    return StokerError && InvalidArgument && NotFound && AccessDenied && OutOfMemory && Timeout
+    return StokerError && InvalidArgument && NotFound && AccessDenied && OutOfMemory && Timeout &&
+                   DataChanged && RedirectLoop && HostNotFound && TLSError && HTTPError &&
+                   BadRange
                ? 0
                : -1;
 }
