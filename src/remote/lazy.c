@@ -525,6 +525,15 @@ static void note_fetch(stk__fetcher *f, int rc, const stk_error *e) {
     }
 }
 
+/* Stamps the shards of the blocks a fetch that timed out left absent
+ * (under mu). */
+static void stamp_timeout(stk__fetcher *f, const want *w, size_t n, int rc) {
+    if (rc != STK_ETIMEOUT) return;
+    uint64_t now = stk__now_ns();
+    for (size_t i = 0; i < n; i++)
+        if (!w[i].got) f->sh[w[i].s].timed_out_ns = now;
+}
+
 static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
     stk__fetcher *f = ctx;
     const stk_dataset *ds = f->ds;
@@ -558,6 +567,17 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
                 if (s->state[b] == B_FLIGHT) {
                     waiting = true;
                     continue;
+                }
+                /* A fetch of this shard's blocks timed out within the last
+                 * deadline (the read-ahead's, often, just before this
+                 * reader came for the same blocks): the server has given
+                 * nothing for a whole deadline, and fetching them again
+                 * would wait out a second one. */
+                if (s->timed_out_ns && f->timeout.code &&
+                    stk__now_ns() - s->timed_out_ns < (uint64_t)(f->timeout_s * 1e9)) {
+                    rc = f->timeout.code;
+                    if (err) *err = f->timeout;
+                    break;
                 }
                 if (!stk__grow(&w, &cap, nw, sizeof *w, 64)) {
                     rc = stk__err(err, -ENOMEM, "out of memory");
@@ -600,6 +620,7 @@ static int ensure(void *ctx, const stk__range *r, size_t n, stk_error *err) {
         if (fetched) rc = fetch_claimed(f, w, nw, err);
         pthread_mutex_lock(&f->mu);
         if (fetched) note_fetch(f, rc, err);
+        if (fetched) stamp_timeout(f, w, nw, rc);
         for (size_t i = 0; i < nw; i++)
             f->sh[w[i].s].state[w[i].b] = w[i].got ? B_PRESENT : w[i].bad ? B_BAD : B_ABSENT;
         if (rc == 0) name_complete(f, w, nw);
@@ -724,6 +745,7 @@ static void *ahead_main(void *arg) {
         if (fetched) rc = fetch_claimed(f, w, nw, &err);
         pthread_mutex_lock(&f->mu);
         if (fetched) note_fetch(f, rc, &err);
+        if (fetched) stamp_timeout(f, w, nw, rc);
         for (size_t i = 0; i < nw; i++) {
             fshard *s = &f->sh[w[i].s];
             uint8_t st = w[i].got ? B_PRESENT : w[i].bad ? B_BAD : B_ABSENT;

@@ -30,6 +30,8 @@ typedef struct fshard {
                   * flock is per open file, which they share */
     bool given_up; /* a wait for another process's lock timed out (under mu):
                     * the next waiters fail at once until the lock is had */
+    uint64_t timed_out_ns; /* when a fetch of its blocks last timed out (under
+                            * mu; 0: never): see ensure */
     stk_error *changed; /* the object changed since it was pinned (under mu;
                          * NULL: not seen): every later read of the shard
                          * fails at once with this error */
