@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 B=build-pyasan
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSTK_SANITIZE=address,undefined \
     -DSTK_BUILD_TESTS=OFF -DSTK_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/.venv/bin/python" >/dev/null
+# The module is _stoker.abi3.so (the stable ABI); one of another name left
+# from an earlier build would be imported before it, so none is kept.
+rm -f $B/_stoker*.so
 cmake --build $B --target _stoker stoker_cli
 rm -rf $B/pkg && mkdir -p $B/pkg/stoker
 cp python/stoker/*.py python/stoker/*.pyi python/stoker/py.typed $B/pkg/stoker/

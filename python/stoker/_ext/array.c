@@ -26,9 +26,9 @@ static const char *buffer_format(stk_dtype t) {
 
 ArrayObject *array_new(BatchObject *batch, void *data, stk_dtype dtype, int ndim,
                        const int64_t *shape) {
-    ArrayObject *a = PyObject_New(ArrayObject, &ArrayType);
+    ArrayObject *a = PyObject_New(ArrayObject, ArrayType);
     if (!a) return NULL;
-    Py_INCREF(batch);
+    Py_INCREF((PyObject *)batch);
     a->batch = batch;
     a->data = data;
     a->dtype = dtype;
@@ -48,8 +48,8 @@ ArrayObject *array_new(BatchObject *batch, void *data, stk_dtype dtype, int ndim
 }
 
 static void array_dealloc(ArrayObject *self) {
-    Py_XDECREF(self->batch);
-    PyObject_Free(self);
+    Py_XDECREF((PyObject *)self->batch);
+    free_instance((PyObject *)self);
 }
 
 static int array_getbuffer(ArrayObject *self, Py_buffer *view, int flags) {
@@ -62,7 +62,7 @@ static int array_getbuffer(ArrayObject *self, Py_buffer *view, int flags) {
     /* Writable whatever `flags` asks: the consumer owns the batch while it
      * lives. */
     view->obj = (PyObject *)self;
-    Py_INCREF(self);
+    Py_INCREF((PyObject *)self);
     view->buf = self->data;
     view->itemsize = (Py_ssize_t)self->itemsize;
     Py_ssize_t n = (Py_ssize_t)self->itemsize;
@@ -78,8 +78,6 @@ static int array_getbuffer(ArrayObject *self, Py_buffer *view, int flags) {
     return 0;
 }
 
-static PyBufferProcs array_as_buffer = {(getbufferproc)array_getbuffer, NULL};
-
 static PyObject *array_shape(ArrayObject *self, void *c) {
     (void)c;
     PyObject *t = PyTuple_New(self->ndim);
@@ -89,7 +87,7 @@ static PyObject *array_shape(ArrayObject *self, void *c) {
             Py_CLEAR(t);
             break;
         }
-        PyTuple_SET_ITEM(t, d, v);
+        PyTuple_SetItem(t, d, v); /* steals v; t is a new tuple of ndim items */
     }
     return t;
 }
@@ -128,14 +126,24 @@ static PyMethodDef array_methods[] = {
      "(device type, device id) of the data: (1, 0) the CPU, (2, N) CUDA device N."},
     {NULL, NULL, 0, NULL}};
 
-PyTypeObject ArrayType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._stoker.Array",
-    .tp_basicsize = sizeof(ArrayObject),
-    .tp_dealloc = (destructor)array_dealloc,
-    .tp_repr = (reprfunc)array_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A zero-copy view of one field of a batch (DLPack and buffer protocol).",
-    .tp_as_buffer = &array_as_buffer,
-    .tp_methods = array_methods,
-    .tp_getset = array_getset,
+PyTypeObject *ArrayType;
+
+/* Only the extension makes Arrays (Array() raises TypeError), and the
+ * type's attributes cannot be set, nor the type subclassed.  The buffer
+ * protocol needs no release function: the view holds the Array, which holds
+ * the batch. */
+static PyType_Slot array_slots[] = {
+    {Py_tp_dealloc, (void *)array_dealloc},
+    {Py_tp_repr, (void *)array_repr},
+    {Py_tp_doc, (void *)"A zero-copy view of one field of a batch (DLPack and buffer protocol)."},
+    {Py_bf_getbuffer, (void *)array_getbuffer},
+    {Py_tp_methods, array_methods},
+    {Py_tp_getset, array_getset},
+    {0, NULL}};
+
+PyType_Spec ArraySpec = {
+    .name = "stoker._stoker.Array",
+    .basicsize = sizeof(ArrayObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = array_slots,
 };

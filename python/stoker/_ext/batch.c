@@ -11,9 +11,9 @@
 #include <unistd.h>
 
 BatchObject *batch_new(LoaderObject *loader) {
-    BatchObject *bo = PyObject_New(BatchObject, &BatchType);
+    BatchObject *bo = PyObject_New(BatchObject, BatchType);
     if (!bo) return NULL;
-    Py_INCREF(loader);
+    Py_INCREF((PyObject *)loader);
     bo->loader = loader;
     bo->b = NULL;
     bo->stream = 0;
@@ -44,9 +44,9 @@ static void batch_dealloc(BatchObject *self) {
                                      self->streamed ? self->stream : UINTPTR_MAX);
         l->live--;
         if (l->closing && l->live == 0) loader_teardown(l);
-        Py_DECREF(l);
+        Py_DECREF((PyObject *)l);
     }
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    free_instance((PyObject *)self);
 }
 
 static PyObject *batch_index(BatchObject *self, void *c) {
@@ -69,14 +69,22 @@ static PyGetSetDef batch_getset[] = {
     {"index", (getter)batch_index, NULL, "the batch's number within this rank's epoch", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-PyTypeObject BatchType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._stoker.Batch",
-    .tp_basicsize = sizeof(BatchObject),
-    .tp_dealloc = (destructor)batch_dealloc,
-    .tp_repr = (reprfunc)batch_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Owner of one batch buffer; released when no array points into it.",
-    .tp_getset = batch_getset,
+PyTypeObject *BatchType;
+
+/* Only the extension makes Batches (Batch() raises TypeError), and the
+ * type's attributes cannot be set, nor the type subclassed. */
+static PyType_Slot batch_slots[] = {
+    {Py_tp_dealloc, (void *)batch_dealloc},
+    {Py_tp_repr, (void *)batch_repr},
+    {Py_tp_doc, (void *)"Owner of one batch buffer; released when no array points into it."},
+    {Py_tp_getset, batch_getset},
+    {0, NULL}};
+
+PyType_Spec BatchSpec = {
+    .name = "stoker._stoker.Batch",
+    .basicsize = sizeof(BatchObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = batch_slots,
 };
 
 /* An Array of `bo` on device (dev_type, dev_id), stored in `d` under `key`.
@@ -88,7 +96,7 @@ static int put_array(PyObject *d, const char *key, BatchObject *bo, void *data, 
     a->dev_type = dev_type;
     a->dev_id = dev_id;
     int rc = PyDict_SetItemString(d, key, (PyObject *)a);
-    Py_DECREF(a);
+    Py_DECREF((PyObject *)a);
     return rc;
 }
 
@@ -132,13 +140,13 @@ PyObject *batch_result(BatchObject *bo, const stk_batch_field *f, size_t nf, uin
                              : NULL;
         if (!ids || (sources && (!src || !srcs))) {
             Py_XDECREF(ids);
-            Py_XDECREF(src);
+            Py_XDECREF((PyObject *)src);
             Py_XDECREF(srcs);
             Py_DECREF(d);
         } else {
             t = src ? Py_BuildValue("(NNNN)", d, ids, src, srcs) : Py_BuildValue("(NN)", d, ids);
         }
     }
-    Py_DECREF(bo);
+    Py_DECREF((PyObject *)bo);
     return t;
 }

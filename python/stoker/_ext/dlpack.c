@@ -74,11 +74,13 @@ typedef struct {
 } dl_ctx;
 
 static void dl_release(dl_ctx *c) {
-    /* Consumers may call the deleter from any thread, without the GIL. */
+    /* Consumers may call the deleter from any thread, without the GIL; the
+     * context is freed while it is held (the stable ABI has no
+     * PyMem_Raw* before 3.13). */
     PyGILState_STATE st = PyGILState_Ensure();
-    Py_XDECREF(c->owner);
+    Py_XDECREF((PyObject *)c->owner);
+    PyMem_Free(c);
     PyGILState_Release(st);
-    PyMem_RawFree(c);
 }
 static void dl_delete_versioned(DLManagedTensorVersioned *m) { dl_release(m->manager_ctx); }
 static void dl_delete_legacy(DLManagedTensor *m) { dl_release(m->manager_ctx); }
@@ -144,9 +146,9 @@ static int dlpack_check_request(ArrayObject *self, PyObject *dl_device, PyObject
 /* The capsule of `self`: "dltensor_versioned" when the consumer takes 1.x,
  * else the legacy "dltensor". */
 static PyObject *dlpack_capsule(ArrayObject *self, int versioned) {
-    dl_ctx *c = PyMem_RawCalloc(1, sizeof *c);
+    dl_ctx *c = PyMem_Calloc(1, sizeof *c);
     if (!c) return PyErr_NoMemory();
-    Py_INCREF(self);
+    Py_INCREF((PyObject *)self);
     c->owner = self;
     memcpy(c->shape, self->shape, sizeof c->shape);
     DLTensor t = {self->data, {self->dev_type, self->dev_id}, self->ndim, dl_dtype(self->dtype),

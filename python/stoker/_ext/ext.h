@@ -2,7 +2,9 @@
  * ext.h: what the files of the CPython extension (stoker._stoker) share:
  * the objects' layouts, the type objects, the exceptions and the helpers
  * that map a libstoker error onto them, and each file's entry points.
- * The extension uses only the public C API (stoker.h).
+ * The extension uses only the public C API (stoker.h), and of CPython only
+ * the limited API of 3.11, so that one build (_stoker.abi3.so) serves every
+ * CPython from 3.11 on (CMakeLists.txt defines Py_LIMITED_API).
  *
  *   module.c   module init, the exception hierarchy, gpu_count()
  *   loader.c   the Loader type: open, batches, epochs, state, close
@@ -114,7 +116,29 @@ typedef struct {
     int dev_type, dev_id;  /* DLPack device: kDLCPU, or kDLCUDA and its ordinal */
 } ArrayObject;
 
-extern PyTypeObject LoaderType, BatchType, ArrayType, WriterType, MixType;
+/* The types are heap types, made at module init (module.c) from the specs
+ * of their files: the stable ABI has no static type objects.  Each instance
+ * holds a reference to its type, which its tp_dealloc drops. */
+extern PyTypeObject *LoaderType, *BatchType, *ArrayType, *WriterType, *MixType;
+extern PyType_Spec LoaderSpec, BatchSpec, ArraySpec, WriterSpec, MixSpec;
+
+/* Frees `self` through its type's tp_free and drops the reference the
+ * instance held to its (heap) type: the end of every tp_dealloc here. */
+static inline void free_instance(PyObject *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    tp_free(self);
+    Py_DECREF((PyObject *)tp);
+}
+
+/* The length and item `i` (borrowed) of what PySequence_Fast returned, a
+ * list or a tuple: the stable ABI has no PySequence_Fast_GET_* macros. */
+static inline Py_ssize_t fast_size(PyObject *seq) {
+    return PyList_Check(seq) ? PyList_Size(seq) : PyTuple_Size(seq);
+}
+static inline PyObject *fast_item(PyObject *seq, Py_ssize_t i) {
+    return PyList_Check(seq) ? PyList_GetItem(seq, i) : PyTuple_GetItem(seq, i);
+}
 
 /* ---- loader.c ---- */
 

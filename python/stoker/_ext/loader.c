@@ -139,7 +139,7 @@ static PyObject *field_names(stk_loader *ld) {
             Py_CLEAR(names);
             break;
         }
-        PyTuple_SET_ITEM(names, (Py_ssize_t)i, s);
+        PyTuple_SetItem(names, (Py_ssize_t)i, s); /* steals s; names is a new tuple */
     }
     return names;
 }
@@ -150,14 +150,16 @@ static int loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     loader_config c;
     if (loader_config_parse(args, kw, &c)) return -1;
     if (loader_open(self, &c)) return -1;
-    Py_XSETREF(self->names, field_names(self->ld));
+    PyObject *old = self->names; /* __init__ called again */
+    self->names = field_names(self->ld);
+    Py_XDECREF(old);
     return self->names ? 0 : -1;
 }
 
 static void loader_dealloc(LoaderObject *self) {
     loader_teardown(self);
     Py_XDECREF(self->names);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    free_instance((PyObject *)self);
 }
 
 /* ---- batches ---- */
@@ -238,7 +240,7 @@ static PyObject *loader_next_batch(LoaderObject *self, PyObject *unused) {
     size_t nf = stk_batch_num_fields(b);
     stk_batch_field *f = PyMem_Calloc(nf ? nf : 1, sizeof *f);
     if (!f) {
-        Py_DECREF(bo);
+        Py_DECREF((PyObject *)bo);
         return PyErr_NoMemory();
     }
     for (size_t i = 0; i < nf; i++) stk_batch_field_get(b, i, &f[i]);
@@ -492,16 +494,23 @@ static PyGetSetDef loader_getset[] = {
     {"field_types", (getter)loader_types, NULL, "{name: logical type} of typed fields", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-PyTypeObject LoaderType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._stoker.Loader",
-    .tp_basicsize = sizeof(LoaderObject),
-    .tp_dealloc = (destructor)loader_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_doc = "The C loader; use stoker.Loader.",
-    .tp_init = (initproc)loader_init,
-    .tp_new = PyType_GenericNew,
-    .tp_methods = loader_methods,
-    .tp_getset = loader_getset,
+PyTypeObject *LoaderType;
+
+/* The type's attributes cannot be set; it may be subclassed. */
+static PyType_Slot loader_slots[] = {
+    {Py_tp_dealloc, (void *)loader_dealloc},
+    {Py_tp_doc, (void *)"The C loader; use stoker.Loader."},
+    {Py_tp_init, (void *)loader_init},
+    {Py_tp_new, (void *)PyType_GenericNew},
+    {Py_tp_methods, loader_methods},
+    {Py_tp_getset, loader_getset},
+    {0, NULL}};
+
+PyType_Spec LoaderSpec = {
+    .name = "stoker._stoker.Loader",
+    .basicsize = sizeof(LoaderObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = loader_slots,
 };
 
 /* ---- mixtures ---- */
@@ -525,7 +534,7 @@ PyObject *py_open_mixture(PyObject *mod, PyObject *args) {
     }
     PyObject *seq = PySequence_Fast(list, "sources must be a list");
     if (!seq) return NULL;
-    size_t n = (size_t)PySequence_Fast_GET_SIZE(seq);
+    size_t n = (size_t)fast_size(seq);
     loader_config *cfg = PyMem_Calloc(n ? n : 1, sizeof *cfg);
     stk_mixture_source *src = PyMem_Calloc(n ? n : 1, sizeof *src);
     stk_dataset **ds = PyMem_Calloc(n ? n : 1, sizeof *ds);
@@ -540,7 +549,7 @@ PyObject *py_open_mixture(PyObject *mod, PyObject *args) {
         PyObject *largs, *pnames;
         double weight;
         unsigned long long count;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i), "O!dKO", &PyTuple_Type,
+        if (!PyArg_ParseTuple(fast_item(seq, (Py_ssize_t)i), "O!dKO", &PyTuple_Type,
                               &largs, &weight, &count, &pnames) ||
             loader_config_parse(largs, NULL, &cfg[i]))
             goto done;
@@ -578,7 +587,7 @@ PyObject *py_open_mixture(PyObject *mod, PyObject *args) {
         for (size_t j = 0; j < k; j++) {
             const char *f = cfg[i].lo.fields ? cfg[i].lo.fields[j] : stk_dataset_field(ds[i], j)->name;
             PyObject *v = PyDict_GetItemString(d, f); /* borrowed, lives in the caller's dict */
-            if (v && !(names[i][j] = PyUnicode_AsUTF8(v))) goto done;
+            if (v && !(names[i][j] = PyUnicode_AsUTF8AndSize(v, NULL))) goto done;
         }
         src[i].names = names[i];
     }
@@ -589,7 +598,8 @@ PyObject *py_open_mixture(PyObject *mod, PyObject *args) {
         raise_stk(rc, &err);
         goto done;
     }
-    self = (LoaderObject *)LoaderType.tp_alloc(&LoaderType, 0);
+    allocfunc alloc = (allocfunc)PyType_GetSlot(LoaderType, Py_tp_alloc);
+    self = (LoaderObject *)alloc(LoaderType, 0);
     if (!self) {
         Py_BEGIN_ALLOW_THREADS
         stk_loader_close(ld);
@@ -604,7 +614,7 @@ PyObject *py_open_mixture(PyObject *mod, PyObject *args) {
     self->pid = getpid();
     self->names = field_names(ld);
     if (self->names) out = (PyObject *)self;
-    else Py_DECREF(self);
+    else Py_DECREF((PyObject *)self);
 done:
     if (ds)
         for (size_t i = 0; i < n; i++) stk_dataset_close(ds[i]);

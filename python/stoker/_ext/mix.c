@@ -19,13 +19,19 @@ static int mix_init(MixObject *self, PyObject *args, PyObject *kw) {
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OsK", names, &list, &exhaust, &seed)) return -1;
     stk_mix_exhaust ex;
     if (stk_mix_exhaust_parse(exhaust, &ex)) {
-        PyErr_Format(InvalidArgument, "exhaust must be 'stop', 'cycle' or 'all', not %R",
-                     PyTuple_GET_ITEM(args, 1));
+        /* The str back from its UTF-8 ("s" took nothing else), so that %R
+         * shows what was passed, also when it came by keyword. */
+        PyObject *given = PyUnicode_FromString(exhaust);
+        if (given) {
+            PyErr_Format(InvalidArgument, "exhaust must be 'stop', 'cycle' or 'all', not %R",
+                         given);
+            Py_DECREF(given);
+        }
         return -1;
     }
     PyObject *seq = PySequence_Fast(list, "sources must be a sequence of (units, weight, count)");
     if (!seq) return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = fast_size(seq);
     stk_mix_source *s = PyMem_Calloc(n ? (size_t)n : 1, sizeof *s);
     if (!s) {
         Py_DECREF(seq);
@@ -35,7 +41,7 @@ static int mix_init(MixObject *self, PyObject *args, PyObject *kw) {
     for (Py_ssize_t i = 0; i < n; i++) {
         unsigned long long units, count;
         double weight;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "KdK", &units, &weight, &count)) {
+        if (!PyArg_ParseTuple(fast_item(seq, i), "KdK", &units, &weight, &count)) {
             PyMem_Free(s);
             Py_DECREF(seq);
             return -1;
@@ -60,7 +66,7 @@ static int mix_init(MixObject *self, PyObject *args, PyObject *kw) {
 
 static void mix_dealloc(MixObject *self) {
     stk_mix_close(self->m);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    free_instance((PyObject *)self);
 }
 
 static PyObject *mix_rounds(MixObject *self, PyObject *unused) {
@@ -72,9 +78,11 @@ static PyObject *mix_source_rounds(MixObject *self, PyObject *unused) {
     (void)unused;
     size_t n = stk_mix_num_sources(self->m);
     PyObject *out = PyList_New((Py_ssize_t)n);
-    for (size_t i = 0; out && i < n; i++)
-        PyList_SET_ITEM(out, (Py_ssize_t)i,
-                        PyLong_FromUnsignedLongLong(stk_mix_source_rounds(self->m, i)));
+    for (size_t i = 0; out && i < n; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(stk_mix_source_rounds(self->m, i));
+        if (!v) Py_CLEAR(out);
+        else PyList_SetItem(out, (Py_ssize_t)i, v); /* steals v */
+    }
     return out;
 }
 
@@ -89,7 +97,7 @@ static PyObject *mix_fill(MixObject *self, PyObject *args) {
     }
     PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(uint32_t)));
     if (!out) return NULL;
-    uint32_t *dst = (uint32_t *)PyBytes_AS_STRING(out);
+    uint32_t *dst = (uint32_t *)PyBytes_AsString(out); /* out is bytes: never NULL */
     Py_BEGIN_ALLOW_THREADS
     stk_mix_fill(self->m, epoch, first, n, dst);
     Py_END_ALLOW_THREADS
@@ -105,8 +113,11 @@ static PyObject *mix_counts(MixObject *self, PyObject *args) {
     if (!c) return PyErr_NoMemory();
     stk_mix_counts(self->m, epoch, q, c);
     PyObject *out = PyList_New((Py_ssize_t)n);
-    for (size_t i = 0; out && i < n; i++)
-        PyList_SET_ITEM(out, (Py_ssize_t)i, PyLong_FromUnsignedLongLong(c[i]));
+    for (size_t i = 0; out && i < n; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(c[i]);
+        if (!v) Py_CLEAR(out);
+        else PyList_SetItem(out, (Py_ssize_t)i, v); /* steals v */
+    }
     PyMem_Free(c);
     return out;
 }
@@ -121,14 +132,21 @@ static PyMethodDef mix_methods[] = {
      "counts(epoch, q) -> [each source's rounds among rounds [0, q)]."},
     {NULL, NULL, 0, NULL}};
 
-PyTypeObject MixType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._stoker.Mix",
-    .tp_basicsize = sizeof(MixObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Mix(sources, exhaust, seed): a mixture's schedule (stk_mix); sources are "
-              "(units, weight, count) tuples.",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)mix_init,
-    .tp_dealloc = (destructor)mix_dealloc,
-    .tp_methods = mix_methods,
+PyTypeObject *MixType;
+
+/* The type's attributes cannot be set, nor the type subclassed. */
+static PyType_Slot mix_slots[] = {
+    {Py_tp_doc, (void *)"Mix(sources, exhaust, seed): a mixture's schedule (stk_mix); sources "
+                        "are (units, weight, count) tuples."},
+    {Py_tp_new, (void *)PyType_GenericNew},
+    {Py_tp_init, (void *)mix_init},
+    {Py_tp_dealloc, (void *)mix_dealloc},
+    {Py_tp_methods, mix_methods},
+    {0, NULL}};
+
+PyType_Spec MixSpec = {
+    .name = "stoker._stoker.Mix",
+    .basicsize = sizeof(MixObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = mix_slots,
 };

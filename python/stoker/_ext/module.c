@@ -178,10 +178,18 @@ static int import_errors(void) {
                : -1;
 }
 
+/* Makes the type of `spec` into *type, once: a retried import (one that
+ * failed after this point) keeps the types made the first time.  The
+ * reference is the extension's own, held for the process's life. */
+static int make_type(PyTypeObject **type, PyType_Spec *spec) {
+    if (!*type) *type = (PyTypeObject *)PyType_FromSpec(spec);
+    return *type ? 0 : -1;
+}
+
 PyMODINIT_FUNC PyInit__stoker(void) {
-    if (PyType_Ready(&LoaderType) < 0 || PyType_Ready(&BatchType) < 0 ||
-        PyType_Ready(&ArrayType) < 0 || PyType_Ready(&WriterType) < 0 ||
-        PyType_Ready(&MixType) < 0)
+    if (make_type(&LoaderType, &LoaderSpec) < 0 || make_type(&BatchType, &BatchSpec) < 0 ||
+        make_type(&ArrayType, &ArraySpec) < 0 || make_type(&WriterType, &WriterSpec) < 0 ||
+        make_type(&MixType, &MixSpec) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
@@ -191,14 +199,14 @@ PyMODINIT_FUNC PyInit__stoker(void) {
     }
     Py_INCREF(StokerError);
     PyModule_AddObject(m, "StokerError", StokerError);
-    Py_INCREF(&LoaderType);
-    PyModule_AddObject(m, "Loader", (PyObject *)&LoaderType);
-    Py_INCREF(&WriterType);
-    PyModule_AddObject(m, "Writer", (PyObject *)&WriterType);
-    Py_INCREF(&MixType);
-    PyModule_AddObject(m, "Mix", (PyObject *)&MixType);
-    Py_INCREF(&ArrayType);
-    PyModule_AddObject(m, "Array", (PyObject *)&ArrayType);
+    Py_INCREF((PyObject *)LoaderType);
+    PyModule_AddObject(m, "Loader", (PyObject *)LoaderType);
+    Py_INCREF((PyObject *)WriterType);
+    PyModule_AddObject(m, "Writer", (PyObject *)WriterType);
+    Py_INCREF((PyObject *)MixType);
+    PyModule_AddObject(m, "Mix", (PyObject *)MixType);
+    Py_INCREF((PyObject *)ArrayType);
+    PyModule_AddObject(m, "Array", (PyObject *)ArrayType);
     PyModule_AddStringConstant(m, "version", stk_version());
     return m;
 }

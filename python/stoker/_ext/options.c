@@ -53,20 +53,20 @@ static int config_fields(loader_config *c, PyObject *fields) {
     if (fields == Py_None) return 0;
     PyObject *seq = PySequence_Fast(fields, "fields must be a sequence of names");
     if (!seq) return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = fast_size(seq);
     if (n > 256) {
         Py_DECREF(seq);
         PyErr_SetString(InvalidArgument, "fields: at most 256");
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *it = fast_item(seq, i);
         if (!PyUnicode_Check(it)) {
             Py_DECREF(seq);
             PyErr_SetString(PyExc_TypeError, "fields: every entry must be a str");
             return -1;
         }
-        if (!(c->field_names[i] = PyUnicode_AsUTF8(it))) {
+        if (!(c->field_names[i] = PyUnicode_AsUTF8AndSize(it, NULL))) {
             Py_DECREF(seq);
             return -1;
         }
@@ -84,7 +84,7 @@ static int config_rules(loader_config *c, PyObject *rules) {
     if (rules == Py_None) return 0;
     PyObject *seq = PySequence_Fast(rules, "valid_rules must be a sequence of tuples");
     if (!seq) return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = fast_size(seq);
     if (n > (Py_ssize_t)(sizeof c->rules / sizeof *c->rules)) {
         Py_DECREF(seq);
         PyErr_SetString(InvalidArgument, "valid: at most 64 rules");
@@ -95,7 +95,7 @@ static int config_rules(loader_config *c, PyObject *rules) {
         int test;
         unsigned long long last;
         long long lo, hi;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "siKLL", &r->field, &test, &last,
+        if (!PyArg_ParseTuple(fast_item(seq, i), "siKLL", &r->field, &test, &last,
                               &lo, &hi)) {
             Py_DECREF(seq);
             return -1;
@@ -153,7 +153,8 @@ int loader_config_parse(PyObject *args, PyObject *kw, loader_config *c) {
     c->open.cache_budget = a.cache_budget;
     c->open.remote_timeout = a.remote_timeout;
     config_loader_options(&c->lo, &a);
-    if (a.valid_field != Py_None && !(c->lo.valid_field = PyUnicode_AsUTF8(a.valid_field)))
+    if (a.valid_field != Py_None &&
+        !(c->lo.valid_field = PyUnicode_AsUTF8AndSize(a.valid_field, NULL)))
         return -1;
     if (config_fields(c, a.fields)) return -1;
     if (config_rules(c, a.valid_rules)) return -1;

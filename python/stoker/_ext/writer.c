@@ -45,9 +45,9 @@ static int field_spec(PyObject *spec, stk_field *f) {
     f->codec_level = level;
     PyObject *ss = PySequence_Fast(shape, "shape must be a sequence");
     if (!ss) return -1;
-    f->ndim = (int)PySequence_Fast_GET_SIZE(ss);
+    f->ndim = (int)fast_size(ss);
     for (int k = 0; k < f->ndim && k < STK_MAX_DIMS; k++)
-        f->shape[k] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(ss, k));
+        f->shape[k] = PyLong_AsLongLong(fast_item(ss, k));
     Py_DECREF(ss);
     return 0;
 }
@@ -81,7 +81,7 @@ static int writer_init(WriterObject *self, PyObject *args, PyObject *kw) {
         return -1;
     PyObject *seq = PySequence_Fast(fields, "fields must be a sequence");
     if (!seq) return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = fast_size(seq);
     stk_field f[256];
     if (n < 1 || n > 256) {
         Py_DECREF(seq);
@@ -90,7 +90,7 @@ static int writer_init(WriterObject *self, PyObject *args, PyObject *kw) {
     }
     memset(f, 0, sizeof f);
     for (Py_ssize_t i = 0; i < n; i++)
-        if (field_spec(PySequence_Fast_GET_ITEM(seq, i), &f[i])) {
+        if (field_spec(fast_item(seq, i), &f[i])) {
             Py_DECREF(seq);
             return -1;
         }
@@ -146,7 +146,7 @@ static PyObject *writer_append(WriterObject *self, PyObject *values) {
     }
     PyObject *seq = PySequence_Fast(values, "values must be a sequence");
     if (!seq) return NULL;
-    if ((size_t)PySequence_Fast_GET_SIZE(seq) != self->nfields) {
+    if ((size_t)fast_size(seq) != self->nfields) {
         Py_DECREF(seq);
         PyErr_SetString(InvalidArgument, "append: one value per field is needed");
         return NULL;
@@ -156,7 +156,7 @@ static PyObject *writer_append(WriterObject *self, PyObject *values) {
     size_t got = 0;
     PyObject *ret = NULL;
     for (; got < self->nfields; got++) {
-        int rc = append_value(self, got, PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)got),
+        int rc = append_value(self, got, fast_item(seq, (Py_ssize_t)got),
                               &views[got], &v[got]);
         if (rc == -1) got++;
         if (rc) goto out;
@@ -205,7 +205,7 @@ static PyObject *writer_abort(WriterObject *self, PyObject *unused) {
 
 static void writer_dealloc(WriterObject *self) {
     stk_writer_free(self->w);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    free_instance((PyObject *)self);
 }
 
 static PyObject *writer_repr(WriterObject *self) {
@@ -219,16 +219,23 @@ static PyMethodDef writer_methods[] = {
     {"abort", (PyCFunction)writer_abort, METH_NOARGS, "Gives up; the dataset stays incomplete."},
     {NULL, NULL, 0, NULL}};
 
-PyTypeObject WriterType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._stoker.Writer",
-    .tp_basicsize = sizeof(WriterObject),
-    .tp_dealloc = (destructor)writer_dealloc,
-    .tp_repr = (reprfunc)writer_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The C writer; use stoker.write.",
-    .tp_init = (initproc)writer_init,
-    .tp_new = PyType_GenericNew,
-    .tp_methods = writer_methods,
+PyTypeObject *WriterType;
+
+/* The type's attributes cannot be set, nor the type subclassed. */
+static PyType_Slot writer_slots[] = {
+    {Py_tp_dealloc, (void *)writer_dealloc},
+    {Py_tp_repr, (void *)writer_repr},
+    {Py_tp_doc, (void *)"The C writer; use stoker.write."},
+    {Py_tp_init, (void *)writer_init},
+    {Py_tp_new, (void *)PyType_GenericNew},
+    {Py_tp_methods, writer_methods},
+    {0, NULL}};
+
+PyType_Spec WriterSpec = {
+    .name = "stoker._stoker.Writer",
+    .basicsize = sizeof(WriterObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = writer_slots,
 };
 
 /* ---- Arrow ---- */
@@ -244,7 +251,7 @@ static Py_ssize_t str_list(PyObject *seq, const char **names, Py_ssize_t max, co
     }
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *it = PySequence_GetItem(seq, k);
-        names[k] = it ? PyUnicode_AsUTF8(it) : NULL;
+        names[k] = it ? PyUnicode_AsUTF8AndSize(it, NULL) : NULL;
         Py_XDECREF(it); /* the list keeps the string alive */
         if (!names[k]) return -1;
     }
@@ -264,7 +271,7 @@ static int arrow_field_specs(PyObject *fields, arrow_fields *s, stk_arrow_option
                              PyObject **seq) {
     *seq = PySequence_Fast(fields, "fields must be a list");
     if (!*seq) return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(*seq);
+    Py_ssize_t n = fast_size(*seq);
     if (n > 256) {
         PyErr_SetString(InvalidArgument, "at most 256 fields");
         return -1;
@@ -273,7 +280,7 @@ static int arrow_field_specs(PyObject *fields, arrow_fields *s, stk_arrow_option
         const char *name, *codec;
         PyObject *cols;
         int level;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(*seq, i), "sOsi", &name, &cols, &codec,
+        if (!PyArg_ParseTuple(fast_item(*seq, i), "sOsi", &name, &cols, &codec,
                               &level))
             return -1;
         Py_ssize_t nc = PySequence_Size(cols);
@@ -304,14 +311,14 @@ PyObject *py_push_files(PyObject *mod, PyObject *args) {
     if (!PyArg_ParseTuple(args, "zOs", &dir, &names, &url)) return NULL;
     PyObject *seq = PySequence_Fast(names, "names must be a sequence of str");
     if (!seq) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = fast_size(seq);
     const char **v = PyMem_Calloc(n ? (size_t)n : 1, sizeof *v);
     if (!v) {
         Py_DECREF(seq);
         return PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; i < n; i++)
-        if (!(v[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i)))) {
+        if (!(v[i] = PyUnicode_AsUTF8AndSize(fast_item(seq, i), NULL))) {
             PyMem_Free(v);
             Py_DECREF(seq);
             return NULL;
@@ -423,14 +430,14 @@ PyObject *py_index(PyObject *mod, PyObject *args, PyObject *kw) {
         return NULL;
     PyObject *seq = PySequence_Fast(paths, "paths must be a sequence of str");
     if (!seq) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = fast_size(seq);
     const char **v = PyMem_Calloc((size_t)n + 1, sizeof *v);
     if (!v) {
         Py_DECREF(seq);
         return PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        v[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
+        v[i] = PyUnicode_AsUTF8AndSize(fast_item(seq, i), NULL);
         if (!v[i]) {
             PyMem_Free(v);
             Py_DECREF(seq);
