@@ -14,7 +14,7 @@
 #define _GNU_SOURCE
 #include "remote.h"
 
-#include <curl/curl.h>
+#include "curl.h"
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -46,9 +46,6 @@ struct stk__http {
     uint64_t beat_ns; /* last beat */
 };
 
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc;
-static void curl_init(void) { curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
 
 static long env_long(const char *name, long dflt, long lo, long hi) {
     const char *v = getenv(name);
@@ -79,9 +76,8 @@ void stk__http_deadline(stk__http *h, double timeout_s) {
 
 int stk__http_new(const stk__url *u, stk__aws *aws, stk__http **out, stk_error *err) {
     *out = NULL;
-    pthread_once(&curl_once, curl_init);
-    if (curl_init_rc != CURLE_OK)
-        return stk__err(err, -EIO, "libcurl: %s", curl_easy_strerror(curl_init_rc));
+    int lrc = stk__curl_load(u->text, err);
+    if (lrc) return lrc;
     stk__http *h = stk__calloc(1, sizeof *h);
     if (!h) return stk__err(err, -ENOMEM, "out of memory");
     h->url = u;

@@ -7,12 +7,14 @@
 #define _GNU_SOURCE
 #include "remote.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <locale.h>
+#include <stdatomic.h>
 #include <strings.h>
+#include <time.h>
 
 /* Copies v[0..n) trimmed of blanks and line ends into dst (cap > 0),
  * cut to fit. */
@@ -100,6 +102,35 @@ void stk__xml_element(const char *body, const char *tag, char *out, size_t cap) 
     if (b) value(a, (size_t)(b - a), out, cap);
 }
 
+/* An HTTP date (RFC 9110 5.6.7) as seconds since the epoch, or -1: the
+ * IMF-fixdate servers send ("Sun, 06 Nov 1994 08:49:37 GMT") and the two
+ * obsolete forms recipients must accept (RFC 850's "Sunday, 06-Nov-94
+ * 08:49:37 GMT" and asctime's "Sun Nov  6 08:49:37 1994"), always GMT. */
+static time_t http_date(const char *v) {
+    static const char *const forms[] = {"%a, %d %b %Y %H:%M:%S GMT", "%A, %d-%b-%y %H:%M:%S GMT",
+                                        "%a %b %e %H:%M:%S %Y"};
+    /* English day and month names whatever the process's locale. */
+    static _Atomic(locale_t) c_locale;
+    locale_t c = atomic_load(&c_locale);
+    if (!c) {
+        locale_t made = newlocale(LC_ALL_MASK, "C", (locale_t)0), none = (locale_t)0;
+        if (!made) return (time_t)-1;
+        if (atomic_compare_exchange_strong(&c_locale, &none, made)) c = made;
+        else c = none, freelocale(made);
+    }
+    while (*v == ' ' || *v == '\t') v++;
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        struct tm tm;
+        memset(&tm, 0, sizeof tm);
+        const char *end = strptime_l(v, forms[i], &tm, c);
+        if (!end) continue;
+        while (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n') end++;
+        if (*end) continue;
+        return timegm(&tm);
+    }
+    return (time_t)-1;
+}
+
 int64_t stk__retry_after_s(const char *v, int64_t now) {
     if (!v || !*v) return -1;
     if (*v >= '0' && *v <= '9') {
@@ -107,7 +138,7 @@ int64_t stk__retry_after_s(const char *v, int64_t now) {
         return s == UINT64_MAX ? -1 : s > INT32_MAX ? INT32_MAX : (int64_t)s;
     }
     /* An HTTP date: the seconds until then (0 if past). */
-    time_t t = curl_getdate(v, NULL);
+    time_t t = http_date(v);
     if (t == (time_t)-1) return -1;
     return (int64_t)t > now ? (int64_t)t - now : 0;
 }

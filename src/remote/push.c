@@ -8,7 +8,7 @@
 #include "remote.h"
 #include "../format/format.h"
 
-#include <curl/curl.h>
+#include "curl.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>

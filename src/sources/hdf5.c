@@ -35,37 +35,8 @@ void stk__h5info_free(stk__h5info *h) {
     memset(h, 0, sizeof *h);
 }
 
-#ifndef STK_HAVE_HDF5
 
-void stk__h5child_close(stk__h5child *c) { STK__UNUSED(c); }
-
-int stk__hdf5_index(stk__h5child **child, const char *path, const char *dset,
-                    stk__h5info *out, stk_error *err) {
-    STK__UNUSED(child);
-    STK__UNUSED(dset);
-    memset(out, 0, sizeof *out);
-    return stk__err(err, STK_EUNSUPPORTED,
-                    "%s: this stoker was built without HDF5 support (libhdf5-dev was not "
-                    "found at build time)",
-                    path);
-}
-
-#else
-
-#include <hdf5.h>
-
-typedef struct finder {
-    char *name;
-    int count;
-} finder;
-
-#if H5_VERSION_GE(1, 12, 0)
-typedef H5O_info2_t obj_info;
-#define VISIT(f, fd) H5Ovisit3(f, H5_INDEX_NAME, H5_ITER_INC, visit, fd, H5O_INFO_BASIC)
-#else
-typedef H5O_info_t obj_info;
-#define VISIT(f, fd) H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit, fd, H5O_INFO_BASIC)
-#endif
+#include "h5.h"
 
 
 /* Appends `s` to out[*n..cap) as one shell word: as it is when it holds
@@ -123,15 +94,6 @@ static const char *h5py_hint(const char *path, const char *dset, char *out, size
     size_t m = (size_t)snprintf(out, cap, "python3 -c ");
     shell_word(out, cap, &m, code);
     return out;
-}
-
-static herr_t visit(hid_t obj, const char *name, const obj_info *info, void *arg) {
-    STK__UNUSED(obj);
-    finder *f = arg;
-    if (info->type == H5O_TYPE_DATASET) {
-        if (f->count++ == 0) f->name = stk__strdup(name);
-    }
-    return 0;
 }
 
 static int map_type(hid_t t, stk_dtype *out) {
@@ -252,11 +214,9 @@ static int check_rows(const char *path, hid_t d, hid_t sp, hid_t t, const stk__h
             }
             if (got == 0) break; /* refused where read, naming the record */
             herr_t hr = -1;
-            H5E_BEGIN_TRY {
-                if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0)
-                    hr = H5Dread(d, t, ms, fs, H5P_DEFAULT, theirs);
-            }
-            H5E_END_TRY
+            /* (libhdf5 prints no errors: stk__h5_load turned that off.) */
+            if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0)
+                hr = H5Dread(d, t, ms, fs, H5P_DEFAULT, theirs);
             if (hr < 0) {
                 char why[256] = "";
                 H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, h5_last_error, why);
@@ -294,6 +254,8 @@ out:
 
 static int index_here(const char *path, const char *dset, stk__h5info *out, stk_error *err) {
     memset(out, 0, sizeof *out);
+    int lrc = stk__h5_load(path, err);
+    if (lrc) return lrc;
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     hid_t f = H5I_INVALID_HID, d = H5I_INVALID_HID, sp = H5I_INVALID_HID,
           t = H5I_INVALID_HID, pl = H5I_INVALID_HID;
@@ -306,16 +268,17 @@ static int index_here(const char *path, const char *dset, stk__h5info *out, stk_
     if (dset) {
         out->dataset = stk__strdup(dset);
     } else {
-        finder fd = {NULL, 0};
-        VISIT(f, &fd);
-        if (fd.count != 1) {
-            stk__free(fd.name);
-            rc = stk__err(err, fd.count ? -EINVAL : -ENOENT,
+        char *name = NULL;
+        int count = 0;
+        stk__h5_only_dataset(f, &name, &count);
+        if (count != 1) {
+            stk__free(name);
+            rc = stk__err(err, count ? -EINVAL : -ENOENT,
                           "%s: holds %d datasets; name the one to read (--dataset, or dataset= in Python)", path,
-                          fd.count);
+                          count);
             goto out;
         }
-        out->dataset = fd.name;
+        out->dataset = name;
     }
     if (!out->dataset) {
         rc = stk__err(err, -ENOMEM, "out of memory");
@@ -338,12 +301,21 @@ static int index_here(const char *path, const char *dset, stk__h5info *out, stk_
         why[64] = '\0';
         unsigned maj = 0, min = 0, rel = 0;
         H5get_libversion(&maj, &min, &rel);
-        rc = stk__err(err, STK_EUNSUPPORTED,
-                      "%s: dataset '%s' is there, but stoker's HDF5 library (%u.%u.%u) cannot "
-                      "open it%s%s%s, probably written by a newer HDF5 with libver='latest'; "
-                      "pack its rows through h5py's HDF5 with stoker.write: %s",
-                      path, out->dataset, maj, min, rel, why[0] ? " (" : "", why,
-                      why[0] ? ")" : "", h5py_hint(path, out->dataset, hint, sizeof hint));
+        if (maj < 2 && (maj < 1 || min < 14))
+            rc = stk__err(err, STK_EUNSUPPORTED,
+                          "%s: dataset '%s' is there, but stoker's HDF5 library (%u.%u.%u) "
+                          "cannot open it%s%s%s, probably written by a newer HDF5 with "
+                          "libver='latest'; pack its rows through h5py's HDF5 with "
+                          "stoker.write, or pip install h5py (stoker then reads HDF5 through "
+                          "its library): %s",
+                          path, out->dataset, maj, min, rel, why[0] ? " (" : "", why,
+                          why[0] ? ")" : "", h5py_hint(path, out->dataset, hint, sizeof hint));
+        else /* a recent library: the file, not the version */
+            rc = stk__err(err, STK_ECORRUPT,
+                          "%s: dataset '%s' is there, but libhdf5 %u.%u.%u cannot open it%s%s%s: "
+                          "a damaged file",
+                          path, out->dataset, maj, min, rel, why[0] ? " (" : "", why,
+                          why[0] ? ")" : "");
         goto out;
     }
     sp = H5Dget_space(d);
@@ -519,8 +491,7 @@ static int index_here(const char *path, const char *dset, stk__h5info *out, stk_
          * which chunk_info does not return but the look-up compares. */
         hsize_t fsize = 0;
         herr_t got;
-        H5E_BEGIN_TRY { got = H5Dget_chunk_storage_size(d, coord, &fsize); }
-        H5E_END_TRY
+        got = H5Dget_chunk_storage_size(d, coord, &fsize);
         if (got < 0 || fsize != size) {
             rc = stk__err(err, STK_ECORRUPT,
                           "%s: dataset '%s': chunk %llu (rows from row %llu) is listed by the "
@@ -762,7 +733,10 @@ int stk__hdf5_index(stk__h5child **child, const char *path, const char *dset,
                     stk__h5info *out, stk_error *err) {
     memset(out, 0, sizeof *out);
     if (!stk__hdf5_isolate || !child) return index_here(path, dset, out, err);
-    int rc;
+    /* Loaded here, not in the child: the child inherits it, and a library
+     * that cannot be loaded is said once, not as a child's failure. */
+    int rc = stk__h5_load(path, err);
+    if (rc) return rc;
     if (!*child && (rc = start(child, path, err))) return rc;
     stk__h5child *c = *child;
     size_t pl = strlen(path), dl = dset ? strlen(dset) : 0;
@@ -787,5 +761,3 @@ int stk__hdf5_index(stk__h5child **child, const char *path, const char *dset,
     if (rc) stk__h5info_free(out);
     return rc;
 }
-
-#endif

@@ -413,6 +413,13 @@ static void responses(void) {
     CHECK(stk__retry_after_s("", now) == -1 && stk__retry_after_s(NULL, now) == -1);
     CHECK(stk__retry_after_s("-1", now) == -1 && stk__retry_after_s("soon", now) == -1);
     CHECK(stk__retry_after_s("99999999999999999999", now) == -1);
+    /* The two obsolete forms of an HTTP date, and trailing space; a date
+     * with something after it, or in another zone, is not one. */
+    CHECK(stk__retry_after_s("Wednesday, 21-Oct-15 07:28:45 GMT", now) == 45);
+    CHECK(stk__retry_after_s("Wed Oct 21 07:29:00 2015", now) == 60);
+    CHECK(stk__retry_after_s(" Wed, 21 Oct 2015 07:28:10 GMT \r\n", now) == 10);
+    CHECK(stk__retry_after_s("Wed, 21 Oct 2015 07:28:30 GMT and more", now) == -1);
+    CHECK(stk__retry_after_s("Wed, 21 Oct 2015 07:28:30 PST", now) == -1);
 }
 
 int main(void) {

@@ -366,3 +366,35 @@ def test_remote_timeout_is_checked():
         stoker.Loader("http://127.0.0.1:9/ds", 4, remote_timeout=0)
     with pytest.raises(TypeError):
         stoker.Loader("http://127.0.0.1:9/ds", 4, remote_timeout="2")
+
+
+def test_libcurl_is_loaded_only_for_a_remote_dataset_and_its_absence_is_said(tmp_path):
+    """libcurl is loaded when a remote dataset is opened, not linked: a
+    local dataset never loads it, and without it a remote one is refused
+    with what to install, the process going on."""
+    import subprocess
+    import sys
+    stoker.write(tmp_path / "ds", {"x": np.arange(40, dtype=np.int32)})
+    code = f"""
+import stoker, sys
+def curl_loaded():
+    return any("libcurl" in line for line in open("/proc/self/maps"))
+with stoker.Loader({str(tmp_path / "ds")!r}, 4) as ld:
+    n = sum(len(b["x"]) for b in ld)
+assert n == 40 and not curl_loaded(), n
+try:
+    stoker.Loader("http://127.0.0.1:9/ds", 4, cache_dir={str(tmp_path / "c")!r})
+except stoker.StokerError as e:
+    print("ERR", e)
+print("LOADED", curl_loaded())
+"""
+    env = dict(os.environ, STOKER_LIBCURL=str(tmp_path / "nowhere" / "libcurl.so.4"))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "ERR http://127.0.0.1:9/ds: reading a remote dataset needs libcurl" in p.stdout, p.stdout
+    assert "apt-get install libcurl4" in p.stdout and "STOKER_LIBCURL" in p.stdout, p.stdout
+    assert "LOADED False" in p.stdout, p.stdout
+    # With the system's libcurl: loaded once a remote dataset is opened.
+    env.pop("STOKER_LIBCURL")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert p.returncode == 0 and "LOADED True" in p.stdout, (p.stdout, p.stderr)

@@ -15,19 +15,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#ifndef STK_HAVE_HDF5
 
-int cmd_pack_hdf5(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "%s: error: --from hdf5: this stoker was built without HDF5 support "
-            "(libhdf5-dev was not found at build time)\n", prog);
-    return EXIT_ERROR;
-}
-
-#else
-
-#include <hdf5.h>
+#include "../../src/sources/h5.h"
 
 static const char hdf5_help[] =
     "Usage: stoker pack --from hdf5 FILE... --dataset NAME [--dataset NAME...] -o DATASET\n"
@@ -102,27 +91,6 @@ static bool h5_args(int argc, char **argv, h5_job *j) {
     if (!j->output) die_usage("pack", "-o DATASET is required");
     if (!j->files.n) die_usage("pack", "no HDF5 files given");
     return true;
-}
-
-/* The one dataset of a file, for a pack that named none. */
-typedef struct only_one {
-    char *name;
-    int count;
-} only_one;
-
-#if H5_VERSION_GE(1, 12, 0)
-typedef H5O_info2_t obj_info;
-#define VISIT(f, o) H5Ovisit3(f, H5_INDEX_NAME, H5_ITER_INC, find_dataset, o, H5O_INFO_BASIC)
-#else
-typedef H5O_info_t obj_info;
-#define VISIT(f, o) H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, find_dataset, o, H5O_INFO_BASIC)
-#endif
-
-static herr_t find_dataset(hid_t obj, const char *name, const obj_info *info, void *arg) {
-    (void)obj;
-    only_one *o = arg;
-    if (info->type == H5O_TYPE_DATASET && o->count++ == 0) o->name = strdup(name);
-    return 0;
 }
 
 /* The little-endian type rows of file type `t` are read as, and its
@@ -207,15 +175,16 @@ static int survey_file(h5_job *j, size_t i) {
     }
     int rc = 0;
     if (i == 0 && !j->names.n) {
-        only_one o = {NULL, 0};
-        VISIT(f, &o);
-        if (o.count != 1)
+        char *name = NULL;
+        int count = 0;
+        stk__h5_only_dataset(f, &name, &count);
+        if (count != 1)
             fprintf(stderr, "%s: error: %s: holds %d datasets; name those to pack with "
-                    "--dataset NAME\n", prog, file, o.count);
+                    "--dataset NAME\n", prog, file, count);
         else
-            sv_push(&j->names, o.name);
-        free(o.name);
-        if (o.count != 1) {
+            sv_push(&j->names, name);
+        stk__free(name);
+        if (count != 1) {
             H5Fclose(f);
             return EXIT_ERROR;
         }
@@ -468,7 +437,11 @@ int cmd_pack_hdf5(int argc, char **argv) {
     h5_job j;
     memset(&j, 0, sizeof j);
     stk_writer_options_init(&j.wo);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    stk_error err = {0};
+    if (stk__h5_load(NULL, &err)) {
+        fprintf(stderr, "%s: error: --from hdf5: %s\n", prog, err.message);
+        return EXIT_ERROR;
+    }
     int rc = 0;
     if (h5_args(argc, argv, &j)) rc = h5_pack(&j);
     for (size_t k = 0; k < j.nf; k++) {
@@ -483,5 +456,3 @@ int cmd_pack_hdf5(int argc, char **argv) {
     free(j.inputs_list);
     return rc;
 }
-
-#endif

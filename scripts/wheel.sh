@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds the wheel for one architecture, self-contained but for glibc:
+# the third-party libraries linked in statically (scripts/wheel-deps.sh),
+# everything compiled by zig's clang for glibc 2.28 (manylinux_2_28),
+# libcurl and libhdf5 loaded at run time when asked for (the system's, or
+# h5py's), the extension on CPython's stable ABI (one wheel for 3.11 on).
+# Then checks it: auditwheel's policy, and no glibc symbol newer than 2.28.
+#
+# Usage: wheel.sh [ARCH]   (x86_64, the default, or aarch64); the wheel
+# goes to dist/.
+set -euo pipefail
+ARCH=${1:-x86_64}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+PY=$ROOT/.venv/bin/python
+"$PY" -m pip install -q ziglang==0.17.1 auditwheel==6.8.2 build==1.6.1 scikit-build-core \
+    2>&1 | grep -v "^WARNING: Location" || true
+W=$ROOT/build-wheel/$ARCH
+DEPS=$W/deps
+[ -f "$DEPS/lib/libzstd.a" ] && [ -d "$DEPS/curl-include/curl" ] || scripts/wheel-deps.sh "$ARCH" "$DEPS"
+
+# The package's own files for the wheel: the licences of what it carries.
+rm -rf "$W/licenses" && mkdir -p "$W/licenses"
+cp "$DEPS"/licenses/* "$W/licenses/"
+
+export PKG_CONFIG_PATH=$DEPS/lib/pkgconfig PKG_CONFIG_LIBDIR=$DEPS/lib/pkgconfig
+export CC=$DEPS/zcc AR=$DEPS/zar
+rm -rf "$W/dist" && mkdir -p "$W/dist" dist
+# cmake.define: no CUDA (the plugin is built apart), no -Werror on a
+# compiler the development build does not use, the extension's build
+# directory per architecture.
+"$PY" -m pip wheel . --no-deps --no-build-isolation -w "$W/dist" \
+    -C build-dir="$W/py" \
+    -C cmake.define.CMAKE_C_COMPILER="$DEPS/zcc" \
+    -C cmake.define.CMAKE_AR="$DEPS/zar" \
+    -C cmake.define.CMAKE_RANLIB=true \
+    -C cmake.define.STK_CUDA=OFF \
+    -C cmake.define.STK_CURL_INCLUDE_DIR="$DEPS/curl-include" \
+    -C cmake.define.STK_LICENSES_DIR="$W/licenses" \
+    -C cmake.define.CMAKE_SYSTEM_PROCESSOR="$ARCH" 2>&1 | tail -3
+raw=$(ls "$W"/dist/stoker-*.whl)
+echo "wheel: built $raw"
+
+# What it asks of glibc, and of any other shared library.
+tmp=$(mktemp -d)
+"$PY" -m zipfile -e "$raw" "$tmp"
+bad=0
+for so in $(find "$tmp" -name "*.so*" -o -path "*/scripts/stoker" -type f); do
+    newest=$(objdump -T "$so" 2>/dev/null | grep -o "GLIBC_[0-9.]*" | sort -Vu | tail -1)
+    needed=$(readelf -d "$so" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+    echo "wheel: $(basename "$so"): newest glibc symbol ${newest:-none}; needs: $needed"
+    case "$newest" in GLIBC_2.29|GLIBC_2.[3-9]*) bad=1 ;; esac
+    for lib in $needed; do
+        case "$lib" in libc.so.6|libm.so.6|libpthread.so.0|libdl.so.2|librt.so.1|ld-linux*) ;;
+        *) echo "wheel: $(basename "$so") needs $lib, which is not glibc's" >&2; bad=1 ;;
+        esac
+    done
+done
+rm -rf "$tmp"
+[ $bad = 0 ] || { echo "wheel: not self-contained for glibc 2.28" >&2; exit 1; }
+"$PY" -m auditwheel repair --plat "manylinux_2_28_$ARCH" -w dist/ "$raw" 2>&1 | tail -2
+"$PY" -m auditwheel show dist/stoker-*manylinux_2_28_$ARCH.whl | head -12
