@@ -100,11 +100,17 @@ cp "$S/zstd.h" "$S/zstd_errors.h" "$S/zdict.h" "$OUT/include/"
 cp "$OUT/src/zstd/LICENSE" "$OUT/licenses/zstd.LICENSE"
 pc libzstd 1.5.4 "-lzstd -lpthread"
 
-# xxHash: one source file.
+# xxHash: the library, and on x86-64 its dispatching entry points (the
+# widest vector unit the CPU has, chosen at run time), as Debian builds it.
 S=$OUT/src/xxhash
 $CC $CFLAGS -c "$S/xxhash.c" -o "$OUT/obj-xxhash.o"
-objs_to_lib libxxhash.a "$OUT/obj-xxhash.o"
-cp "$S/xxhash.h" "$OUT/include/"
+xobjs=("$OUT/obj-xxhash.o")
+if [ "$ARCH" = x86_64 ]; then
+    $CC $CFLAGS -c "$S/xxh_x86dispatch.c" -o "$OUT/obj-xxhash-dispatch.o"
+    xobjs+=("$OUT/obj-xxhash-dispatch.o")
+fi
+objs_to_lib libxxhash.a "${xobjs[@]}"
+cp "$S/xxhash.h" "$S/xxh3.h" "$S/xxh_x86dispatch.h" "$OUT/include/"
 cp "$S/LICENSE" "$OUT/licenses/xxhash.LICENSE"
 pc libxxhash 0.8.1 "-lxxhash"
 

