@@ -7,7 +7,7 @@ BUILD ?= build
 PY := .venv/bin/python
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build py-install test test-c test-py sanitize tsan py-asan fuzz demo demo-npy bench clean
+.PHONY: all deps build py-install test test-c test-py sanitize tsan py-asan fuzz demo demo-npy bench clean wheel wheel-check
 
 all: build
 
@@ -82,5 +82,15 @@ bench: build py-install
 	STOKER_BUILD=$(BUILD) $(PY) bench/neuralhydrology.py
 	DEMO_RECORD=1 STOKER_BUILD=$(BUILD) $(PY) scripts/demo.py
 
+# The wheel for x86_64 Linux (manylinux_2_28, CPython 3.11 and later) into
+# dist/: third-party libraries linked in, built by zig cc for glibc 2.28.
+wheel: deps
+	@scripts/wheel.sh x86_64
+
+# The wheel installed in a clean Debian root (no compiler, no libraries)
+# and checked there; needs root, says so and passes without it.
+wheel-check: wheel
+	@scripts/wheel-check.sh
+
 clean:
-	rm -rf $(BUILD) build-asan build-tsan build-pyasan build-py
+	rm -rf $(BUILD) build-asan build-tsan build-pyasan build-py build-wheel

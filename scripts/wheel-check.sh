@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Installs the wheel where a new user would: a clean Debian root file
+# system (debootstrap --variant=minbase, bookworm, amd64) with python3,
+# python3-venv and ca-certificates only (no compiler, no -dev package, no
+# zstd, liburing, libcurl or libhdf5), a new venv, `pip install --no-index`
+# from a folder of wheels; then runs tests/wheel/check_installed.py and the
+# part of tests/python that needs no compiler against the installed wheel.
+#
+# Needs root (chroot, mounts) and a few minutes; without root, or without
+# debootstrap and no way to install it, it says so and exits 0 (`make test`
+# skips it; `.ci/run` runs as root).  Usage: wheel-check.sh [WHEEL]
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+PY=$ROOT/.venv/bin/python
+if [ "$(id -u)" != 0 ]; then
+    echo "wheel-check: skipped: needs root (chroot into a clean root file system)"
+    exit 0
+fi
+command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap >/dev/null
+WHEEL=${1:-$(ls -t dist/stoker-*manylinux_2_28_x86_64.whl 2>/dev/null | head -1)}
+[ -n "$WHEEL" ] || { echo "wheel-check: no wheel in dist/ (make wheel)" >&2; exit 1; }
+W=$ROOT/build-wheel/check
+R=$W/root
+mkdir -p "$W" .cache
+
+# The root file system, made once and kept as a tarball; every check
+# starts from a fresh copy of it.
+BASE=.cache/bookworm-amd64-minbase.tar
+if [ ! -f "$BASE" ]; then
+    rm -rf "$W/base"
+    debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+        bookworm "$W/base" http://deb.debian.org/debian >"$W/debootstrap.log" 2>&1 ||
+        { tail -20 "$W/debootstrap.log" >&2; exit 1; }
+    tar -C "$W/base" -cf "$BASE.part" . && mv "$BASE.part" "$BASE"
+    rm -rf "$W/base"
+fi
+cleanup() {
+    for m in dev/shm dev/pts dev proc; do umount -l "$R/$m" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+cleanup
+rm -rf "$R" && mkdir -p "$R" && tar -C "$R" -xf "$BASE"
+# Debian's minimal base carries libzstd for apt itself: taken out, so that
+# a wheel that still needed it would fail here.
+chroot "$R" /usr/bin/dpkg --purge --force-depends libzstd1 >/dev/null 2>&1 || true
+for lib in libcurl.so.4 libhdf5_serial.so.103 libzstd.so.1 liburing.so.2 libjansson.so.4; do
+    if chroot "$R" /sbin/ldconfig -p | grep -q "$lib"; then
+        echo "wheel-check: the clean root has $lib" >&2
+        exit 1
+    fi
+done
+[ ! -e "$R/usr/bin/gcc" ] && [ ! -e "$R/usr/bin/cc" ] || { echo "wheel-check: a compiler" >&2; exit 1; }
+
+# The wheels the venv installs from: stoker's, and its users' usual
+# companions for CPython 3.11 (torch's CPU build from the machine's disk).
+mkdir -p "$R/wheels"
+cp "$WHEEL" "$R/wheels/"
+"$PY" -m pip download -q --only-binary :all: --python-version 3.11 --platform manylinux_2_28_x86_64 \
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d "$W/wheels" \
+    numpy pyarrow h5py pytest 2>&1 | grep -v "^WARNING: Location" || true
+cp "$W"/wheels/*.whl "$R/wheels/"
+TORCH=$(ls /opt/wheels/torch-2.13.0+cpu-cp311-*.whl 2>/dev/null | head -1 || true)
+if [ -z "$TORCH" ]; then
+    "$PY" -m pip download -q --no-deps --python-version 3.11 --only-binary :all: \
+        --platform manylinux_2_28_x86_64 -d "$W/torch" torch==2.13.0 \
+        --index-url https://download.pytorch.org/whl/cpu
+    TORCH=$(ls "$W"/torch/torch-*.whl | head -1)
+fi
+cp "$TORCH" "$R/wheels/"
+# What torch needs, resolved from its own wheel.
+"$PY" -m pip download -q --only-binary :all: --python-version 3.11 \
+    --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform any \
+    -d "$W/torchdeps" "$TORCH" 2>&1 | grep -v "^WARNING" || true
+cp "$W"/torchdeps/*.whl "$R/wheels/"
+
+# The tests, as a user's checkout would have them (not the package's
+# source: python/ is not copied, so only the installed wheel is imported).
+mkdir -p "$R/check/tests/fuzz/crashers"
+cp -r tests/python tests/wheel "$R/check/tests/"
+cp -r tests/fuzz/crashers/hdf5 "$R/check/tests/fuzz/crashers/"
+
+mount -t proc proc "$R/proc"
+mount --bind /dev "$R/dev"
+mount -t tmpfs shm "$R/dev/shm"
+cat > "$R/check/run.sh" <<'RUN'
+set -eu
+cd /check
+python3 -m venv /v
+/v/bin/pip install -q --no-index --find-links /wheels stoker numpy pyarrow h5py torch pytest
+/v/bin/python tests/wheel/check_installed.py
+# The tests that need neither a compiler nor the build tree's tools.
+STOKER_BUILD=/v/bin /v/bin/python -m pytest -q -p no:cacheprovider \
+    tests/python/test_py_loader.py tests/python/test_py_values.py \
+    tests/python/test_py_zero_copy.py tests/python/test_py_state.py \
+    tests/python/test_py_verify.py tests/python/test_py_inplace.py \
+    tests/python/test_py_errors.py tests/python/test_py_threads.py \
+    tests/python/test_py_torch.py tests/python/test_cli_verify.py "$@"
+RUN
+chroot "$R" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 /bin/sh /check/run.sh "$@"
+echo "wheel-check: $(basename "$WHEEL"): every check passed in a clean bookworm root"
