@@ -25,6 +25,15 @@ cp "$DEPS"/licenses/* "$W/licenses/"
 
 export PKG_CONFIG_PATH=$DEPS/lib/pkgconfig PKG_CONFIG_LIBDIR=$DEPS/lib/pkgconfig
 export CC=$DEPS/zcc AR=$DEPS/zar
+# Another architecture: CMake cross-compiles (it runs nothing it builds),
+# and the wheel is tagged for the target, not for this machine.  The
+# extension keeps to the stable ABI, whose headers are the same on every
+# 64-bit Linux, so this interpreter's serve.
+CROSS=()
+if [ "$ARCH" != "$(uname -m)" ]; then
+    CROSS=(-C cmake.define.CMAKE_SYSTEM_NAME=Linux)
+    export _PYTHON_HOST_PLATFORM=linux_$ARCH
+fi
 rm -rf "$W/dist" "$W/py/CMakeCache.txt" && mkdir -p "$W/dist" dist
 # cmake.define: no CUDA (the plugin is built apart), no -Werror on a
 # compiler the development build does not use, the extension's build
@@ -37,7 +46,7 @@ rm -rf "$W/dist" "$W/py/CMakeCache.txt" && mkdir -p "$W/dist" dist
     -C cmake.define.STK_CUDA=OFF \
     -C cmake.define.STK_CURL_INCLUDE_DIR="$DEPS/curl-include" \
     -C cmake.define.STK_LICENSES_DIR="$W/licenses" \
-    -C cmake.define.CMAKE_SYSTEM_PROCESSOR="$ARCH" > "$W/pip-wheel.log" 2>&1 || { tail -40 "$W/pip-wheel.log"; exit 1; }
+    -C cmake.define.CMAKE_SYSTEM_PROCESSOR="$ARCH" "${CROSS[@]}" > "$W/pip-wheel.log" 2>&1 || { tail -40 "$W/pip-wheel.log"; exit 1; }
 raw=$(ls "$W"/dist/stoker-*.whl)
 echo "wheel: built $raw"
 
@@ -46,7 +55,7 @@ tmp=$(mktemp -d)
 "$PY" -m zipfile -e "$raw" "$tmp"
 bad=0
 for so in $(find "$tmp" -name "*.so*" -o -path "*/scripts/stoker" -type f); do
-    newest=$(objdump -T "$so" 2>/dev/null | grep -o "GLIBC_[0-9.]*" | sort -Vu | tail -1)
+    newest=$(readelf -W --version-info "$so" 2>/dev/null | grep -o "GLIBC_[0-9.]*" | sort -Vu | tail -1)
     needed=$(readelf -d "$so" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' | tr '\n' ' ')
     echo "wheel: $(basename "$so"): newest glibc symbol ${newest:-none}; needs: $needed"
     case "$newest" in GLIBC_2.29|GLIBC_2.[3-9]*) bad=1 ;; esac
