@@ -82,15 +82,19 @@ bench: build py-install
 	STOKER_BUILD=$(BUILD) $(PY) bench/neuralhydrology.py
 	DEMO_RECORD=1 STOKER_BUILD=$(BUILD) $(PY) scripts/demo.py
 
-# The wheel for x86_64 Linux (manylinux_2_28, CPython 3.11 and later) into
-# dist/: third-party libraries linked in, built by zig cc for glibc 2.28.
+# The wheels for Linux x86_64 and aarch64 (manylinux_2_28, CPython 3.11 and
+# later) into dist/: third-party libraries linked in, built by zig cc for
+# glibc 2.28 (aarch64 cross-built).
 wheel: deps
 	@scripts/wheel.sh x86_64
+	@scripts/wheel.sh aarch64
 
-# The wheel installed in a clean Debian root (no compiler, no libraries)
-# and checked there; needs root, says so and passes without it.
+# Each wheel installed in a clean Debian root (no compiler, no libraries)
+# and checked there, the aarch64 one under qemu-user; needs root, says so
+# and passes without it.
 wheel-check: wheel
-	@scripts/wheel-check.sh
+	@scripts/wheel-check.sh x86_64
+	@scripts/wheel-check.sh aarch64
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-pyasan build-py build-wheel

@@ -30,7 +30,11 @@ case $ARCH in
             apt-get install -y -qq qemu-user-static binfmt-support >/dev/null
         [ -e /proc/sys/fs/binfmt_misc/register ] ||
             mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
-        update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true ;;
+        update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
+        if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+            echo "wheel-check: skipped aarch64: this machine cannot run arm64 programs (binfmt_misc)"
+            exit 0
+        fi ;;
     *) echo "wheel-check: ARCH is x86_64 or aarch64, not $ARCH" >&2; exit 2 ;;
 esac
 WHEEL=$(ls -t dist/stoker-*manylinux_2_28_$ARCH.whl 2>/dev/null | head -1)
@@ -115,8 +119,10 @@ else
 fi
 /v/bin/python tests/wheel/check_installed.py
 if [ -n "${STK_CHECK_SMOKE:-}" ]; then
-    STOKER_BUILD=/v/bin /v/bin/python -m pytest -q -p no:cacheprovider \
-        tests/python/test_py_values.py tests/python/test_py_state.py tests/python/test_cli_verify.py
+    # qemu-user does not emulate io_uring: the cases that ask for it by
+    # name are left out (they get a clear "not available" error there).
+    STOKER_BUILD=/v/bin /v/bin/python -m pytest -q -p no:cacheprovider -k "not uring" \
+        tests/python/test_py_values.py tests/python/test_py_verify.py tests/python/test_cli_verify.py
     exit 0
 fi
 # The tests that need neither a compiler nor the build tree's tools.

@@ -116,8 +116,9 @@ def main():
             stoker.Loader("s3://bucket/ds", batch_size=4, cache_dir=f"{tmp}/cache")
             raise AssertionError("a remote dataset opened without libcurl")
         except stoker.StokerError as e:
-            assert "needs libcurl" in str(e) and "apt-get install libcurl4" in str(e), e
-        print("ok: without libcurl, s3:// says:", str(e)[:90], "...")
+            said = str(e)
+        assert "needs libcurl" in said and "apt-get install libcurl4" in said, said
+        print("ok: without libcurl, s3:// says:", said[:90], "...")
 
     out = cli("verify", f"{tmp}/dict.stk")
     assert "intact" in out, out
