@@ -17,7 +17,8 @@ PY=$ROOT/.venv/bin/python
     2>&1 | grep -v "^WARNING: Location" || true
 W=$ROOT/build-wheel/$ARCH
 DEPS=$W/deps
-[ -f "$DEPS/lib/libzstd.a" ] && [ -d "$DEPS/curl-include/curl" ] || scripts/wheel-deps.sh "$ARCH" "$DEPS"
+[ -f "$DEPS/lib/libzstd.a" ] && [ -d "$DEPS/curl-include/curl" ] && [ -f "$DEPS/glibc-string.h" ] ||
+    scripts/wheel-deps.sh "$ARCH" "$DEPS"
 
 # The package's own files for the wheel: the licences of what it carries.
 rm -rf "$W/licenses" && mkdir -p "$W/licenses"
@@ -34,7 +35,9 @@ if [ "$ARCH" != "$(uname -m)" ]; then
     CROSS=(-C cmake.define.CMAKE_SYSTEM_NAME=Linux)
     export _PYTHON_HOST_PLATFORM=linux_$ARCH
 fi
-rm -rf "$W/dist" "$W/py/CMakeCache.txt" && mkdir -p "$W/dist" dist
+# A clean build each time: the compiler is a wrapper script whose flags
+# ninja cannot see change.
+rm -rf "$W/dist" "$W/py" && mkdir -p "$W/dist" dist
 # cmake.define: no CUDA (the plugin is built apart), no -Werror on a
 # compiler the development build does not use, the extension's build
 # directory per architecture.
@@ -59,6 +62,12 @@ for so in $(find "$tmp" -name "*.so*" -o -path "*/scripts/stoker" -type f); do
     needed=$(readelf -d "$so" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' | tr '\n' ' ')
     echo "wheel: $(basename "$so"): newest glibc symbol ${newest:-none}; needs: $needed"
     case "$newest" in GLIBC_2.29|GLIBC_2.[3-9]*) bad=1 ;; esac
+    # glibc's string functions, not compiler_rt's (see wheel-deps.sh),
+    # read off the unstripped file of the build tree.
+    unstripped=$W/py/$(basename "$so")
+    own=$(nm "$unstripped" 2>/dev/null | awk '$2 ~ /^[tTwW]$/ && $3 ~ /^(memcpy|memmove|memset|memcmp|bcmp|strlen)$/ {print $3}' | tr '\n' ' ')
+    [ -f "$unstripped" ] || { echo "wheel: no $unstripped to read symbols from" >&2; bad=1; }
+    [ -z "$own" ] || { echo "wheel: $(basename "$so") has its own $own" >&2; bad=1; }
     for lib in $needed; do
         case "$lib" in libc.so.6|libm.so.6|libpthread.so.0|libdl.so.2|librt.so.1|ld-linux*) ;;
         *) echo "wheel: $(basename "$so") needs $lib, which is not glibc's" >&2; bad=1 ;;
