@@ -24,6 +24,30 @@ DEPS=$W/deps
 rm -rf "$W/licenses" && mkdir -p "$W/licenses"
 cp "$DEPS"/licenses/* "$W/licenses/"
 
+# The CUDA plugin, for x86_64 where nvcc is here: its device code and host
+# side compiled by nvcc (machine code for Turing to Hopper, PTX after, as
+# the development build), linked by zig for glibc 2.28 with the CUDA
+# runtime in statically, so that it needs the NVIDIA driver alone; loaded
+# only when a device is asked for.
+PLUGIN=()
+if [ "$ARCH" = x86_64 ] && command -v nvcc >/dev/null; then
+    CUDART=$(dirname "$(dirname "$(command -v nvcc)")")/lib64/libcudart_static.a
+    [ -f "$CUDART" ] || CUDART=/usr/local/cuda/lib64/libcudart_static.a
+    mkdir -p "$W/cuda"
+    gencode=()
+    for a in 75 80 86 89 90; do gencode+=(-gencode "arch=compute_$a,code=sm_$a"); done
+    gencode+=(-gencode arch=compute_90,code=compute_90)
+    nvcc -c -O2 -std=c++17 "${gencode[@]}" -Xcompiler -fPIC -Xcompiler -fvisibility=hidden \
+        -Xcompiler "-include $DEPS/glibc-string.h" -Iinclude -Isrc src/cuda/plugin.cu \
+        -o "$W/cuda/plugin.o"
+    "$PY" -m ziglang c++ -target x86_64-linux-gnu.2.28 -shared -o "$W/cuda/libstoker_cuda.so" \
+        "$W/cuda/plugin.o" "$CUDART" -lpthread -ldl -lrt
+    PLUGIN=(-C cmake.define.STK_CUDA_PLUGIN_FILE="$W/cuda/libstoker_cuda.so")
+    echo "wheel: CUDA plugin built ($(nvcc --version | tail -1))"
+else
+    echo "wheel: no CUDA plugin for $ARCH (nvcc: $(command -v nvcc || echo none))"
+fi
+
 export PKG_CONFIG_PATH=$DEPS/lib/pkgconfig PKG_CONFIG_LIBDIR=$DEPS/lib/pkgconfig
 export CC=$DEPS/zcc AR=$DEPS/zar
 # Another architecture: CMake cross-compiles (it runs nothing it builds),
@@ -49,7 +73,7 @@ rm -rf "$W/dist" "$W/py" && mkdir -p "$W/dist" dist
     -C cmake.define.STK_CUDA=OFF \
     -C cmake.define.STK_CURL_INCLUDE_DIR="$DEPS/curl-include" \
     -C cmake.define.STK_LICENSES_DIR="$W/licenses" \
-    -C cmake.define.CMAKE_SYSTEM_PROCESSOR="$ARCH" "${CROSS[@]}" > "$W/pip-wheel.log" 2>&1 || { tail -40 "$W/pip-wheel.log"; exit 1; }
+    -C cmake.define.CMAKE_SYSTEM_PROCESSOR="$ARCH" "${CROSS[@]}" "${PLUGIN[@]}" > "$W/pip-wheel.log" 2>&1 || { tail -40 "$W/pip-wheel.log"; exit 1; }
 raw=$(ls "$W"/dist/stoker-*.whl)
 echo "wheel: built $raw"
 
@@ -64,9 +88,9 @@ for so in $(find "$tmp" -name "*.so*" -o -path "*/scripts/stoker" -type f); do
     case "$newest" in GLIBC_2.29|GLIBC_2.[3-9]*) bad=1 ;; esac
     # glibc's string functions, not compiler_rt's (see wheel-deps.sh),
     # read off the unstripped file of the build tree.
-    unstripped=$W/py/$(basename "$so")
+    unstripped=$(ls "$W/py/$(basename "$so")" "$W/cuda/$(basename "$so")" 2>/dev/null | head -1 || true)
     own=$(nm "$unstripped" 2>/dev/null | awk '$2 ~ /^[tTwW]$/ && $3 ~ /^(memcpy|memmove|memset|memcmp|bcmp|strlen)$/ {print $3}' | tr '\n' ' ')
-    [ -f "$unstripped" ] || { echo "wheel: no $unstripped to read symbols from" >&2; bad=1; }
+    [ -n "$unstripped" ] || { echo "wheel: no unstripped $(basename "$so") to read symbols from" >&2; bad=1; }
     [ -z "$own" ] || { echo "wheel: $(basename "$so") has its own $own" >&2; bad=1; }
     for lib in $needed; do
         case "$lib" in libc.so.6|libm.so.6|libpthread.so.0|libdl.so.2|librt.so.1|ld-linux*) ;;

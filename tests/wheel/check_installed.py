@@ -120,6 +120,17 @@ def main():
         assert "needs libcurl" in said and "apt-get install libcurl4" in said, said
         print("ok: without libcurl, s3:// says:", said[:90], "...")
 
+    # The CUDA plugin is in the x86_64 wheel, loaded only when asked: with
+    # no NVIDIA driver here, gpu_status says that is why.
+    n, why = stoker.gpu_status()
+    if os.uname().machine == "x86_64":
+        assert n == 0 and "libcuda.so.1" in why and "driver" in why, why
+        assert os.path.exists(os.path.join(os.path.dirname(stoker.__file__),
+                                           "libstoker_cuda.so"))
+    else:
+        assert n == 0 and why, why
+    print("ok: gpu_status:", why)
+
     out = cli("verify", f"{tmp}/dict.stk")
     assert "intact" in out, out
     print("ok: stoker verify:", out.strip().splitlines()[-1])
