@@ -142,7 +142,7 @@ def main():
 
     # A DataLoader with two workers (not in the emulated smoke run).
     if os.environ.get("STK_CHECK_SMOKE"):
-        print("skipped: torch (a smoke run under emulation)")
+        print("skipped: torch (a smoke run: under emulation, or no CPU build of torch here)")
         return
     import torch
     import stoker.torch as st
