@@ -90,11 +90,13 @@ wheel: deps
 	@scripts/wheel.sh aarch64
 
 # Each wheel installed in a clean Debian root (no compiler, no libraries)
-# and checked there, the aarch64 one under qemu-user; needs root, says so
-# and passes without it.
+# and checked there, the aarch64 one under qemu-user; then the sdist built
+# in a root with a compiler and no -dev library; needs root, says so and
+# passes without it.
 wheel-check: wheel
 	@scripts/wheel-check.sh x86_64
 	@scripts/wheel-check.sh aarch64
+	@scripts/sdist-check.sh
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-pyasan build-py build-wheel

@@ -10,6 +10,8 @@
 # library and CA certificates); only curl's headers are taken.
 #
 # Usage: wheel-deps.sh ARCH OUT   (ARCH: x86_64 or aarch64)
+#        wheel-deps.sh native OUT   (this machine's compiler, $CC or cc: what
+#        a build from the sdist does where the libraries are not installed)
 # Leaves OUT/lib/*.a, OUT/include, OUT/lib/pkgconfig/*.pc, OUT/licenses/*
 # and OUT/zcc (the compiler wrapper the rest of the build uses).
 set -euo pipefail
@@ -33,6 +35,19 @@ mkdir -p "$OUT"/{lib/pkgconfig,include,licenses,src} "$CACHE"
 # the widest vector unit at load time.  Measured so: the loader's windows
 # (memcpy-bound) ran 8% slower in the wheel, 60% of its time in zig's
 # memcpy.  A versioned reference can only be met by glibc.
+if [ "$ARCH" = native ]; then
+    NATIVE_CC=${CC:-cc}
+    ARCH=$(uname -m)
+    cat > "$OUT/zcc" <<NCC
+#!/bin/sh
+exec $NATIVE_CC "\$@"
+NCC
+    cat > "$OUT/zar" <<NAR
+#!/bin/sh
+exec ${AR:-ar} "\$@"
+NAR
+    : > "$OUT/glibc-string.h"
+elif true; then
 if [ "$ARCH" = x86_64 ]; then V=GLIBC_2.2.5; VCPY=GLIBC_2.14; else V=GLIBC_2.17; VCPY=GLIBC_2.17; fi
 cat > "$OUT/glibc-string.h" <<H
 #ifndef __ASSEMBLER__
@@ -52,6 +67,7 @@ cat > "$OUT/zar" <<ZAR
 #!/bin/sh
 exec "$PY" -m ziglang ar "\$@"
 ZAR
+fi
 chmod +x "$OUT/zcc" "$OUT/zar"
 CC="$OUT/zcc"
 CFLAGS="-O2 -fPIC -g0"
@@ -69,7 +85,12 @@ SOURCES=(
 fetch() {  # name dir file sha -> unpacked source in $OUT/src/name
     local name=$1 dir=$2 file=$3 sha=$4
     if [ ! -f "$CACHE/$file" ] || ! echo "$sha  $CACHE/$file" | sha256sum -c --status; then
-        curl -fsSL --retry 3 -o "$CACHE/$file.part" "$MIRROR/$dir/$file"
+        if command -v curl >/dev/null; then
+            curl -fsSL --retry 3 -o "$CACHE/$file.part" "$MIRROR/$dir/$file"
+        else  # a machine with a compiler and Python but no curl
+            python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
+                "$MIRROR/$dir/$file" "$CACHE/$file.part"
+        fi
         mv "$CACHE/$file.part" "$CACHE/$file"
     fi
     if ! echo "$sha  $CACHE/$file" | sha256sum -c --status; then
@@ -77,7 +98,22 @@ fetch() {  # name dir file sha -> unpacked source in $OUT/src/name
         exit 1
     fi
     rm -rf "$OUT/src/$name" && mkdir -p "$OUT/src/$name"
-    tar -xf "$CACHE/$file" -C "$OUT/src/$name" --strip-components=1
+    # Unpacked by Python's tarfile (gzip, bzip2 and xz alike, where tar
+    # may lack the xz or bzip2 program), the top directory stripped.
+    python3 - "$CACHE/$file" "$OUT/src/$name" <<'PYX'
+import sys, tarfile
+src, dest = sys.argv[1], sys.argv[2]
+with tarfile.open(src) as tf:
+    members = []
+    for m in tf.getmembers():
+        parts = m.name.split("/", 1)
+        if len(parts) < 2 or not parts[1] or m.issym() and m.linkname.startswith("/") \
+                or ".." in m.name.split("/"):
+            continue
+        m.name = parts[1]
+        members.append(m)
+    tf.extractall(dest, members=members)
+PYX
 }
 
 objs_to_lib() {  # lib-name objects...
@@ -189,13 +225,22 @@ cp "$S/src/jansson.h" "$OUT/include/"
 cp "$S/LICENSE" "$OUT/licenses/jansson.LICENSE"
 pc jansson 2.14 "-ljansson"
 
-# liburing: its own configure (which writes compat.h for the kernel
-# headers zig carries), then the static library alone.
+# liburing: its own configure (which writes config-host.h and compat.h for
+# the kernel headers at hand), then its four sources compiled as its
+# Makefile would (no make needed).
 S=$OUT/src/liburing
-( cd "$S" && ./configure --cc="$CC" >/dev/null && \
-  make -s -C src liburing.a CC="$CC" AR="$OUT/zar" RANLIB=true \
-       CFLAGS="$CFLAGS -D_GNU_SOURCE" >/dev/null )
-cp "$S/src/liburing.a" "$OUT/lib/"
+( cd "$S" && ./configure --cc="$CC" >/dev/null )
+# With libc: liburing's own small libc (CONFIG_NOLIBC, its default on
+# x86-64 and aarch64) would need -ffreestanding objects of its own.
+sed -i '/CONFIG_NOLIBC/d' "$S/config-host.h"
+mkdir -p "$OUT/obj/liburing"
+objs=()
+for f in setup queue register syscall; do
+    $CC $CFLAGS -D_GNU_SOURCE -I"$S/src/include" -include "$S/config-host.h" \
+        -Wno-unused-parameter -Wno-sign-compare -c "$S/src/$f.c" -o "$OUT/obj/liburing/$f.o"
+    objs+=("$OUT/obj/liburing/$f.o")
+done
+objs_to_lib liburing.a "${objs[@]}"
 mkdir -p "$OUT/include/liburing"
 cp "$S/src/include/liburing.h" "$OUT/include/"
 cp "$S/src/include/liburing/"*.h "$OUT/include/liburing/"
