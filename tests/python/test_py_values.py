@@ -205,7 +205,8 @@ def test_each_sample_once_per_epoch_over_epochs(tmp_path, order):
 
 def test_write_scalar_fields_from_records_keep_their_shape(tmp_path):
     # A 0-d value per record is a scalar field, as with a dict source.
-    recs = [{"a": np.float32(i) / 2, "b": i, "v": np.arange(i % 3 + 1, dtype=np.int16)}
+    # (np.float32(i / 2): under NumPy 1, np.float32(i) / 2 is a float64.)
+    recs = [{"a": np.float32(i / 2), "b": i, "v": np.arange(i % 3 + 1, dtype=np.int16)}
             for i in range(10)]
     path = tmp_path / "s.stk"
     assert stoker.write(path, recs, ragged=["v"]) == 10
