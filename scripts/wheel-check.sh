@@ -27,9 +27,9 @@ case $ARCH in
     x86_64) DEB=amd64 ;;
     aarch64) DEB=arm64
         command -v qemu-aarch64-static >/dev/null ||
-            apt-get install -y -qq qemu-user-static binfmt-support >/dev/null
+            apt-get install -y -qq qemu-user-static binfmt-support >/dev/null || true
         [ -e /proc/sys/fs/binfmt_misc/register ] ||
-            mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+            mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || true
         update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
         if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
             echo "wheel-check: skipped aarch64: this machine cannot run arm64 programs (binfmt_misc)"
