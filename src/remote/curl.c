@@ -21,10 +21,7 @@ static char load_msg[STK_ERROR_MAX];
 /* curl's curl_easy_setopt and friends are macros in some versions of its
  * header (type-checking wrappers); the #defines of curl.h replace the
  * names, so the symbols are looked up by their strings here. */
-static const struct {
-    const char *name;
-    size_t at;
-} syms[] = {
+static const stk__dl_sym syms[] = {
 #define SYM(field, name) {name, offsetof(stk__curl_api, field)}
     SYM(global_init, "curl_global_init"),
     SYM(easy_init, "curl_easy_init"),
@@ -56,9 +53,11 @@ static void load(void) {
     void *lib = NULL;
     const char *tried = names[0];
     char why[256] = "";
+    const char *opened = NULL;
     for (int i = 0; i < 3 && names[i] && !lib; i++) {
         lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (!lib && i == 0) snprintf(why, sizeof why, "%s", dlerror());
+        if (lib) opened = names[i];
+        else if (i == 0) snprintf(why, sizeof why, "%s", dlerror());
     }
     if (!lib) {
         load_rc = STK_EUNSUPPORTED;
@@ -70,18 +69,15 @@ static void load(void) {
                  tried, why[0] ? ": " : "", why);
         return;
     }
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-        void *f = dlsym(lib, syms[i].name);
-        /* curl_multi_poll came with libcurl 7.66 (2019). */
-        if (!f) {
-            load_rc = STK_EUNSUPPORTED;
-            snprintf(load_msg, sizeof load_msg,
-                     "the libcurl found (%s) lacks %s: stoker needs libcurl 7.66 or newer",
-                     names[0], syms[i].name);
-            dlclose(lib);
-            return;
-        }
-        memcpy((char *)&stk__curl + syms[i].at, &f, sizeof f);
+    /* curl_multi_poll came with libcurl 7.66 (2019). */
+    const char *lacks = stk__dl_fill(lib, syms, sizeof syms / sizeof syms[0], &stk__curl, 0);
+    if (lacks) {
+        load_rc = STK_EUNSUPPORTED;
+        snprintf(load_msg, sizeof load_msg,
+                 "the libcurl found (%s) lacks %s: stoker needs libcurl 7.66 or newer", opened,
+                 lacks);
+        dlclose(lib);
+        return;
     }
     CURLcode cc = stk__curl.global_init(CURL_GLOBAL_DEFAULT);
     if (cc != CURLE_OK) {

@@ -25,10 +25,7 @@ static herr_t (*visit3)(hid_t, H5_index_t, H5_iter_order_t, void *, void *, unsi
 static herr_t (*visit2)(hid_t, H5_index_t, H5_iter_order_t, void *, void *, unsigned);
 
 #define FN(field, name) {name, offsetof(stk__h5_api, field)}
-static const struct {
-    const char *name;
-    size_t at;
-} fns[] = {
+static const stk__dl_sym fns[] = {
     FN(open, "H5open"),
     FN(get_libversion, "H5get_libversion"),
     FN(Fopen, "H5Fopen"),
@@ -74,10 +71,7 @@ static const struct {
 
 /* The global type ids, valid once H5open has run. */
 #define TY(field, name) {name, offsetof(stk__h5_api, field)}
-static const struct {
-    const char *name;
-    size_t at;
-} types[] = {
+static const stk__dl_sym types[] = {
     TY(ieee_f32le, "H5T_IEEE_F32LE_g"), TY(ieee_f64le, "H5T_IEEE_F64LE_g"),
     TY(std_i8le, "H5T_STD_I8LE_g"),     TY(std_i16le, "H5T_STD_I16LE_g"),
     TY(std_i32le, "H5T_STD_I32LE_g"),   TY(std_i64le, "H5T_STD_I64LE_g"),
@@ -160,16 +154,12 @@ static void load(void) {
                  tried);
         return;
     }
-    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
-        void *f = dlsym(lib, fns[i].name);
-        if (!f) {
-            load_rc = STK_EUNSUPPORTED;
-            snprintf(load_msg, sizeof load_msg,
-                     "the libhdf5 found lacks %s: stoker needs HDF5 1.10.5 or newer",
-                     fns[i].name);
-            return;
-        }
-        memcpy((char *)&stk__h5 + fns[i].at, &f, sizeof f);
+    const char *lacks = stk__dl_fill(lib, fns, sizeof fns / sizeof fns[0], &stk__h5, 0);
+    if (lacks) {
+        load_rc = STK_EUNSUPPORTED;
+        snprintf(load_msg, sizeof load_msg,
+                 "the libhdf5 found lacks %s: stoker needs HDF5 1.10.5 or newer", lacks);
+        return;
     }
     *(void **)&visit3 = dlsym(lib, "H5Ovisit3");
     *(void **)&visit2 = dlsym(lib, "H5Ovisit2");
@@ -178,14 +168,11 @@ static void load(void) {
         snprintf(load_msg, sizeof load_msg, "the libhdf5 found cannot start (H5open failed)");
         return;
     }
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        hid_t *g = dlsym(lib, types[i].name);
-        if (!g) {
-            load_rc = STK_EUNSUPPORTED;
-            snprintf(load_msg, sizeof load_msg, "the libhdf5 found lacks %s", types[i].name);
-            return;
-        }
-        memcpy((char *)&stk__h5 + types[i].at, g, sizeof *g);
+    lacks = stk__dl_fill(lib, types, sizeof types / sizeof types[0], &stk__h5, sizeof(hid_t));
+    if (lacks) {
+        load_rc = STK_EUNSUPPORTED;
+        snprintf(load_msg, sizeof load_msg, "the libhdf5 found lacks %s", lacks);
+        return;
     }
     stk__h5.get_libversion(&stk__h5.major, &stk__h5.minor, &stk__h5.release);
     /* Errors are read from the stack where wanted, never printed. */

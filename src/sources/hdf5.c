@@ -254,9 +254,8 @@ out:
 
 static int index_here(const char *path, const char *dset, stk__h5info *out, stk_error *err) {
     memset(out, 0, sizeof *out);
-    int lrc = stk__h5_load(path, err);
+    int lrc = stk__h5_load(path, err); /* (which turns libhdf5's printing off) */
     if (lrc) return lrc;
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     hid_t f = H5I_INVALID_HID, d = H5I_INVALID_HID, sp = H5I_INVALID_HID,
           t = H5I_INVALID_HID, pl = H5I_INVALID_HID;
     int rc = 0;
