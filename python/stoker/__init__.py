@@ -56,26 +56,43 @@ from . import _stoker
 from ._errors import (AccessDenied, BadRange, DataChanged, HostNotFound, HTTPError,
                       InvalidArgument, NotFound, OutOfMemory, RedirectLoop, RemoteError,
                       StokerError, Timeout, TLSError)
-from ._loader import Loader, gpu_count, gpu_status, neuralhydrology_rules
+from ._loader import Loader, gpu_count, gpu_status, neuralhydrology_rules, strings
 from ._stats import stats
 from ._mix import Mixture, Source
 from ._types import Batch, PathLike
 from ._parquet import parquet, s3_filesystem
 from ._write import bits, index, merge, write
-from .profile import profile
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .profile import profile
+else:
+    # stoker.profile is the module (so that `import stoker.profile as P`
+    # gives P.profile and P.Report), and calling it calls its function:
+    # stoker.profile(loader, ...).
+    import types as _types
+
+    from . import profile
+
+    class _CallableModule(_types.ModuleType):
+        def __call__(self, *args, **kwargs):
+            return self.profile(*args, **kwargs)
+
+    profile.__class__ = _CallableModule
+    del _types, _CallableModule
 
 __all__ = ["Loader", "Mixture", "Source", "StokerError", "InvalidArgument", "NotFound", "AccessDenied", "OutOfMemory",
            "Timeout", "DataChanged", "RemoteError", "RedirectLoop", "HostNotFound", "TLSError",
            "HTTPError", "BadRange",
            "bits", "gpu_count", "gpu_status", "index", "merge", "neuralhydrology_rules",
            "parquet", "profile",
-           "s3_filesystem", "stats", "write", "version"]
+           "s3_filesystem", "stats", "strings", "write", "version"]
 __version__: str = _stoker.version
 version: str = _stoker.version
 
 # The public objects say they are stoker's (help(), reprs), wherever they
 # are defined.
 for _obj in (Loader, gpu_count, gpu_status, bits, index, merge, parquet, s3_filesystem, write,
-             profile):
+             strings):
     _obj.__module__ = __name__
 del _obj

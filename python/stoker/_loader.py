@@ -439,6 +439,56 @@ def _count(path: PathLike, batch_size: int, **options: Any) -> Dict[str, int]:
 _STRINGS = ("list", "numpy", "arrow")
 
 
+def strings(batch: Mapping[str, Any], field: str, *,
+            kind: Literal["list", "numpy", "arrow"] = "list", binary: bool = False) -> Any:
+    """The strings of a ragged field of a batch: ``batch[field]`` (its bytes
+    back to back, uint8) cut at ``batch[field + "_offsets"]`` (int64,
+    batch size + 1), as torch and DLPack output deliver string fields (and
+    as any ragged uint8 field is stored).
+
+    Args:
+        batch: A batch of any output (numpy, torch on any device, dlpack).
+        field: The field's name.
+        kind: ``"list"`` (a list of str), ``"numpy"`` (a NumPy array of
+            ``StringDType``, NumPy 2) or ``"arrow"`` (a ``pyarrow``
+            large_string array over a copy of the bytes).
+        binary: Give bytes rather than str (``kind="numpy"``: an object
+            array; ``"arrow"``: large_binary).
+
+    Raises:
+        InvalidArgument: No such field or offsets in the batch, or an
+            unknown kind.
+        UnicodeDecodeError: Bytes that are not UTF-8 (pass ``binary=True``).
+    """
+    if kind not in _STRINGS:
+        raise InvalidArgument(f"kind must be one of {_STRINGS}, not {kind!r}")
+    if field not in batch or field + "_offsets" not in batch:
+        have = sorted(k for k in batch if k + "_offsets" in batch)
+        raise InvalidArgument(
+            f"the batch has no ragged field {field!r} (a {field!r} with {field + '_offsets'!r})"
+            + (f"; its ragged fields are {have}" if have else "; it has none")
+            + (f" ({field!r} is already a {type(batch[field]).__name__})"
+               if field in batch and not have else ""))
+    out = {field: _host_numpy(batch[field]).view(np.uint8).reshape(-1),
+           field + "_offsets": _host_numpy(batch[field + "_offsets"]).astype(np.int64,
+                                                                             copy=False)}
+    if kind == "numpy" and not binary and not hasattr(getattr(np, "dtypes", None),
+                                                       "StringDType"):
+        raise InvalidArgument(f"kind='numpy' needs NumPy 2 (StringDType); this is NumPy "
+                              f"{np.__version__}: use kind='list' or 'arrow'")
+    _present(out, field, "binary" if binary else "string", kind)
+    return out[field]
+
+
+def _host_numpy(v: Any) -> np.ndarray:
+    """A NumPy view (or, from a GPU, a copy) of an array of any output."""
+    if isinstance(v, np.ndarray):
+        return v
+    if hasattr(v, "detach") and hasattr(v, "cpu"):             # torch
+        return v.detach().cpu().numpy()
+    return np.from_dlpack(v) if hasattr(v, "__dlpack__") else np.asarray(v)
+
+
 def _present(out, name, t, strings):
     """Field `name` of a numpy batch as its logical type `t` says, in place:
     strings and binaries as `strings` asks (their offsets taken in), dates,
@@ -1173,3 +1223,10 @@ class Loader:
     def __exit__(self, *exc: Any) -> Literal[False]:
         self.close()
         return False
+
+
+# help(Loader) and inspect.signature(Loader) show __init__'s parameters, not
+# the catch-all of __new__ (which is there to turn a list of sources into a
+# mixture).
+Loader.__signature__ = inspect.signature(Loader.__init__).replace(  # type: ignore[attr-defined]
+    parameters=list(inspect.signature(Loader.__init__).parameters.values())[1:])

@@ -23,13 +23,13 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"pack", cmd_pack, "pack .npy files into a dataset"},
+    {"pack", cmd_pack, "pack .npy, Parquet, Arrow or HDF5 files into a dataset"},
     {"merge", cmd_merge, "join the parts of a split pack"},
     {"index", cmd_index, "index .npy, WAV, HDF5 or raw files to read them in place"},
     {"inspect", cmd_inspect, "show a dataset's schema, shards and counts"},
     {"verify", cmd_verify, "check every checksum of a dataset"},
     {"cat", cmd_cat, "print one record"},
-    {"read", cmd_read, "iterate batches and report the throughput and the stall"},
+    {"read", cmd_read, "iterate batches and report the throughput"},
     {"doctor", cmd_doctor, "where the loader's time goes, and whether a run is input-bound"},
     {"cache", cmd_cache, "show, fill or clear the local cache of remote datasets"},
     {"push", cmd_push, "upload a dataset to an object store, manifest last"},
