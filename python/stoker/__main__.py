@@ -213,7 +213,8 @@ def pack_parquet(argv):
                          fields=fields, compress=compress or None, static=static,
                          shard_bytes=_size(a.shard_size), overwrite=a.force,
                          sync=not a.no_sync, attrs={"source": a.fmt, "files": len(files)},
-                         part=part, resume=a.resume, inputs=inputs)
+                         part=part, resume=a.resume, inputs=inputs,
+                         progress=False)  # (its own bar, from the files' footers)
     except (stoker.StokerError, ValueError, TypeError, OSError) as e:
         msg = str(e)
         print(f"stoker: error: {msg}", file=sys.stderr)

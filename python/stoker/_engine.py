@@ -92,7 +92,7 @@ def write_part(staging: str, table: Any, index: int, count: Optional[int],
     records = write(staging, table, overwrite=True, shard_bytes=opts.shard_bytes,
                     sync=opts.sync, attrs=opts.attrs, compress=opts.compress,
                     group_by=opts.group_by, order_by=opts.order_by, fields=opts.fields,
-                    static=opts.static, part=(index, count))
+                    static=opts.static, part=(index, count), progress=False)
     keys: List[Any] = []
     if opts.group_by is not None and table.num_rows:
         import pyarrow.compute as pc

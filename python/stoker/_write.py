@@ -2,14 +2,15 @@
 records or Arrow streams, or by indexing files where they lie."""
 from __future__ import annotations
 
+import itertools
 import os
-from typing import (Any, Dict, Iterable, Literal, Mapping, Optional, Sequence, Tuple,
+from typing import (Any, Dict, Iterable, Literal, Mapping, Optional, Sequence, Sized, Tuple,
                     Union)
 
 import numpy as np
 
-from . import _hf, _stoker
-from ._errors import InvalidArgument
+from . import _hf, _progress, _stoker
+from ._errors import InvalidArgument, StokerError
 from ._types import PathLike
 
 _NP_TO_STK = {
@@ -49,9 +50,124 @@ def _contig(v):
 
 # What write() takes, for the TypeError that names it.
 _ACCEPTED = ("a dict of arrays (one entry per record), an iterable of per-record dicts, an "
-             "Arrow source (an object with __arrow_c_stream__: a pyarrow Table or "
-             "RecordBatchReader, a polars or pandas frame), or a Hugging Face datasets "
-             "Dataset, IterableDataset or DatasetDict")
+             "Arrow source (a pyarrow Table, Dataset or RecordBatchReader, an iterator of "
+             "pyarrow RecordBatches, a polars or pandas frame, any object with "
+             "__arrow_c_stream__), stoker.parquet(path) for Parquet files, or a Hugging Face "
+             "datasets Dataset, IterableDataset or DatasetDict")
+
+
+def _pyarrow_kind(x: Any) -> Optional[str]:
+    """The class name of a pyarrow object (RecordBatch, Table,
+    FileSystemDataset, Scanner, ParquetFile...), else None; pyarrow is not
+    imported to ask."""
+    mod = type(x).__module__ or ""
+    return type(x).__name__ if mod.split(".")[0] == "pyarrow" else None
+
+
+class _Batches:
+    """Record batches handed to the C writer through a pyarrow
+    RecordBatchReader made here: counted for the progress display, each
+    checked against the schema (the C stream would read a batch of another
+    schema by the first's), and an exception raised while producing them
+    kept, to be raised as itself rather than as the stream's text of it."""
+
+    def __init__(self, schema: Any, batches: Iterable[Any], display: Any):
+        self.schema, self.batches, self.display = schema, batches, display
+        self.error: Optional[BaseException] = None
+
+    def _gen(self):
+        import pyarrow as pa
+        try:
+            for i, b in enumerate(self.batches):
+                if _pyarrow_kind(b) == "Table":
+                    parts = b.to_batches()
+                elif _pyarrow_kind(b) == "RecordBatch":
+                    parts = [b]
+                elif hasattr(b, "__arrow_c_array__") or hasattr(b, "__arrow_c_stream__"):
+                    parts = [pa.record_batch(b)] if hasattr(b, "__arrow_c_array__") \
+                        else pa.table(b).to_batches()
+                else:
+                    raise TypeError(f"item {i} of the source is a {type(b).__name__}, but the "
+                                    "first was a pyarrow RecordBatch: every item must be one")
+                for part in parts:
+                    if not part.schema.equals(self.schema):
+                        raise InvalidArgument(
+                            f"item {i} of the source has schema ({_schema_text(part.schema)}); "
+                            f"the first's is ({_schema_text(self.schema)}): every batch must "
+                            "have the first's (cast it: batch.cast(schema))")
+                    self.display.update(part.num_rows, part.nbytes)
+                    yield part
+        except BaseException as e:
+            self.error = e
+            raise
+
+    def reader(self) -> Any:
+        import pyarrow as pa
+        return pa.RecordBatchReader.from_batches(self.schema, self._gen())
+
+
+def _schema_text(schema: Any) -> str:
+    return ", ".join(f"{f.name}: {f.type}" for f in schema)
+
+
+def _arrow_rows(source: Any) -> Optional[int]:
+    """How many rows an Arrow source holds where that is cheap to know
+    (for the progress display), else None."""
+    kind = _pyarrow_kind(source)
+    if kind in ("Table", "RecordBatch"):
+        return int(source.num_rows)
+    if kind and kind.endswith("Dataset"):
+        return int(source.count_rows())  # Parquet: from the footers
+    if kind == "Scanner":
+        return None
+    if (type(source).__module__ or "").split(".")[0] in ("pandas", "polars", "datasets") \
+            and hasattr(source, "__len__") and not isinstance(source, dict):
+        return len(source)
+    return None
+
+
+def _counted(source: Any, what: str, total: Optional[int],
+             progress: Optional[bool]) -> Optional[_Batches]:
+    """An Arrow source re-read through pyarrow, batch by batch, to count
+    its rows for the progress display (the C writer reads the stream the
+    same way either way); None without pyarrow (no progress then)."""
+    try:
+        import pyarrow as pa
+    except ImportError:
+        return None
+    reader = source if _pyarrow_kind(source) == "RecordBatchReader" \
+        else pa.RecordBatchReader.from_stream(source)
+    return _Batches(reader.schema, reader, _progress.bar(what, total, "rows", progress))
+
+
+def _arrow_stream(source: Any) -> Any:
+    """What a user tries first, as an Arrow source: a pyarrow Dataset or
+    Scanner as a stream of record batches (not loaded whole), a
+    ParquetFile as its batches.  Anything else is returned as it is."""
+    kind = _pyarrow_kind(source)
+    if kind is None:
+        return source
+    if kind.endswith("Dataset") and hasattr(source, "scanner"):
+        return source.scanner().to_reader()
+    if kind == "Scanner":
+        return source.to_reader()
+    if kind == "ParquetFile":
+        import pyarrow as pa
+        return pa.RecordBatchReader.from_batches(source.schema_arrow, source.iter_batches())
+    return source
+
+
+def _not_data_hint(source: Any) -> str:
+    """What to pass instead of a path or an open file."""
+    if isinstance(source, (str, os.PathLike)):
+        p = os.fspath(source)
+        name = p.decode(errors="replace") if isinstance(p, bytes) else p
+        return (f"source is a {type(source).__module__}.{type(source).__qualname__}, "
+                f"{name!r}: a path is not data; for Parquet files pass "
+                f"stoker.parquet({name!r}); to read .npy, .wav or HDF5 files where they lie, "
+                f"stoker.index; stoker.write takes {_ACCEPTED}")
+    return (f"source is a {type(source).__module__}.{type(source).__qualname__}; "
+            f"stoker.write takes {_ACCEPTED}")
 
 
 def _text_kind(x):
@@ -303,8 +419,8 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
           fields: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
           static: Optional[Union[str, Sequence[str]]] = None,
           part: Optional[Tuple[int, Optional[int]]] = None, resume: bool = False,
-          inputs: Optional[str] = None,
-          split: Optional[str] = None) -> Union[int, Dict[str, int]]:
+          inputs: Optional[str] = None, split: Optional[str] = None,
+          progress: Optional[bool] = None) -> Union[int, Dict[str, int]]:
     """Writes a dataset, or one part of it.
 
     On any error the dataset is left incomplete, never half-written as
@@ -321,7 +437,14 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
             - any object with ``__arrow_c_stream__`` (pyarrow Table or
               RecordBatchReader, polars DataFrame...), consumed in C through
               the Arrow C stream interface: each row is a record, or with
-              ``group_by`` each distinct key one record holding its rows.
+              ``group_by`` each distinct key one record holding its rows;
+              likewise a ``pyarrow.dataset`` Dataset or Scanner (read as a
+              stream of batches, never loaded whole), a
+              ``pyarrow.parquet.ParquetFile``, an iterator of pyarrow
+              RecordBatches (``ParquetFile.iter_batches()``; the schema is
+              the first batch's, and every batch must have it), and
+              ``stoker.parquet(path)`` for Parquet files, directories and
+              s3:// prefixes.
 
             - a Hugging Face ``datasets.Dataset`` (in memory or mapped from
               disk; its Arrow table is read as it lies, in the dataset's
@@ -382,6 +505,11 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
             files and options), recorded with the dataset: resume refuses
             an interrupted write that recorded other inputs.
         split: A DatasetDict: write only this split, into ``path``.
+        progress: Show progress on stderr (records, or rows of an Arrow
+            source; bytes, rate and, where the total is known, the time
+            left): tqdm's bar when tqdm is installed, else a line redrawn in
+            place. None: on a terminal or in a notebook only; False: never;
+            True: always.
 
     Returns:
         The number of records written (a DatasetDict without ``split``: a
@@ -408,18 +536,45 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
             opts = dict(overwrite=overwrite, shard_bytes=shard_bytes, align=align, sync=sync,
                         attrs=attrs, compress=compress, ragged=ragged, group_by=group_by,
                         order_by=order_by, fields=fields, static=static, part=part,
-                        resume=resume, inputs=inputs)
+                        resume=resume, inputs=inputs, progress=progress)
             return {name: write(os.path.join(path, name), ds, **opts)
                     for name, ds in source.items()}
         if split not in source:
             raise InvalidArgument(f"split {split!r}: the DatasetDict holds {sorted(source)}")
         source = source[split]
+    # Rows of an Arrow source, for the progress display, while the source
+    # is still what the caller passed.
+    rows = _arrow_rows(source) if _progress.wanted(progress) else None
     if _hf.is_hf(source):
         source = _hf.arrow(source)
     elif _hf.is_table(source):
         source = _hf.fixed_lists(source)
     attrs_json = json.dumps(attrs) if attrs is not None else None
     part_index, part_count = _part_args(part)
+    what = f"write {os.path.basename(path.rstrip(os.sep)) or path}"
+    source = _arrow_stream(source)
+    original, batches = source, None
+    if not isinstance(source, (dict, str, bytes, os.PathLike)) and \
+            not hasattr(source, "__arrow_c_stream__") and hasattr(source, "__iter__"):
+        # An iterable: of per-record dicts, or of record batches (the
+        # first item says which).
+        it = iter(source)
+        first = next(it, None)
+        if first is not None and not isinstance(first, Mapping) and (
+                _pyarrow_kind(first) in ("RecordBatch", "Table")
+                or hasattr(first, "__arrow_c_array__")):
+            import pyarrow as pa
+            if _pyarrow_kind(first) not in ("RecordBatch", "Table"):
+                first = pa.record_batch(first)
+            total = None
+            if isinstance(source, (list, tuple)) and \
+                    all(_pyarrow_kind(b) in ("RecordBatch", "Table") for b in source):
+                total = sum(b.num_rows for b in source)
+            batches = _Batches(first.schema, itertools.chain([first], it),
+                               _progress.bar(what, total, "rows", progress))
+            source = batches.reader()
+        else:
+            source = itertools.chain([] if first is None else [first], it)
     if resume and not hasattr(source, "__arrow_c_stream__"):
         raise TypeError("resume applies to Arrow sources (the stream is read again and the "
                         "records already written skipped)")
@@ -447,23 +602,44 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
                              f"dimension (one entry per record); got lengths {sorted(n)}")
         w = _stoker.Writer(path, specs, shard_bytes, align, bool(overwrite), bool(sync),
                            attrs_json, part_index, part_count)
-        try:
-            for i in range(n.pop() if n else 0):
-                w.append([(v[i], 1 if v[i].ndim == 0 else v[i].shape[0]) for v in cols.values()])
-            return w.finish()
-        except BaseException:
-            w.abort()
-            raise
+        count = n.pop() if n else 0
+        with _progress.bar(what, count, "records", progress) as shown:
+            # The bytes of a record: a column's whole size shared evenly
+            # (exact but for ragged text columns).
+            size = sum(sum(x.nbytes for x in v) if isinstance(v, list) else v.nbytes
+                       for v in cols.values())
+            try:
+                for i in range(count):
+                    w.append([(v[i], 1 if v[i].ndim == 0 else v[i].shape[0])
+                              for v in cols.values()])
+                    if shown and (i & 63 == 63 or i + 1 == count):
+                        shown.set(i + 1, size * (i + 1) // count)
+                return w.finish()
+            except BaseException:
+                w.abort()
+                raise
     if hasattr(source, "__arrow_c_stream__"):
-        return _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes,
-                            align, overwrite, sync, attrs_json, static, part_index, part_count,
-                            resume, inputs)
+        if batches is None and _progress.wanted(progress):
+            batches = _counted(source, what, rows, progress)
+            if batches is not None:
+                source = batches.reader()
+        try:
+            return _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes,
+                                align, overwrite, sync, attrs_json, static, part_index,
+                                part_count, resume, inputs)
+        except StokerError:
+            # The exception that stopped the stream in Python, as itself.
+            if batches is not None and batches.error is not None:
+                raise batches.error from None
+            raise
+        finally:
+            if batches is not None:
+                batches.display.close()
     if group_by is not None or order_by is not None or fields is not None or static is not None:
         raise TypeError("group_by, order_by, fields and static apply to Arrow sources (objects with "
                         "__arrow_c_stream__: pyarrow tables and readers, polars frames)")
-    if isinstance(source, (str, bytes)) or not hasattr(source, "__iter__"):
-        raise TypeError(f"source is a {type(source).__module__}.{type(source).__qualname__}; "
-                        f"stoker.write takes {_ACCEPTED}")
+    if isinstance(source, (str, bytes, os.PathLike)) or not hasattr(source, "__iter__"):
+        raise TypeError(_not_data_hint(source))
     it = iter(source)
     first = next(it, None)
     if first is None:
@@ -492,18 +668,20 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
               for k, v in first.items()}
     w = _stoker.Writer(path, specs, shard_bytes, align, bool(overwrite), bool(sync), attrs_json,
                        part_index, part_count)
-    try:
-        count = 0
-        for rec in raw:
-            w.append(_values(rec, names, count, schema))
-            count += 1
-        for rec in it:
-            w.append(_values(rec, names, count, schema))
-            count += 1
-        return w.finish()
-    except BaseException:
-        w.abort()
-        raise
+    total = len(original) if isinstance(original, Sized) else None
+    with _progress.bar(what, total, "records", progress) as shown:
+        try:
+            count = 0
+            for rec in itertools.chain(raw, it):
+                values = _values(rec, names, count, schema)
+                w.append(values)
+                count += 1
+                if shown:
+                    shown.update(1, sum(v.nbytes for v, _ in values))
+            return w.finish()
+        except BaseException:
+            w.abort()
+            raise
 
 
 def _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes, align,
