@@ -1626,6 +1626,13 @@ typedef struct stk_index_options {
      * (case-insensitive); NULL: ".npy", ".wav", ".h5" and ".hdf5", or every
      * file for raw. */
     const char *extension;
+    /* Called from the calling thread after each file is indexed, with the
+     * files indexed so far and the records they hold (how many files there
+     * are is not known until the walk ends); default NULL.  A nonzero
+     * return stops the walk: stk_index_build then returns -ECANCELED and
+     * writes nothing. */
+    int (*on_progress)(void *ctx, uint64_t files, uint64_t records);
+    void *progress_ctx;
 } stk_index_options;
 
 STK_API void stk_index_options_init(stk_index_options *opts);
@@ -1640,7 +1647,8 @@ STK_API void stk_index_options_init(stk_index_options *opts);
  * Returns 0, or an error naming the file and what is wrong with it:
  * STK_EBADMAGIC / STK_ECORRUPT / STK_ETRUNCATED / STK_EUNSUPPORTED from a
  * header, STK_ESCHEMA when files disagree (dtype, trailing shape, channels,
- * sample rate), -ENOENT when no file was found.
+ * sample rate), -ENOENT when no file was found, -ECANCELED when
+ * opts->on_progress stopped it.
  */
 STK_API int stk_index_build(const char *const *paths, size_t npaths, const char *index_path,
                             const stk_index_options *opts, uint64_t *records,

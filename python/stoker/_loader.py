@@ -1056,7 +1056,7 @@ class Loader:
         self._exhausted = False
         self._started = False
 
-    def fetch_epoch(self) -> int:
+    def fetch_epoch(self, *, progress: Optional[bool] = None) -> int:
         """A remote dataset: fetches into the cache now, with many ranges in
         flight, every byte this rank's batches read from here to the end of
         the epoch (after ``load_state_dict``, the rest of the restored
@@ -1064,6 +1064,13 @@ class Loader:
         waits for the network. What a resumed or restarted run does before
         its first batch; ``stoker cache warm --epoch`` does it for a node's
         ranks ahead of a run. Nothing to do for a local dataset.
+
+        Args:
+            progress: Show the bytes fetched so far and the rate on stderr
+                (tqdm's bar, or a line redrawn in place), read from the
+                counters of ``remote_stats()`` while the fetch runs. None:
+                on a terminal or in a notebook only; False: never; True:
+                always.
 
         Returns:
             The bytes asked for (blocks already cached are not fetched
@@ -1073,9 +1080,19 @@ class Loader:
             InvalidArgument: Under a cache budget smaller than the dataset
                 (the loader's read-ahead works within the budget instead).
         """
+        from . import _progress
         if self._exhausted:
             self.set_epoch(self._epoch + 1)
-        return self._c.fetch_epoch()
+        st = self._c.remote_stats() if _progress.wanted(progress) else None
+        if st is None:  # (progress off, or a local dataset: nothing to fetch)
+            return self._c.fetch_epoch()
+        base = st["bytes_fetched"]
+
+        def fetched():
+            return self._c.remote_stats()["bytes_fetched"] - base, 0
+
+        with _progress.Poll(_progress.bar("fetch", None, "bytes", progress), fetched):
+            return self._c.fetch_epoch()
 
     @property
     def epoch(self) -> int:

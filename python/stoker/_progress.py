@@ -67,7 +67,7 @@ class _Off:
     def update(self, n: int = 1, nbytes: int = 0) -> None:
         pass
 
-    def set(self, done: int, nbytes: int = 0) -> None:
+    def set(self, done: int, nbytes: int = 0, note: str = "") -> None:
         pass
 
     def close(self) -> None:
@@ -90,6 +90,7 @@ class _Line(_Off):
     def __init__(self, what: str, total: Optional[int], unit: str, stream: Any):
         self.what, self.total, self.unit, self.stream = what, total, unit, stream
         self.done = self.nbytes = 0
+        self.note = ""
         self.start = self.last = time.monotonic()
         self.width = 0
         self.closed = False
@@ -100,8 +101,8 @@ class _Line(_Off):
     def update(self, n: int = 1, nbytes: int = 0) -> None:
         self.set(self.done + n, self.nbytes + nbytes)
 
-    def set(self, done: int, nbytes: int = 0) -> None:
-        self.done, self.nbytes = done, nbytes
+    def set(self, done: int, nbytes: int = 0, note: str = "") -> None:
+        self.done, self.nbytes, self.note = done, nbytes, note
         now = time.monotonic()
         if now - self.last >= _EVERY:
             self.last = now
@@ -123,6 +124,8 @@ class _Line(_Off):
                          + ("" if self.unit == "bytes" else f" {self.unit}"))
         else:
             parts.append(self._amount(self.done))
+        if self.note:
+            parts.append(self.note)
         if self.nbytes and self.unit != "bytes":
             parts.append(human_bytes(self.nbytes))
         parts.append(f"{self._amount(rate)}/s")
@@ -157,6 +160,8 @@ class _Line(_Off):
         self.closed = True
         el = time.monotonic() - self.start
         line = f"{self.what} {self._amount(self.done)}"
+        if self.note:
+            line += f", {self.note}"
         if self.nbytes and self.unit != "bytes":
             line += f", {human_bytes(self.nbytes)}"
         line += f" in {el:.1f} s"
@@ -176,6 +181,7 @@ class _Tqdm(_Off):
                  stream: Any):
         self.unit = unit
         self.done = self.nbytes = 0
+        self.note = ""
         self.last = 0.0
         if unit == "bytes":
             self.bar = tqdm(total=total, desc=what, unit="B", unit_scale=True,
@@ -193,20 +199,24 @@ class _Tqdm(_Off):
     def update(self, n: int = 1, nbytes: int = 0) -> None:
         self.set(self.done + n, self.nbytes + nbytes)
 
-    def set(self, done: int, nbytes: int = 0) -> None:
-        if nbytes != self.nbytes and self.unit != "bytes":
+    def _postfix(self) -> str:
+        return ", ".join(x for x in (self.note, human_bytes(self.nbytes)
+                                     if self.nbytes and self.unit != "bytes" else "") if x)
+
+    def set(self, done: int, nbytes: int = 0, note: str = "") -> None:
+        if (nbytes, note) != (self.nbytes, self.note):
+            self.nbytes, self.note = nbytes, note
             now = time.monotonic()
             if now - self.last >= _EVERY:
                 self.last = now
-                self.bar.set_postfix_str(human_bytes(nbytes), refresh=False)
-        self.nbytes = nbytes
+                self.bar.set_postfix_str(self._postfix(), refresh=False)
         if done != self.done:
             self.bar.update(done - self.done)
             self.done = done
 
     def close(self) -> None:
-        if self.unit != "bytes" and self.nbytes:
-            self.bar.set_postfix_str(human_bytes(self.nbytes), refresh=False)
+        if self._postfix():
+            self.bar.set_postfix_str(self._postfix(), refresh=False)
         if self.bar.total is None:
             self.bar.total = self.done  # the count reached is the total
         self.bar.close()

@@ -1,6 +1,6 @@
 """Types of stoker._stoker, the C extension (python/stoker/_ext).  Private:
 use stoker.Loader, stoker.write and stoker.index."""
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ._errors import StokerError as StokerError
 
@@ -89,7 +89,8 @@ def gpu_count() -> Tuple[int, str]: ...
 def count(path: str, batch_size: int = ..., *args: Any, **kwargs: Any) -> Dict[str, int]: ...
 def index(paths: Sequence[str], output: str, source: int = ..., split_axis0: bool = ...,
           dataset: Optional[str] = ..., float32: bool = ..., field: Optional[str] = ...,
-          extension: Optional[str] = ...) -> int: ...
+          extension: Optional[str] = ...,
+          progress: Optional[Callable[[int, int], None]] = ...) -> int: ...
 def write_arrow(path: str, stream: Any, group_by: Optional[str], order_by: Optional[str],
                 fields: Optional[Sequence[Tuple[str, Sequence[str], str, int]]],
                 shard_bytes: int, align: int, overwrite: bool, sync: bool,

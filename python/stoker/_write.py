@@ -368,7 +368,8 @@ _SOURCES = {None: 0, "npy": 1, "wav": 2, "hdf5": 3, "raw": 4}
 def index(paths: Union[PathLike, Iterable[PathLike]], output: PathLike, *,
           source: Optional[Literal["npy", "wav", "hdf5", "raw"]] = None,
           split_axis0: bool = False, dataset: Optional[str] = None, float32: bool = False,
-          field: Optional[str] = None, extension: Optional[str] = None) -> int:
+          field: Optional[str] = None, extension: Optional[str] = None,
+          progress: Optional[bool] = None) -> int:
     """Indexes files where they lie so that a Loader reads them in place.
 
     Each file's size and modification time are recorded; a Loader refuses a
@@ -390,6 +391,11 @@ def index(paths: Union[PathLike, Iterable[PathLike]], output: PathLike, *,
             24 and 32 as int32 scaled to the full range, float as stored).
         field: The field's name (default "data", "audio" or "bytes").
         extension: In directories, only files whose name ends so.
+        progress: Show the files indexed so far, their records and the
+            rate on stderr (tqdm's bar, or a line redrawn in place; the
+            time left where ``paths`` names files only, whose count is then
+            known). None: on a terminal or in a notebook only; False:
+            never; True: always.
 
     Returns:
         The number of records.
@@ -405,9 +411,18 @@ def index(paths: Union[PathLike, Iterable[PathLike]], output: PathLike, *,
     files = [os.fspath(p) for p in paths]
     if source not in _SOURCES:
         raise InvalidArgument(f"source must be one of npy, wav, hdf5, raw or None, not {source!r}")
-    return _stoker.index(files, os.fspath(output), source=_SOURCES[source],
-                         split_axis0=bool(split_axis0), dataset=dataset, float32=bool(float32),
-                         field=field, extension=extension)
+    shown = _progress.bar(f"index {os.path.basename(os.fspath(output))}",
+                          len(files) if _progress.wanted(progress) and
+                          all(os.path.isfile(f) for f in files) else None, "files", progress)
+
+    def indexed(n: int, records: int) -> None:
+        shown.set(n, 0, f"{records:,} records")
+
+    with shown:
+        return _stoker.index(files, os.fspath(output), source=_SOURCES[source],
+                             split_axis0=bool(split_axis0), dataset=dataset,
+                             float32=bool(float32), field=field, extension=extension,
+                             progress=indexed if shown else None)
 
 
 def write(path: PathLike, source: Any, *, overwrite: bool = False,

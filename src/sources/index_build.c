@@ -458,7 +458,11 @@ static int walk(builder *b, const char *path, bool named, stk_error *err) {
     if (S_ISREG(st.st_mode)) {
         if (b->skip && strcmp(path, b->skip) == 0) return 0;
         if (!named && !wanted(b, path)) return 0;
-        return add_file(b, path, &st, err);
+        int rc = add_file(b, path, &st, err);
+        if (rc == 0 && b->o->on_progress &&
+            b->o->on_progress(b->o->progress_ctx, b->n, b->records) != 0)
+            rc = stk__err(err, -ECANCELED, "%s: indexing stopped after %zu files", path, b->n);
+        return rc;
     }
     if (!S_ISDIR(st.st_mode)) return named ? stk__err(err, -EINVAL, "%s: not a file or directory", path) : 0;
     pathlist files = {0};

@@ -262,3 +262,80 @@ def test_a_notebook_gets_a_bar_though_not_a_terminal(tmp_path, monkeypatch):
 def test_progress_must_be_a_bool_or_none(tmp_path):
     with pytest.raises(TypeError, match="progress"):
         stoker.write(tmp_path / "x.stk", {"x": np.arange(3)}, progress="yes")
+
+
+# ---- stoker.index: the C walk reports each file ----
+
+def npy_files(d, n=120):
+    (d / "sub").mkdir(parents=True)
+    for i in range(n):
+        np.save(d / "sub" / f"{i:03d}.npy", np.full((3, 2), i, np.float32))
+    return sorted(str(p) for p in (d / "sub").glob("*.npy"))
+
+
+def test_index_on_a_terminal_ends_with_files_and_records(tmp_path):
+    npy_files(tmp_path / "npys")
+    code = """
+        import stoker
+        assert stoker.index("npys", "npys.idx", split_axis0=True) == 360
+    """
+    rc, text = in_terminal(code, tmp_path, tqdm=False)
+    assert rc == 0, text
+    shown = lines(text)
+    assert shown[-1].startswith("index npys.idx 120 files, 360 records in "), shown
+    rc, text = in_terminal(code, tmp_path)
+    assert rc == 0, text
+    assert "120/120" in lines(text)[-1] and "360 records" in lines(text)[-1], text
+
+
+def test_index_of_named_files_counts_to_their_total(tmp_path, capsys, monkeypatch):
+    from stoker import _progress
+    files = npy_files(tmp_path / "npys", 40)
+    monkeypatch.setattr(_progress, "_EVERY", 0.0)
+    monkeypatch.setattr(_progress, "_tqdm", lambda: None)
+    assert stoker.index(files, tmp_path / "f.idx", progress=True) == 40
+    shown = lines(capsys.readouterr().err)
+    assert any("/40 files" in s and "%" in s for s in shown), shown
+    assert shown[-1].startswith("index f.idx 40 files, 40 records in "), shown
+
+
+def test_index_stopped_from_its_progress_writes_nothing(tmp_path, monkeypatch):
+    # What a Ctrl-C during the walk does: the KeyboardInterrupt raised where
+    # the progress is drawn stops the C walk, and comes out as itself.
+    from stoker import _progress
+    npy_files(tmp_path / "npys", 20)
+    monkeypatch.setattr(_progress, "_tqdm", lambda: None)
+
+    def interrupted(self, *a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_progress._Line, "set", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        stoker.index(tmp_path / "npys", tmp_path / "i.idx", progress=True)
+    assert not (tmp_path / "i.idx").exists()
+    # And without progress, the same index is made.
+    assert stoker.index(tmp_path / "npys", tmp_path / "i.idx", progress=False) == 20
+
+
+# ---- Loader.fetch_epoch: the remote counters polled while C fetches ----
+
+try:
+    from test_py_remote import RCLONE, aws, served  # noqa: F401  (fixtures)
+except ImportError:  # pragma: no cover
+    RCLONE = None
+
+
+@pytest.mark.skipif(RCLONE is None or not RCLONE.exists(), reason="rclone not installed")
+def test_fetch_epoch_shows_the_bytes_fetched(served, aws, tmp_path, capsys, monkeypatch):
+    from stoker import _progress
+    monkeypatch.setattr(_progress, "_tqdm", lambda: None)
+    with stoker.Loader("s3://bucket/ds", 16, cache_dir=tmp_path / "c") as ld:
+        before = ld.remote_stats()["bytes_fetched"]
+        assert ld.fetch_epoch(progress=True) > 0
+        got = ld.remote_stats()["bytes_fetched"] - before
+    last = lines(capsys.readouterr().err)[-1]
+    assert got > 0 and last.startswith(f"fetch {_progress.human_bytes(got)} in "), last
+    with stoker.Loader("s3://bucket/ds", 16, cache_dir=tmp_path / "d") as ld:
+        ld.fetch_epoch()  # stderr is no terminal here
+        ld.fetch_epoch(progress=False)
+    assert capsys.readouterr().err == ""

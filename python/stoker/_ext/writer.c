@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static stk_codec codec_of(const char *name) {
     return strcmp(name, "zstd") == 0 ? STK_CODEC_ZSTD : STK_CODEC_NONE;
@@ -416,18 +417,70 @@ PyObject *py_write_arrow(PyObject *mod, PyObject *args) {
 
 /* ---- in place ---- */
 
+/* index()'s progress: stk_index_build calls on_index_file after every
+ * file, with the GIL released; the Python callable is called (the GIL
+ * taken) at most every 0.1 s, so that a walk of many small files is not
+ * slowed, and once more with the totals when the walk is done.  An
+ * exception it raises (KeyboardInterrupt at a Ctrl-C) stops the walk and
+ * is raised by index(). */
+typedef struct index_progress {
+    PyObject *fn;
+    double last;
+    uint64_t files, records;
+    PyObject *exc[3]; /* the exception that stopped the walk (type, value,
+                       * traceback: PyErr_Fetch, the limited API's), owned */
+} index_progress;
+
+static double monotonic_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Calls p->fn(files, records); the GIL must be held.  Returns 0, or -1
+ * with the exception kept in p->exc. */
+static int index_progress_call(index_progress *p) {
+    PyObject *r = PyObject_CallFunction(p->fn, "KK", (unsigned long long)p->files,
+                                        (unsigned long long)p->records);
+    if (r) {
+        Py_DECREF(r);
+        return 0;
+    }
+    PyErr_Fetch(&p->exc[0], &p->exc[1], &p->exc[2]);
+    return -1;
+}
+
+static int on_index_file(void *ctx, uint64_t files, uint64_t records) {
+    index_progress *p = ctx;
+    p->files = files;
+    p->records = records;
+    double t = monotonic_s();
+    if (t - p->last < 0.1) return 0;
+    p->last = t;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int rc = index_progress_call(p);
+    PyGILState_Release(g);
+    return rc;
+}
+
 /* index(paths, output, source, split_axis0, dataset, float32, field,
- * extension) -> records: stk_index_build over `paths` (a sequence of str). */
+ * extension, progress) -> records: stk_index_build over `paths` (a
+ * sequence of str); progress: None, or a callable (files, records) called
+ * as files are indexed. */
 PyObject *py_index(PyObject *mod, PyObject *args, PyObject *kw) {
     (void)mod;
     static char *kwlist[] = {"paths", "output", "source", "split_axis0", "dataset",
-                             "float32", "field", "extension", NULL};
-    PyObject *paths;
+                             "float32", "field", "extension", "progress", NULL};
+    PyObject *paths, *progress = Py_None;
     const char *out, *dataset = NULL, *field = NULL, *ext = NULL;
     int source = 0, split = 0, f32 = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|ipzpzz", kwlist, &paths, &out, &source,
-                                     &split, &dataset, &f32, &field, &ext))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|ipzpzzO", kwlist, &paths, &out, &source,
+                                     &split, &dataset, &f32, &field, &ext, &progress))
         return NULL;
+    if (progress != Py_None && !PyCallable_Check(progress)) {
+        PyErr_SetString(PyExc_TypeError, "progress must be None or a callable (files, records)");
+        return NULL;
+    }
     PyObject *seq = PySequence_Fast(paths, "paths must be a sequence of str");
     if (!seq) return NULL;
     Py_ssize_t n = fast_size(seq);
@@ -452,6 +505,11 @@ PyObject *py_index(PyObject *mod, PyObject *args, PyObject *kw) {
     o.wav_float32 = f32;
     o.field = field;
     o.extension = ext;
+    index_progress ip = {progress, 0.0, 0, 0, {NULL, NULL, NULL}}; /* (the first file shows) */
+    if (progress != Py_None) {
+        o.on_progress = on_index_file;
+        o.progress_ctx = &ip;
+    }
     stk_error err = {0};
     uint64_t records = 0;
     int rc;
@@ -460,6 +518,10 @@ PyObject *py_index(PyObject *mod, PyObject *args, PyObject *kw) {
     Py_END_ALLOW_THREADS
     PyMem_Free(v);
     Py_DECREF(seq);
+    if (ip.exc[0] || (rc == 0 && progress != Py_None && index_progress_call(&ip))) {
+        PyErr_Restore(ip.exc[0], ip.exc[1], ip.exc[2]);
+        return NULL;
+    }
     if (rc) return raise_stk(rc, &err);
     return PyLong_FromUnsignedLongLong(records);
 }
