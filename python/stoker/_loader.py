@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import (Any, Dict, Iterator, Literal, Mapping, NamedTuple, Optional, Sequence, Tuple,
-                    Union)
+from typing import (TYPE_CHECKING, Any, Dict, Iterator, Literal, Mapping, NamedTuple, Optional,
+                    Sequence, Tuple, Union, overload)
 
 import numpy as np
 
 from . import _ranks, _stoker
 from ._errors import InvalidArgument
 from ._types import Batch, PathLike
+
+if TYPE_CHECKING:
+    from ._mix import Source
 
 # The names of option values and the defaults come from libstoker (its
 # tables and stk_loader_options_init), so that the command line and Python
@@ -759,7 +762,59 @@ class Loader:
     _strings = "list"
     _held: Any = None  # (the last batch's arrays during the hand-over: _convert)
 
+    @overload
     def __init__(self, path: PathLike, batch_size: int, *,
+                 fields: Optional[Union[str, Sequence[str]]] = None,
+                 window: Optional[int] = None, stride: int = _D["stride"],
+                 valid_field: Optional[str] = None,
+                 valid: Union[None, Literal["mask", "notnan", "not_nan", "all"],
+                              Mapping[str, Any]] = None,
+                 period: Optional[Tuple[Any, Any]] = None, order_by: Optional[str] = None,
+                 calendar: Any = False,
+                 shuffle: Literal["sequential", "random", "block"] = _D["shuffle"],
+                 seed: int = _D["seed"], epoch: int = _D["epoch"],
+                 block_bytes: int = _D["block_bytes"], block_samples: int = _D["block_samples"],
+                 block_group: int = _D["block_group"], rank: Optional[int] = None,
+                 world_size: Optional[int] = None, pad: bool = _D["pad"],
+                 drop_last: bool = _D["drop_last"],
+                 backend: Literal["auto", "uring", "io_uring", "pool", "mmap"] = _D["backend"],
+                 direct: bool = _D["direct"], threads: int = _D["threads"],
+                 prefetch: int = _D["prefetch"], queue_depth: int = _D["queue_depth"],
+                 memory_budget: int = _D["memory_budget"], verify: bool = _D["verify"],
+                 on_error: Literal["raise", "skip"] = _D["on_error"],
+                 max_skips: int = _D["max_skips"],
+                 output: Optional[Literal["numpy", "torch", "dlpack"]] = None,
+                 max_open_files: int = _D["max_open_files"], device: Any = None,
+                 gpu_slots: int = 3,
+                 resident_budget: int = 0,
+                 warm_up: Union[bool, Literal["auto", "on", "off"]] = _D["warm_up"],
+                 split: Optional[Tuple[int, int]] = None, root: Optional[PathLike] = None,
+                 cache_dir: Optional[PathLike] = None, cache_budget: Optional[int] = None,
+                 streams: Optional[int] = None,
+                 strings: Literal["list", "numpy", "arrow"] = "list",
+                 remote_timeout: Optional[float] = None) -> None: ...
+
+    # A list of sources makes a mixture (__new__ above): its options are
+    # stoker.Mixture's.
+    @overload
+    def __init__(self, path: Sequence[Union[Source, PathLike, Mapping[str, Any]]],
+                 batch_size: int, *, exhaust: Literal["stop", "cycle", "all"] = "stop",
+                 homogeneous: bool = False, seed: int = 0, epoch: int = 0,
+                 shuffle: Literal["sequential", "random", "block"] = "block",
+                 rank: Optional[int] = None, world_size: Optional[int] = None,
+                 streams: Optional[int] = None, split: Optional[Tuple[int, int]] = None,
+                 drop_last: bool = False, source_field: Optional[str] = "source",
+                 output: Optional[Literal["numpy", "torch", "dlpack"]] = None,
+                 threads: int = 0, prefetch: int = 0, memory_budget: int = 1 << 30,
+                 device: Any = None, gpu_slots: int = 3,
+                 backend: Literal["auto", "uring", "io_uring", "pool", "mmap"] = ...,
+                 direct: bool = ..., queue_depth: int = ..., verify: bool = ...,
+                 on_error: Literal["raise", "skip"] = ..., max_skips: int = ...,
+                 warm_up: Union[bool, Literal["auto", "on", "off"]] = ...) -> None: ...
+
+    # The mixture's form never reaches this: __new__ makes a Mixture, and
+    # Python runs Mixture.__init__ on it.
+    def __init__(self, path: PathLike, batch_size: int, *,  # type: ignore[misc]
                  fields: Optional[Union[str, Sequence[str]]] = None,
                  window: Optional[int] = None, stride: int = _D["stride"],
                  valid_field: Optional[str] = None,
