@@ -1,6 +1,7 @@
 """stoker.profile: where a loader's time goes, and whether training waits for it.
 
-    report = stoker.profile(loader, step=train_step, batches=200, trace="run.json")
+    report = stoker.profile(loader, step=lambda batch: train_step(batch["x"], batch["y"]),
+                            batches=200, trace="run.json")
     print(report)            # per-stage shares, stall, bytes/s against the limit, verdict
     report.verdict           # "input-bound", "balanced", "compute-bound" or "loader alone"
 
@@ -161,7 +162,9 @@ def profile(loader: Any, step: Optional[Callable[[Batch], Any]] = None, *,
 
     Args:
         loader: A stoker.Loader.
-        step: A callable taking a batch: your training step (for a GPU step,
+        step: A callable taking one argument, the batch as the loader
+            yields it (a dict of arrays or tensors): your training step, or a
+            lambda that unpacks the batch for it (for a GPU step,
             synchronise at its end, or the stall is that of the CPU side).
         batches: Batches per run, after one left out as start-up.
         trace: A path: write a Chrome trace of both runs (ui.perfetto.dev),
