@@ -47,7 +47,7 @@ tsan: deps
 	ctest --test-dir build-tsan --output-on-failure -j2
 
 # The main job: Parquet basins -> stoker pack -> an LSTM fed by stoker and
-# by the report's DataLoader, side by side.
+# by the user's DataLoader, side by side.
 # The Python package's tests against an ASan/UBSan build of the extension.
 py-asan: deps
 	@scripts/py-asan.sh
@@ -63,8 +63,8 @@ demo: build py-install
 demo-npy: build
 	@STOKER_BUILD=$(BUILD) scripts/demo.sh
 
-# The benchmarks, quick by default (a few minutes for the reports' workloads
-# on top of the engine's); FULL=1 runs the reports' sizes (tens of GB, hours).
+# The benchmarks, quick by default (a few minutes for five users' workloads
+# on top of the engine's); FULL=1 runs the users' full sizes (tens of GB, hours).
 bench: build py-install
 	@BENCH=1 scripts/deps.sh
 	STOKER_BUILD=$(BUILD) $(PY) bench/suite.py $(if $(FULL),--full,)

@@ -3,8 +3,8 @@
 A factory returns an iterator that yields the sample count of each batch it
 delivers; the runner (suite_run.py) times each next(). Systems:
 
-  report   the report's own way of loading, written as the report describes it
-  torch    the report's Dataset in a torch DataLoader with its knobs tuned
+  report   the user's loader: the job's own loading code, as its user describes it
+  torch    the user's Dataset in a torch DataLoader with its knobs tuned
            (workers, pin_memory, persistent_workers, prefetch_factor); for
            audio, whose report uses no DataLoader, a map-style Dataset that
            reads one WAV file per sample
@@ -18,8 +18,8 @@ delivers; the runner (suite_run.py) times each next(). Systems:
 
 Every contender delivers the same samples: windows of 365 days x 16 float32
 (basins), ragged events of 6 float32 and ragged int16 clips (as one array with
-offsets, except the report's way, which keeps a list), 1 KiB segments, and
-1024-bit vectors (as bytes; the report's way makes float32 tensors of them).
+offsets, except the user's loader, which keeps a list), 1 KiB segments, and
+1024-bit vectors (as bytes; the user's loader makes float32 tensors of them).
 The baselines and stoker also deliver each basin window's 365 values of y
 (q) next to x, and each spectrogram segment's label.
 """
@@ -53,7 +53,7 @@ def _concat(arrays):
 # -- basins -------------------------------------------------------------------
 
 class FileCache:
-    """The report's file cache: an LRU of polars frames behind one global lock."""
+    """The user's file cache: an LRU of polars frames behind one global lock."""
 
     def __init__(self, capacity=64):
         self.capacity, self.tables, self._lock = capacity, collections.OrderedDict(), threading.Lock()
@@ -98,7 +98,7 @@ def basin_report_classes(torch, p, d):
             return torch.tensor(x_np, dtype=torch.float32), torch.tensor(y, dtype=torch.float32)
 
     class FileGroupedBatchSampler(torch.utils.data.Sampler):
-        """Every batch draws from files_per_batch=50 files, as in the report."""
+        """Every batch draws from files_per_batch=50 files, as its user has it."""
 
         def __init__(self, ds, batch_size, files_per_batch=50, seed=SEED):
             self.ds, self.bs, self.fpb = ds, batch_size, files_per_batch
@@ -125,7 +125,7 @@ def basin_report_classes(torch, p, d):
 def basins_report(torch, p, d, opts):
     Ds, Sampler = basin_report_classes(torch, p, d)
     ds = Ds()
-    # The report: 10 worker processes, the DataLoader's other knobs at defaults.
+    # As its user runs it: 10 worker processes, the DataLoader's other knobs at defaults.
     dl = torch.utils.data.DataLoader(ds, batch_sampler=Sampler(ds, W.BATCH["basins"]), num_workers=10)
     for x, y in dl:  # the sampler never ends
         yield x.shape[0]
@@ -209,7 +209,7 @@ def events_report_dataset(torch, p, d):
 
 def events_report(torch, p, d, opts):
     ds, collate = events_report_dataset(torch, p, d)
-    # The report runs with shuffle=False (shuffling cost 140x) and no workers.
+    # Its user runs with shuffle=False (shuffling cost 140x) and no workers.
     dl = torch.utils.data.DataLoader(ds, batch_size=W.BATCH["events"], shuffle=False, num_workers=0,
                                      collate_fn=collate)
     for _ in range(opts.get("epochs", 1)):
@@ -232,7 +232,7 @@ def _clip_order(p):
 
 
 def audio_report(torch, p, d, opts):
-    """The report's builder: tasks of files read by a thread pool
+    """The user's builder: tasks of files read by a thread pool
     (cpu_max_workers=4), each clip read whole with soundfile."""
     import soundfile as sf
     src, order, bs = d / "src", _clip_order(p), W.BATCH["audio"]
@@ -293,7 +293,7 @@ def leak_dataset(torch, d):
     import h5py
 
     class LeakMelDataset(torch.utils.data.Dataset):
-        """As in the report: the HDF5 file is opened once per worker
+        """As its user has it: the HDF5 file is opened once per worker
         (_ensure_open) and each segment is read by index."""
 
         def __init__(self):
@@ -325,7 +325,7 @@ def leak_dataset(torch, d):
 def spectro_report(torch, p, d, opts):
     ds = leak_dataset(torch, d)
     g = torch.Generator().manual_seed(SEED)
-    # The report's DataLoader: 8 workers, prefetch 4, persistent, pinned.
+    # The user's DataLoader: 8 workers, prefetch 4, persistent, pinned.
     dl = torch.utils.data.DataLoader(ds, batch_size=W.BATCH["spectro"], shuffle=True, num_workers=8,
                                      prefetch_factor=4, persistent_workers=True, pin_memory=True,
                                      generator=g)
@@ -350,7 +350,7 @@ def bloom_dataset(torch, d):
     import pandas as pd
 
     class BloomFilterDataset(torch.utils.data.Dataset):
-        """As in the report: the table read into pandas, and each bit string
+        """As its user has it: the table read into pandas, and each bit string
         turned into a float32 tensor with a per-row apply."""
 
         def __init__(self):
@@ -372,7 +372,7 @@ def bloom_dataset(torch, d):
 def bits_report(torch, p, d, opts):
     ds = bloom_dataset(torch, d)
     g = torch.Generator().manual_seed(SEED)
-    # The report: 2 workers, no pinning, no persistent workers, default prefetch.
+    # As its user runs it: 2 workers, no pinning, no persistent workers, default prefetch.
     dl = torch.utils.data.DataLoader(ds, batch_size=W.BATCH["bits"], shuffle=True, num_workers=2,
                                      generator=g)
     for _ in range(opts.get("epochs", 1)):

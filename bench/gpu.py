@@ -1,4 +1,4 @@
-"""stoker on the GPU, against the hardware and the report's DataLoader.
+"""stoker on the GPU, against the hardware and the user's DataLoader.
 
 On a machine with an NVIDIA GPU and CUDA-enabled torch, in one run:
   1. host-to-device: stoker's batches arriving on the device (Loader(device=
@@ -8,7 +8,9 @@ On a machine with an NVIDIA GPU and CUDA-enabled torch, in one run:
   2. training: a small LSTM on the basin-windows workload, the GPU's busy
      share (CUDA events around every step: the time between one step's end
      and the next one's start is the GPU waiting for data), fed by stoker and
-     by the report's DataLoader;
+     by the user's DataLoader (bench/contenders.py's basin windows: a
+     map-style Dataset cutting each window from its basin's Parquet file,
+     read with polars and kept in a file cache behind one lock, 10 workers);
   3. device-resident batches: samples/s with the dataset assembled on the GPU,
      beside copied batches;
   4. a mixture on the device: the basins packed as three datasets (every
@@ -40,7 +42,7 @@ def not_measured(why):
         "| figure | value |", "|---|---:|",
         "| stoker batches host-to-device / cudaMemcpyAsync from pinned memory | not measured |",
         "| GPU busy share, LSTM on basin windows, fed by stoker | not measured |",
-        "| GPU busy share, same model, fed by the report's DataLoader | not measured |",
+        "| GPU busy share, same model, fed by the user's DataLoader | not measured |",
         "| device-resident batches, samples/s | not measured |",
     ])
     print(text)
@@ -232,7 +234,10 @@ def main():
         TITLE, "",
         f"Machine: {machine()}; GPU: {gpu_name}. bench/gpu.py, {a.reps} repetitions alternating, "
         f"medians. Basin windows ({p['basins']} basins, quick mode): windows of 365 days x 16 "
-        "features plus the target, batches of 256, `random`.", "",
+        "features plus the target, batches of 256, `random`. The user's DataLoader is the basin "
+        "windows' user's loader of the suite above: a map-style Dataset cutting each window from "
+        "its basin's Parquet file, read with polars and kept in a file cache behind one lock, in "
+        "a DataLoader with 10 workers.", "",
         "| figure | stoker | baseline (same run) | ratio |", "|---|---:|---:|---:|",
         f"| batches arriving on the device, GB/s | {m['copied']:.2f} | cudaMemcpyAsync of "
         f"{batch_bytes / 2**20:.1f} MiB from pinned memory: {m['memcpy']:.2f} | "
@@ -241,9 +246,9 @@ def main():
         f"arriving on the device: {m['copied']:.2f} | {m['copied'] / m['host']:.2f} |",
         f"| batches arriving on the device, 4 threads, GB/s | {m['copied4']:.2f} | default "
         f"threads ({min(os.cpu_count(), 8)}): {m['copied']:.2f} | {m['copied4'] / m['copied']:.2f} |",
-        f"| GPU busy share, 1-layer LSTM (64) | {median(busy['stoker']):.3f} | the report's "
+        f"| GPU busy share, 1-layer LSTM (64) | {median(busy['stoker']):.3f} | the user's "
         f"DataLoader: {median(busy['report']):.3f} | |",
-        f"| training steps/s | {median(steps['stoker']):.1f} | the report's DataLoader: "
+        f"| training steps/s | {median(steps['stoker']):.1f} | the user's DataLoader: "
         f"{median(steps['report']):.1f} | {median(steps['stoker']) / median(steps['report']):.1f}x |",
         f"| device-resident batches, samples/s | {m['resident_sps']:,.0f} | copied batches: "
         f"{m['copied_sps']:,.0f} | {m['resident_sps'] / m['copied_sps']:.1f}x |",

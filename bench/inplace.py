@@ -8,10 +8,10 @@ side by side with the usual way of reading them and with the limits.
                 device's O_DIRECT random-read rate at the mean clip size
   spectro, warm: stoker over the index, random order, batches of 5632, vs
                 h5py reading one segment per index in a torch DataLoader (the
-                report's way, best-tuned workers), and vs stoker's own shards
+                user's loader, best-tuned workers), and vs stoker's own shards
 
 Data comes from bench/workloads.py (the same generators as the suite):
-quick mode by default, FULL=1 for the reports' sizes (51,000 clips).
+quick mode by default, FULL=1 for the users' full sizes (51,000 clips).
 """
 import os
 import statistics
@@ -68,7 +68,7 @@ def soundfile_pass(files, n):
 
 
 class H5Segments:
-    """The report's Dataset: h5py, one segment per __getitem__."""
+    """The user's Dataset: h5py, one segment per __getitem__."""
 
     def __init__(self, path):
         self.path, self.f = path, None

@@ -1,7 +1,7 @@
-"""The reports' workloads, every contender side by side, against the hardware.
+"""Five users' workloads, every contender side by side, against the hardware.
 
-For each workload of bench/workloads.py: the report's own way of loading, the
-report's Dataset in a tuned torch DataLoader, the peers (WebDataset, MosaicML
+For each workload of bench/workloads.py: the user's loader (the job's own loading code), the
+user's Dataset in a tuned torch DataLoader, the peers (WebDataset, MosaicML
 Streaming, LitData), the in-process baselines of bench/baselines.py (a NumPy
 memmap loop, torchdata.nodes and SPDL with threads, Grain over ArrayRecord)
 and stoker, each in a process of its own
@@ -11,7 +11,7 @@ the page cache; cold cases evict the contender's files first (posix_fadvise
 DONTNEED) and read at most one epoch.
 
     python bench/suite.py            # quick: small workloads, a few minutes
-    python bench/suite.py --full     # the reports' sizes (tens of GB, long)
+    python bench/suite.py --full     # the users' full sizes (tens of GB, long)
 
 Writes the "suite" section of docs/BENCHMARKS.md and docs/img/suite-*.png.
 """
@@ -28,18 +28,18 @@ from contenders import FORMAT_OF
 
 LIMITS = BUILD / "stoker-limits"
 IMG = ROOT / "docs" / "img"
-NAMES = {"report": "the report's way", "torch": "tuned DataLoader", "orc": "open/read/close per file",
+NAMES = {"report": "the user's loader", "torch": "tuned DataLoader", "orc": "open/read/close per file",
          "wds": "WebDataset", "mds": "MosaicML Streaming", "litdata": "LitData",
          "numpy": "NumPy memmap, one thread", "tdn": "torchdata.nodes, threads",
          "spdl": "SPDL, threads", "grain": "Grain + ArrayRecord", "stoker": "stoker"}
 PEERS = ("wds", "mds", "litdata")
 BASELINES = ("numpy", "tdn", "spdl", "grain")
 # What stoker is compared with: everything a user could run instead of it,
-# apart from the report's own way and the audio-only open/read/close floor.
+# apart from the user's loader and the audio-only open/read/close floor.
 OTHERS = ("torch",) + PEERS + BASELINES
-TITLES = {"basins": "Basin windows (report 000)", "events": "Variable-length events (report 001)",
-          "audio": "Audio clips (report 003)", "spectro": "Spectrogram segments (report 004)",
-          "bits": "Bit vectors (report 002)"}
+TITLES = {"basins": "Basin windows", "events": "Variable-length events",
+          "audio": "Audio clips", "spectro": "Spectrogram segments",
+          "bits": "Bit vectors"}
 
 
 def say(*a):
@@ -216,9 +216,9 @@ def report(raw):
     cold_when = ("" if cold_reps >= raw["reps"] else "(in the first repetition only) " if cold_reps == 1
                  else f"(in the first {cold_reps} repetitions) ")
     lines = [
-        "## The reports' workloads against the field (issue: benchmarks)", "",
+        "## Five users' workloads against the field (issue: benchmarks)", "",
         f"Machine: {machine()}. Mode: **{raw['mode']}** (`make bench`; `make bench FULL=1` for the "
-        f"reports' sizes). Every contender ran in each of {raw['reps']} repetitions, in rotating "
+        f"users' full sizes). Every contender ran in each of {raw['reps']} repetitions, in rotating "
         f"order, each in a process of its own; medians. Warm runs are timed for {raw['seconds']:g} s "
         "(3x for spectrograms) after the first batch, over as many epochs as fit; cold runs "
         + cold_when + "start with the contender's files evicted (posix_fadvise DONTNEED) and read "
@@ -230,8 +230,10 @@ def report(raw):
         "here hands them over.", "",
         "![throughput per system](img/suite-throughput.png)", "",
         "![per-batch wait over the run](img/suite-stalls.png)", "",
-        "Contenders: **the report's way** is the loading code each report describes (see "
-        "bench/contenders.py); **tuned DataLoader** is the report's Dataset in a DataLoader with "
+        "Contenders: each workload is modelled on a training job a user described (its data, "
+        "sizes and loading code); **the user's loader** is that job's own loading code, "
+        "rewritten here as described; each workload's section says what it does (see "
+        "bench/contenders.py); **tuned DataLoader** is the user's Dataset in a DataLoader with "
         f"persistent workers, pin_memory and the workers/prefetch_factor pair "
         f"{'found best by a sweep (below)' if raw['tuning'] else 'of 2 and 4 (quick mode does not sweep; --tune and full mode do)'}"
         " (pin_memory has no effect without a GPU); the peers read their own format of the same "
@@ -279,7 +281,7 @@ def report(raw):
                       + (f"; O_DIRECT sequential {sq:.2f} GB/s" if case == "cold" and sq else "")
                       + (f"; page-cache read(2) {median([x[0] for x in lim[(n, 'pageread')]]):.1f} GB/s"
                          if case == "warm" else ""), "",
-                      "| system | samples/s | GB/s | x report's way | x limit | start-up s | all runs |",
+                      "| system | samples/s | GB/s | x user's loader | x limit | start-up s | all runs |",
                       "|---|---:|---:|---:|---:|---:|---|"]
             for s in systems:
                 runs = res[(n, case, s)]
@@ -324,7 +326,7 @@ def report(raw):
 
 def best_other(res, n, case):
     """(system, median rate) of the fastest contender other than stoker, the
-    report's way and open/read/close, or None."""
+    user's loader and open/read/close, or None."""
     rates = [(s, med_rate(res[(n, case, s)])) for s in OTHERS if (n, case, s) in res]
     rates = [x for x in rates if x[1]]
     return max(rates, key=lambda x: x[1]) if rates else None
@@ -336,7 +338,7 @@ def target_rows(n, case, st, base, best, lim_rate, size, memcpy, res, memcpy_all
         return rows
     vs = f" ({NAMES[best[0]]})" if best else ""
     if n == "basins" and case == "warm":
-        rows.append(("basin windows, warm: stoker >= 30x the report's way", f"{st / base:.0f}x",
+        rows.append(("basin windows, warm: stoker >= 30x the user's loader", f"{st / base:.0f}x",
                      st / base >= 30))
         if best:
             rows.append(("basin windows, warm: >= 3x the best other", f"{st / best[1]:.1f}x{vs}",
@@ -344,7 +346,7 @@ def target_rows(n, case, st, base, best, lim_rate, size, memcpy, res, memcpy_all
         rows.append(("basin windows, warm: >= 0.5 of memcpy bandwidth",
                      f"{st * size / memcpy:.2f}", st * size / memcpy >= 0.5))
     if n == "events" and case == "warm":
-        rows.append(("events, warm: >= 20x the report's way", f"{st / base:.1f}x", st / base >= 20))
+        rows.append(("events, warm: >= 20x the user's loader", f"{st / base:.1f}x", st / base >= 20))
         if best:
             rows.append(("events, warm: >= 3x the best other", f"{st / best[1]:.1f}x{vs}",
                          st / best[1] >= 3))
@@ -403,7 +405,7 @@ BASELINE_TEXT = {
 def describe_workload(n, p, o, dl):
     if n == "basins":
         return (f"{p['basins']:,} basins x 10-30 years daily x 16 float32 features, one Parquet file "
-                "per basin; windows of 365 days, batches of 256. The report's way: a map-style Dataset "
+                "per basin; windows of 365 days, batches of 256. The user's loader: a map-style Dataset "
                 "cutting each window from a polars frame held by a file cache behind one global lock, a "
                 "batch sampler drawing every batch from 50 files, 10 worker processes. The peers hold "
                 "whole basins; one shared pool stage (256 basins per worker, one window from each per "
@@ -411,23 +413,23 @@ def describe_workload(n, p, o, dl):
                 f"GB/s counts the 23 KiB of features per window. {dl}.")
     if n == "events":
         return (f"{p['events']:,} events of 10-500 rows x 6 float32 in {p['files']} Parquet files; "
-                "batches of 256 (rows concatenated, with offsets). The report's way: a map-style "
+                "batches of 256 (rows concatenated, with offsets). The user's loader: a map-style "
                 "Dataset that reads an event's Parquet file (keeping the last one) and slices its "
-                "rows, with shuffle=False and no workers, as the report runs it (it measured "
+                "rows, with shuffle=False and no workers, as its user runs it (it measured "
                 "shuffling 140x slower); every other contender shuffles. " + dl + ".")
     if n == "audio":
         return (f"{p['clips']:,} WAV clips of 1-5 s, 16 kHz int16 mono, read whole in a random "
-                "order; batches of 256 clips. The report's way: a thread pool of 4 "
+                "order; batches of 256 clips. The user's loader: a thread pool of 4 "
                 "(cpu_max_workers) reading each clip with soundfile. open/read/close: one "
                 "os.open/os.read/os.close per file on one thread, no decoding. The tuned "
                 f"DataLoader reads one WAV per sample with soundfile ({dl[18:]}).")
     if n == "spectro":
         return (f"{p['files'] * W.SEGS_PER_FILE:,} segments of 64 x 4 float32 (1 KiB) in one HDF5 "
                 "dataset, chunked (256 segments a chunk) and uncompressed; batches of 5632, shuffled. "
-                "The report's way: the HDF5 file opened once per worker, one segment read per "
+                "The user's loader: the HDF5 file opened once per worker, one segment read per "
                 "sample; 8 workers, prefetch_factor 4, persistent, pinned. " + dl + ".")
     return (f"{p['rows']:,} bloom-filter bit vectors of 1024 bits, stored as strings in HDF5; "
-            "batches of 1024. The report's way: the table read into pandas and each string turned "
+            "batches of 1024. The user's loader: the table read into pandas and each string turned "
             "into a float32 tensor with a per-row apply (that conversion is the start-up), then a "
             "DataLoader with 2 workers, no pinning. The other contenders deliver the bits as bytes "
             "(0/1), to be widened on the GPU. " + dl + ".")
@@ -458,7 +460,7 @@ These notes are kept by hand; the tables above are the measurement they refer to
   about 0.75 to 1.6 GB/s across runs); compare the ratios within one run.
 - **Short epochs in quick mode.** The quick workloads are small (an epoch of stoker events or
   spectrogram segments lasts a fraction of a second), so warm runs span many epochs and
-  include the loader's epoch turnover; full mode runs the reports' sizes.
+  include the loader's epoch turnover; full mode runs the users' full sizes.
 - **Peers' rates include their DataLoader workers' hand-off.** Each peer batch crosses a process
   boundary (shared memory) as in their documented use; stoker's batches are views of its own
   buffers in the training process. That difference is part of what is measured.

@@ -1,10 +1,10 @@
-"""The five reports' workloads: deterministic generators, and the same data
+"""The five users' workloads: deterministic generators, and the same data
 converted to every contender's format (untimed).
 
 Each workload writes its data once under bench/out/suite/NAME-KEY/, where KEY
 hashes the parameters, so a second run with the same size reuses it:
 
-  src/        the data the way the report keeps it (Parquet per basin,
+  src/        the data the way its user keeps it (Parquet per basin,
               Parquet files of events, WAV files, one HDF5 file)
   stoker.stk  packed by `stoker pack` or stoker.write
   wds/        WebDataset tar shards (one .npy member per field)
@@ -32,7 +32,7 @@ SUITE = OUT / "suite"
 FEATURES = [f"f{i:02d}" for i in range(16)]
 SR = 16000
 
-# Sizes: full is the reports' scale, quick a few minutes' worth.
+# Sizes: full is the users' full scale, quick a few minutes' worth.
 SIZES = {
     "basins": {"quick": {"basins": 200}, "full": {"basins": 10000}},
     "events": {"quick": {"events": 40000, "files": 30}, "full": {"events": 900000, "files": 660}},
@@ -55,7 +55,7 @@ def wl_dir(p):
     return SUITE / f"{p['workload']}-{key}"
 
 
-# -- sources: the data as each report keeps it -------------------------------
+# -- sources: the data as each user keeps it -------------------------------
 
 def _basin_years(p):
     return np.random.default_rng([p["seed"], 0]).integers(10, 31, size=p["basins"])

@@ -1,13 +1,13 @@
 """The main job: basin time series from Parquet to a training loop.
 
-1. Generate Parquet files shaped like the hydrology report: one file per
+1. Generate Parquet files shaped like a hydrology user's: one file per
    basin, 10 years of daily rows, 16 forcing features and a discharge target
    with gaps (NaN).
 2. Pack them with `stoker pack --from parquet --group-by basin --order-by
    date`, then inspect and verify the dataset.
 3. Train a small LSTM on the CPU for a fixed number of steps, twice: fed by
    stoker (windows of 365 days, random order, valid windows only, batches
-   of 256), and fed the way the report's code does it (a map-style Dataset
+   of 256), and fed the way the user's code does it (a map-style Dataset
    that reads each sample's window from its basin's Parquet file through a
    file cache behind one global lock, with a sampler that draws every batch
    from 50 files, in a DataLoader with worker processes).
@@ -142,12 +142,12 @@ def train_stoker(torch, ds_path):
     return n / el, st["wait"]["seconds"] / el, loss
 
 
-# ---- the report's way ---------------------------------------------------
+# ---- the user's loader ---------------------------------------------------
 
 
 class FileCache:
     """An LRU cache of Parquet files (polars frames) behind one global lock,
-    as in the report."""
+    as its user has it."""
 
     def __init__(self, capacity=64):
         self.capacity = capacity
@@ -195,7 +195,7 @@ def report_dataset_classes(torch):
             return torch.tensor(x_np, dtype=torch.float32), torch.tensor(y, dtype=torch.float32)
 
     class FileGroupedBatchSampler(torch.utils.data.Sampler):
-        """Each batch draws from files_per_batch files, as in the report."""
+        """Each batch draws from files_per_batch files, as its user has it."""
 
         def __init__(self, dataset, batch_size, files_per_batch=50, seed=0):
             self.by_file = collections.defaultdict(list)
@@ -263,18 +263,18 @@ def main():
     s_rate, stall, s_loss = train_stoker(torch, ds_path)
     say(f"   stoker: {s_rate:,.0f} samples/s, stall {100 * stall:.1f}% of the time, "
         f"final loss {s_loss:.4f}")
-    say(f"== the same, fed the report's way (map-style Dataset, global-lock file cache, "
+    say(f"== the same, fed by the user's loader (map-style Dataset, global-lock file cache, "
         f"50 files per batch, {WORKERS} workers)")
     r_rate, r_loss = train_report(torch, pq_dir)
-    say(f"   report's way: {r_rate:,.0f} samples/s, final loss {r_loss:.4f}")
+    say(f"   user's loader: {r_rate:,.0f} samples/s, final loss {r_loss:.4f}")
     say("== the loaders alone, no model")
     s_alone = loader_alone_stoker(ds_path)
     r_alone = loader_alone_report(torch, pq_dir)
-    say(f"   stoker {s_alone:,.0f} samples/s; the report's way {r_alone:,.0f} samples/s: "
+    say(f"   stoker {s_alone:,.0f} samples/s; the user's loader {r_alone:,.0f} samples/s: "
         f"{s_alone / r_alone:.0f}x")
     say("")
     summary = (f"packed {BASINS} Parquet files in {pack_s:.1f} s; training fed by stoker "
-               f"{s_rate:,.0f} samples/s (stall {100 * stall:.1f}%) vs the report's way "
+               f"{s_rate:,.0f} samples/s (stall {100 * stall:.1f}%) vs the user's loader "
                f"{r_rate:,.0f} samples/s: speedup {s_rate / r_rate:.1f}x; the loaders alone: "
                f"stoker {s_alone:,.0f} vs {r_alone:,.0f} samples/s, {s_alone / r_alone:.0f}x")
     if os.environ.get("DEMO_RECORD"):
@@ -284,20 +284,20 @@ def main():
             "## The main job: `make demo` (issue: Python package)", "",
             f"Machine: {machine()}. {BASINS} basins x {YEARS} years x 16 features in Parquet, "
             f"a 1-layer LSTM (32 units) on the CPU, {STEPS} timed steps of {BATCH} windows x "
-            f"{WINDOW} days, {WORKERS} DataLoader workers for the report's way. One run.", "",
+            f"{WINDOW} days, {WORKERS} DataLoader workers for the user's loader. One run.", "",
             "| | samples/s |", "|---|---:|",
             f"| training fed by stoker (stall {100 * stall:.1f}%) | {s_rate:,.0f} |",
-            f"| training fed the report's way | {r_rate:,.0f} |",
+            f"| training fed by the user's loader | {r_rate:,.0f} |",
             f"| **speedup** | **{s_rate / r_rate:.1f}x** |",
             f"| stoker alone, no model | {s_alone:,.0f} |",
-            f"| the report's loader alone, no model | {r_alone:,.0f} |",
+            f"| the user's loader alone, no model | {r_alone:,.0f} |",
             f"| **loader speedup** | **{s_alone / r_alone:.0f}x** |", "",
             "On two CPU cores the LSTM itself is the limit once stoker feeds it (stall near 0); "
-            "the report's loader competes with the model for the same cores, which is why the "
+            "the user's loader competes with the model for the same cores, which is why the "
             "training speedup is smaller than the loaders' own ratio.",
         ]))
     say(f"== summary: packed {BASINS} Parquet files in {pack_s:.1f} s; training fed by stoker "
-        f"{s_rate:,.0f} samples/s (stall {100 * stall:.1f}%) vs the report's way "
+        f"{s_rate:,.0f} samples/s (stall {100 * stall:.1f}%) vs the user's loader "
         f"{r_rate:,.0f} samples/s: speedup {s_rate / r_rate:.1f}x (the model is the limit here; "
         f"the loaders alone differ {s_alone / r_alone:.0f}x)")
 
