@@ -1,13 +1,20 @@
 """stoker inside torch.utils.data.DataLoader.
 
-    from torch.utils.data import DataLoader
     import stoker.torch
 
-    ds = stoker.torch.Dataset("basins.stk", batch_size=256, window=365, shuffle="random")
+    loader = stoker.torch.DataLoader("basins.stk", 256, window=365, shuffle="random")
     for epoch in range(10):
-        ds.set_epoch(epoch)
-        for batch in DataLoader(ds, batch_size=None, num_workers=0):
+        loader.dataset.set_epoch(epoch)     # optional: epochs advance by themselves
+        for batch in loader:
             ...
+
+or, with a DataLoader of one's own, always given batch_size=None:
+
+    from torch.utils.data import DataLoader
+
+    ds = stoker.torch.Dataset("basins.stk", batch_size=256, window=365, shuffle="random")
+    for batch in DataLoader(ds, batch_size=None, num_workers=0):
+        ...
 
 stoker batches already, in its own threads, so the DataLoader is given
 batch_size=None and, best, num_workers=0: the batches then reach the
@@ -36,25 +43,48 @@ calls len()) holds no loader when it forks its workers.
 The dataset implements state_dict() / load_state_dict(), which
 torchdata.stateful_dataloader.StatefulDataLoader calls in each worker, so a
 run resumes exactly where it stopped.
+
+A DataLoader left with its default batch_size=1 would batch stoker's
+batches again (x of shape (1, 256, 365, 4)): the Dataset sees the
+DataLoader's collation when it is iterated and warns once, naming the fix.
+
+Transforms run where the batches are read, in the DataLoader's workers when
+there are any: ``transform=`` on each sample (the batch is cut into
+samples, each a dict of views, and the transform's results are batched
+again), then ``batch_transform=`` on the batch.  Both are pickled with the
+dataset for workers started by spawn or forkserver, so they must then be
+module-level functions or picklable objects.  They do not touch the resume
+state: a resumed run gives the batches that follow, transformed alike.
+The fast path for arithmetic over a whole batch (normalising, masking,
+casting) is neither: have the batches arrive on the GPU (``device="cuda"``)
+and apply it there in the training loop, a few kernels per batch.
 """
 from __future__ import annotations
 
 import fcntl
 import json
 import os
+import pickle
 import sys
 import tempfile
+import warnings
 import weakref
-from typing import Any, Dict, Iterator, Mapping, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
+import numpy as np
 import torch.utils.data
 
 from . import _ranks
 from ._errors import InvalidArgument
-from ._loader import Loader, _count
+from ._loader import Loader, _count, _device_index
 from ._types import PathLike
 
-__all__ = ["Dataset", "Samples"]
+__all__ = ["DataLoader", "Dataset", "Samples"]
+
+# A per-sample transform: a sample's dict of tensors in, a dict out.
+SampleTransform = Callable[[Dict[str, Any]], Mapping[str, Any]]
+# A batch transform: a batch in, anything the DataLoader can pass on out.
+BatchTransform = Callable[[Dict[str, Any]], Any]
 
 
 class Dataset(torch.utils.data.IterableDataset):
@@ -71,20 +101,47 @@ class Dataset(torch.utils.data.IterableDataset):
             remote ones, block order over data read from files, or
             ``on_error="skip"``).
         batch_size: Samples per batch.
+        transform: Called on each sample of each batch, where the batch is
+            read (in a DataLoader worker when there are workers): a dict
+            of the sample's fields (views of the batch: a window's rows, a
+            ragged field's values) in, a dict of tensors, arrays, numbers
+            or other objects out, the same keys for every sample.  The
+            results are batched again: tensors and arrays stacked, numbers
+            made a tensor, anything else kept in a list; a key that was a
+            ragged field of the batch is concatenated with its
+            ``<key>_offsets`` as stoker gives it.  Default None.
+        batch_transform: Called on each batch (after ``transform``), where
+            it is read; it may return anything the DataLoader can pass on.
+            Default None.
         **kwargs: The keyword-only options of stoker.Loader, with its
             defaults, except ``output`` (always torch) and ``split`` (set
             per worker). rank and world_size not given are found when an
             epoch starts (not here), from the torch.distributed group or
             the launcher's variables; see ``rank_info()``.
 
+    Both transforms travel with the dataset to the DataLoader's workers
+    (pickled where they are started by spawn or forkserver: use a
+    module-level function or a picklable object there) and leave the
+    resume state as it is.  A transform that draws random numbers
+    repeats its results after a resume only if it seeds its own draws.
+    Arithmetic over whole batches is fastest on the GPU, in the training
+    loop, over batches that arrive there (``device="cuda"``).
+
     Raises:
-        TypeError: ``output`` was given.
+        TypeError: ``output`` was given, or a transform is not callable.
     """
 
-    def __init__(self, path: PathLike, batch_size: int, **kwargs: Any):
+    def __init__(self, path: PathLike, batch_size: int, *,
+                 transform: Optional[SampleTransform] = None,
+                 batch_transform: Optional[BatchTransform] = None, **kwargs: Any):
         super().__init__()
         if "output" in kwargs:
             raise TypeError("stoker.torch.Dataset always yields torch tensors; drop 'output'")
+        for name, fn in (("transform", transform), ("batch_transform", batch_transform)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name} must be callable, not {type(fn).__name__}")
+        self.transform = transform
+        self.batch_transform = batch_transform
         # A list of sources: a mixture (stoker.Mixture), read in this
         # process by the sources' own threads.
         self._mixture = isinstance(path, (list, tuple))
@@ -113,6 +170,21 @@ class Dataset(torch.utils.data.IterableDataset):
         state = self.__dict__.copy()
         state["_loader"] = None
         state["_pid"] = None
+        # A transform pickle cannot take would fail the worker's start with
+        # a message that names no transform: name it.  (copy.deepcopy
+        # calls this too, and copies a lambda as it is.)
+        copying = sys._getframe(1).f_globals.get("__name__") == "copy"
+        for name in ("transform", "batch_transform"):
+            fn = state.get(name)
+            if fn is None or copying:
+                continue
+            try:
+                pickle.dumps(fn)
+            except Exception as e:
+                raise TypeError(
+                    f"stoker.torch.Dataset's {name}={fn!r} cannot be pickled, as DataLoader "
+                    f"workers started by spawn or forkserver need it: define it at a "
+                    f"module's top level, or start the workers by fork ({e})") from e
         if torch.utils.data.get_worker_info() is None:
             # Pickled in the training process for workers started by spawn
             # or forkserver, where torch.distributed is not initialised:
@@ -198,6 +270,32 @@ class Dataset(torch.utils.data.IterableDataset):
         return key
 
     def __iter__(self) -> Iterator[Dict[str, torch.Tensor]]:
+        # Not a generator itself, so that it runs when the DataLoader calls
+        # iter() on it, and can see the DataLoader's fetcher there.
+        collated = _collating_fetcher(self)
+        in_worker = torch.utils.data.get_worker_info() is not None
+        if collated and not in_worker:
+            _warn_collated(self._epochs.path)
+        return self._transformed(collated and in_worker)
+
+    def _transformed(self, mark: bool) -> Iterator[Any]:
+        """The batches, transformed.  mark: a worker's batches go to a
+        collating DataLoader, and carry the warning to its process."""
+        for batch in self._batches():
+            if self.transform is not None:
+                batch = _rebatch(batch, self.transform)
+            if self.batch_transform is not None:
+                batch = self.batch_transform(batch)
+            if mark:
+                if isinstance(batch, dict):
+                    batch = _Collated(batch, self._epochs.path)
+                else:
+                    # A batch_transform's own type: warn here (on the
+                    # worker's stderr) instead.
+                    _warn_collated(self._epochs.path)
+            yield batch
+
+    def _batches(self) -> Iterator[Dict[str, torch.Tensor]]:
         loader = self._open()
         info = torch.utils.data.get_worker_info()
         if self._pending_state is not None:
@@ -269,20 +367,27 @@ class Samples(Dataset):
     its batch.  Everything else (ranks found when an epoch starts, epochs,
     workers, state_dict) is as for ``Dataset``.  ``len()`` is the samples
     an epoch gives this rank, so that the DataLoader's length is right.
+
+    ``transform=`` is called on each sample (a dict of views) before it is
+    yielded, in the DataLoader's workers when there are any; its result
+    goes to the DataLoader's collate_fn as it is.  There is no
+    ``batch_transform``: the batches are the DataLoader's (its
+    ``collate_fn``).
     """
 
-    def __init__(self, path: PathLike, *, read_batch: int = 256, **kwargs: Any):
-        super().__init__(path, read_batch, **kwargs)
+    def __init__(self, path: PathLike, *, read_batch: int = 256,
+                 transform: Optional[Callable[[Dict[str, Any]], Any]] = None, **kwargs: Any):
+        if "batch_transform" in kwargs:
+            raise TypeError("stoker.torch.Samples yields single samples, which the DataLoader "
+                            "batches: transform its batches in its collate_fn, not with "
+                            "batch_transform")
+        super().__init__(path, read_batch, transform=transform, **kwargs)
 
-    def __iter__(self) -> Iterator[Dict[str, torch.Tensor]]:  # type: ignore[override]
-        for batch in super().__iter__():
-            names = [k for k in batch if not k.endswith("_offsets")]
-            ragged = {k: batch[k + "_offsets"].tolist() for k in names
-                      if k + "_offsets" in batch}
-            n = len(next(iter(ragged.values()))) - 1 if ragged else len(batch[names[0]])
-            for i in range(n):
-                yield {k: (batch[k][ragged[k][i]:ragged[k][i + 1]] if k in ragged
-                           else batch[k][i]) for k in names}
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        # Batching the samples is the point here: no warning.
+        for batch in self._batches():
+            for sample in _samples(batch):
+                yield sample if self.transform is None else self.transform(sample)
 
     def __len__(self) -> int:
         rank, world, _ = self._share()
@@ -295,6 +400,198 @@ class Samples(Dataset):
                                          world_size=world, epoch=self._epoch, output="torch",
                                          **self.kwargs)["rank_samples"]
         return self._lens[key]
+
+
+def DataLoader(path: PathLike, batch_size: int, *, num_workers: int = 0,
+               transform: Optional[SampleTransform] = None,
+               batch_transform: Optional[BatchTransform] = None,
+               stateful: Optional[bool] = None, persistent_workers: Optional[bool] = None,
+               pin_memory: bool = False, prefetch_factor: Optional[int] = None,
+               multiprocessing_context: Any = None,
+               worker_init_fn: Optional[Callable[[int], None]] = None, timeout: float = 0,
+               **kwargs: Any) -> torch.utils.data.DataLoader:
+    """A DataLoader over a new ``Dataset(path, batch_size, ...)``, set up
+    for it: ``batch_size=None`` (stoker batches), so each batch arrives as
+    stoker made it.
+
+        loader = stoker.torch.DataLoader("basins.stk", 256, window=365, shuffle="random")
+        for batch in loader:               # {"x": [256, 365, 4], ...}
+            ...
+
+    The dataset is ``loader.dataset`` (``set_epoch`` and ``len``).
+
+    Args:
+        path, batch_size: As ``Dataset`` takes them.
+        num_workers: DataLoader worker processes, default 0: stoker reads
+            in threads of its own, and without workers the batches reach
+            the training loop without a copy.  Workers are worth it for a
+            ``transform`` that takes Python time per sample.
+        transform, batch_transform: As ``Dataset`` takes them.
+        stateful: True: a ``torchdata`` ``StatefulDataLoader`` (its
+            ``state_dict()`` resumes a run mid-epoch; ImportError without
+            torchdata).  False: a ``torch.utils.data.DataLoader``.  None
+            (the default): the first where torchdata is installed.
+        persistent_workers: Default True when there are workers: they
+            keep their loaders open from one epoch to the next (epochs
+            still follow ``set_epoch`` or advance by themselves).
+        pin_memory: Default False: for batches on the GPU, ``device="cuda"``
+            copies them there from stoker's own page-locked buffers,
+            without the extra copy that pinning each batch costs.
+        prefetch_factor, multiprocessing_context, worker_init_fn, timeout:
+            Passed to the DataLoader (only with workers where it asks so).
+        **kwargs: The options of ``Dataset`` (those of stoker.Loader).
+
+    Raises:
+        InvalidArgument: ``device`` is a GPU and there are workers (the
+            batches are put on the GPU in the process that reads them:
+            use ``num_workers=0``).
+        ImportError: ``stateful=True`` without torchdata.
+    """
+    if num_workers > 0 and _device_index(kwargs.get("device"), resolve=False) >= 0:
+        raise InvalidArgument(
+            f"stoker.torch.DataLoader: device={kwargs['device']!r} puts batches on the GPU in "
+            f"the process that reads them, which cannot be a worker: use num_workers=0 "
+            f"(stoker reads in threads of its own), not {num_workers}")
+    ds = Dataset(path, batch_size, transform=transform, batch_transform=batch_transform,
+                 **kwargs)
+    cls: Any = torch.utils.data.DataLoader
+    if stateful or stateful is None:
+        try:
+            from torchdata.stateful_dataloader import StatefulDataLoader
+            cls = StatefulDataLoader
+        except ImportError:
+            if stateful:
+                raise ImportError("stoker.torch.DataLoader(stateful=True) needs torchdata "
+                                  "(pip install torchdata)") from None
+    opts: Dict[str, Any] = dict(batch_size=None, num_workers=num_workers,
+                                pin_memory=pin_memory, timeout=timeout,
+                                worker_init_fn=worker_init_fn)
+    if num_workers > 0:
+        opts["persistent_workers"] = True if persistent_workers is None else persistent_workers
+        if prefetch_factor is not None:
+            opts["prefetch_factor"] = prefetch_factor
+        if multiprocessing_context is not None:
+            opts["multiprocessing_context"] = multiprocessing_context
+    elif persistent_workers:
+        raise InvalidArgument("stoker.torch.DataLoader: persistent_workers=True needs "
+                              "num_workers > 0")
+    return cls(ds, **opts)
+
+
+def _samples(batch: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """A batch cut into samples: dicts of views (a ragged field's values
+    between its offsets; the offsets themselves left out)."""
+    names = [k for k in batch if not (k.endswith("_offsets") and k[:-8] in batch)]
+    ragged = {k: batch[k + "_offsets"].tolist() for k in names if k + "_offsets" in batch}
+    n = len(next(iter(ragged.values()))) - 1 if ragged else len(batch[names[0]])
+    return [{k: (batch[k][ragged[k][i]:ragged[k][i + 1]] if k in ragged else batch[k][i])
+             for k in names} for i in range(n)]
+
+
+def _rebatch(batch: Mapping[str, Any], transform: SampleTransform) -> Dict[str, Any]:
+    """``transform`` applied to each sample of ``batch``, its results
+    batched again (see Dataset's ``transform``)."""
+    out = [transform(s) for s in _samples(batch)]
+    if not out:
+        return {}
+    keys = out[0].keys() if isinstance(out[0], Mapping) else None
+    for i, s in enumerate(out):
+        if not isinstance(s, Mapping):
+            raise TypeError(f"stoker.torch.Dataset: transform must return a dict of the "
+                            f"sample's fields, not {type(s).__name__} (sample {i} of the batch)")
+        if s.keys() != keys:
+            raise InvalidArgument(f"stoker.torch.Dataset: transform returned keys "
+                                  f"{sorted(s)} for sample {i} of the batch but "
+                                  f"{sorted(keys)} for sample 0: every sample needs the same")
+    res: Dict[str, Any] = {}
+    for k in keys:
+        vals = [s[k] for s in out]
+        v0 = vals[0]
+        if isinstance(v0, np.ndarray):
+            vals = [torch.as_tensor(v) for v in vals]
+            v0 = vals[0]
+        if isinstance(v0, torch.Tensor):
+            if k + "_offsets" in batch and v0.dim() >= 1:
+                # A ragged field stays ragged, whatever this batch's lengths.
+                if k + "_offsets" in keys:
+                    raise InvalidArgument(f"stoker.torch.Dataset: transform returned both "
+                                          f"{k!r} (a ragged field) and {k + '_offsets'!r}")
+                off = [0]
+                for v in vals:
+                    off.append(off[-1] + v.shape[0])
+                res[k] = torch.cat(vals)
+                res[k + "_offsets"] = torch.tensor(off, dtype=batch[k + "_offsets"].dtype,
+                                                   device=batch[k + "_offsets"].device)
+                continue
+            shapes = {tuple(v.shape) for v in vals}
+            if len(shapes) > 1:
+                raise InvalidArgument(
+                    f"stoker.torch.Dataset: transform returned {k!r} of shapes "
+                    f"{sorted(shapes)[:4]} within one batch, which cannot be stacked: "
+                    f"give every sample's {k!r} the same shape (pad or crop it)")
+            res[k] = torch.stack(vals)
+        elif isinstance(v0, (bool, int, float)) and all(
+                isinstance(v, (bool, int, float)) for v in vals):
+            res[k] = torch.tensor(vals)
+        else:
+            res[k] = vals
+    return res
+
+
+def _collating_fetcher(ds: Dataset) -> bool:
+    """Whether ``ds`` is being iterated by a DataLoader fetcher that
+    collates (auto_collation: the DataLoader's batch_size is not None),
+    which would batch its batches again.  The DataLoader calls iter() on
+    the dataset from the fetcher it makes (in its process, or in each
+    worker), so the fetcher is one of the callers' ``self``; a fetcher of
+    another dataset (one that wraps this) is not this one's concern."""
+    f = sys._getframe(2)
+    for _ in range(8):
+        if f is None:
+            break
+        obj = f.f_locals.get("self")
+        if obj is not None and getattr(obj, "dataset", None) is ds and hasattr(
+                obj, "auto_collation"):
+            return bool(obj.auto_collation)
+        f = f.f_back
+    return False
+
+
+_COLLATED = ("stoker.torch.Dataset yields whole batches, and this DataLoader batches them "
+             "again (each tensor gains a leading dimension: x of shape (1, 256, ...) with "
+             "the DataLoader's default batch_size=1). Give the DataLoader batch_size=None, "
+             "or make it with stoker.torch.DataLoader(path, batch_size, ...), which does.")
+_warned: set = set()
+
+
+def _warn_collated(key: str) -> None:
+    """Warns once in this process for the dataset whose shared state file
+    is ``key`` (and its copies in workers)."""
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(_COLLATED, UserWarning, stacklevel=3)
+
+
+def _from_worker(key: str, batch: Dict[str, Any]) -> Dict[str, Any]:
+    _warn_collated(key)
+    return batch
+
+
+class _Collated(dict):
+    """A batch that a worker hands to a collating DataLoader.  Collation
+    copies it (copy.copy, keeping the type); the process that receives the
+    result unpickles it as a plain dict, and warns there, where the user
+    sees it (a worker's warnings go to its stderr, never to a notebook)."""
+
+    def __init__(self, batch: Mapping[str, Any], key: str):
+        super().__init__(batch)
+        self._key = key
+
+    def __copy__(self) -> "_Collated":
+        return _Collated(self, self._key)
+
+    def __reduce__(self):
+        return (_from_worker, (self._key, dict(self)))
 
 
 def _accelerate_dispatch() -> int:
