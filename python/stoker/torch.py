@@ -475,7 +475,12 @@ def DataLoader(path: PathLike, batch_size: int, *, num_workers: int = 0,
     elif persistent_workers:
         raise InvalidArgument("stoker.torch.DataLoader: persistent_workers=True needs "
                               "num_workers > 0")
-    return cls(ds, **opts)
+    with warnings.catch_warnings():
+        # StatefulDataLoader (torchdata 0.11) calls torch.set_vital, which
+        # torch 2.13 deprecates, at every construction: nothing a user of
+        # this function can act on.
+        warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
+        return cls(ds, **opts)
 
 
 def _samples(batch: Mapping[str, Any]) -> List[Dict[str, Any]]:
