@@ -226,9 +226,25 @@ def pack_parquet(argv):
               f"in {el:.2f} s")
         from ._write import last_order_report, order_note
         note = order_note(last_order_report) if a.group_by and a.order_by else None
+        if a.group_by and not a.order_by:
+            note = unordered_note(reader.schema, a.group_by)
         if note:
             print(note)
     return 0
+
+
+def unordered_note(schema, group_by):
+    """What a grouped pack without --order-by says: each group's rows are
+    in the order they were read, which is the files' order, shuffled if the
+    files are; a column of dates or times is named as the likely order."""
+    timelike = [f.name for f in schema if f.name != group_by and (
+        str(f.type).startswith(("date", "timestamp", "time"))
+        or f.name.lower() in ("date", "time", "datetime", "timestamp", "day", "step", "t"))]
+    line = (f"each group's rows are in the order they were read (no --order-by): "
+            f"series from unsorted files are unsorted")
+    if timelike:
+        line += f"; to order them by time: --order-by {timelike[0]}"
+    return line
 
 
 def read_mixture(argv, doctor):

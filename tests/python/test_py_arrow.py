@@ -208,6 +208,14 @@ def test_a_grouped_pack_says_where_its_series_have_gaps(tmp_path):
     assert ("rows by 'date', a step of 1 (date32[day]); 2 of 5 groups have gaps (3 in all)"
             in p.stdout)
     assert "1 groups repeat a value of 'date' (1 rows)" in p.stdout
+    # Without --order-by the rows stay in file order (shuffled here), and
+    # pack says so, naming the date column as the likely order.
+    p = subprocess.run([sys.executable, "-m", "stoker", "pack", "--from", "parquet",
+                        str(tmp_path / "pq"), "-o", str(tmp_path / "g3.stk"), "--group-by",
+                        "basin"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert ("each group's rows are in the order they were read (no --order-by)" in p.stdout
+            and "--order-by date" in p.stdout), p.stdout
     # Without gaps it says so; a float order column has no step to report.
     clean = t.filter(pa.compute.is_in(t["basin"], pa.array([0, 4])))
     stoker.write(tmp_path / "c.stk", clean, group_by="basin", order_by="date")
