@@ -100,6 +100,51 @@ def write_part(staging: str, table: Any, index: int, count: Optional[int],
     return index, records, keys
 
 
+def watch(staging: str, parts: Optional[int], path: PathLike,
+          progress: Optional[bool]) -> Any:
+    """Shows the write's progress while the engine's tasks run (a with-block
+    around them): the parts finished in `staging`, of `parts` (None:
+    unknown), their records and the bytes of their shards, read from the
+    directory every 0.1 s (a part's manifest appears when it is complete).
+    An s3:// staging place shows nothing."""
+    from . import _progress
+    if _s3.is_url(staging) or not _progress.wanted(progress):
+        return _progress.Poll(_progress.bar("", progress=False), tuple)
+    seen: Dict[str, int] = {}
+
+    def finished() -> Tuple[int, int, str]:
+        import json
+        if not os.path.isdir(staging):
+            # Merged, and put at its path: the dataset's totals.
+            names = os.listdir(path)
+            with open(os.path.join(path, "manifest.json")) as f:
+                records = int(json.load(f)["records"])
+            shards = [n for n in names if n.startswith("part-") and n.endswith(".stk")]
+            return (len({n[:len("part-00000")] for n in shards}),
+                    sum(os.stat(os.path.join(path, n)).st_size for n in shards),
+                    f"{records:,} records")
+        names = os.listdir(staging)
+        for n in names:
+            if n.startswith("part-") and n.endswith(".json") and n not in seen:
+                try:
+                    with open(os.path.join(staging, n)) as f:
+                        seen[n] = int(json.load(f)["records"])
+                except (OSError, ValueError, KeyError):
+                    pass  # being replaced: read at the next poll
+        done = {n[:len("part-00000")] for n in seen}
+        size = 0
+        for n in names:
+            if n[:len("part-00000")] in done and n.endswith(".stk"):
+                try:
+                    size += os.stat(os.path.join(staging, n)).st_size
+                except OSError:
+                    pass
+        return len(seen), size, f"{sum(seen.values()):,} records"
+
+    name = os.path.basename(os.fspath(path).rstrip("/"))
+    return _progress.Poll(_progress.bar(f"write {name}", parts, "parts", progress), finished)
+
+
 def check_groups(results: Sequence[Tuple[int, int, List[Any]]], group_by: Optional[str]) -> None:
     """Refuses parts that share a group key: that group's rows were split
     between them and would become two records."""

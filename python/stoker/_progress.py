@@ -111,6 +111,12 @@ class _Line(_Off):
     def _amount(self, n: float) -> str:
         return human_bytes(n) if self.unit == "bytes" else f"{n:,.0f} {self.unit}"
 
+    def _rate(self, n: float) -> str:
+        """A rate: a tenth shown where it is below 10 (0.3 parts/s)."""
+        if self.unit == "bytes" or n >= 10:
+            return f"{self._amount(n)}/s"
+        return f"{n:.1f} {self.unit}/s"
+
     def _text(self, now: float) -> str:
         el = max(now - self.start, 1e-9)
         rate = self.done / el
@@ -128,7 +134,7 @@ class _Line(_Off):
             parts.append(self.note)
         if self.nbytes and self.unit != "bytes":
             parts.append(human_bytes(self.nbytes))
-        parts.append(f"{self._amount(rate)}/s")
+        parts.append(self._rate(rate))
         if self.nbytes and self.unit != "bytes":
             parts.append(f"{human_bytes(self.nbytes / el)}/s")
         if self.total and rate > 0 and self.done < self.total:
@@ -166,7 +172,7 @@ class _Line(_Off):
             line += f", {human_bytes(self.nbytes)}"
         line += f" in {el:.1f} s"
         if el > 0:
-            line += f" ({self._amount(self.done / el)}/s"
+            line += f" ({self._rate(self.done / el)}"
             if self.nbytes and self.unit != "bytes":
                 line += f", {human_bytes(self.nbytes / el)}/s"
             line += ")"

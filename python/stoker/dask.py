@@ -38,7 +38,7 @@ def write(ddf: Any, path: PathLike, *, group_by: Optional[str] = None,
           compress: Optional[Mapping[str, Any]] = None,
           static: Optional[Union[str, Sequence[str]]] = None, shard_bytes: int = 256 << 20,
           overwrite: bool = False, shuffle: bool = True, sync: bool = True,
-          attrs: Optional[Mapping[str, Any]] = None, progress: bool = False,
+          attrs: Optional[Mapping[str, Any]] = None, progress: Optional[bool] = None,
           npartitions: Optional[int] = None) -> int:
     """Writes ``ddf`` as a stoker dataset at ``path``, a part per partition.
 
@@ -59,8 +59,11 @@ def write(ddf: Any, path: PathLike, *, group_by: Optional[str] = None,
             partition with Dask's shuffle first (``ddf.shuffle(on=...)``).
             False: the partitions already hold whole groups (checked: a
             group in two partitions is refused and nothing is written).
-        progress: Show Dask's progress bar (distributed's for a cluster
-            client, dask.diagnostics' otherwise).
+        progress: Show on stderr the parts finished of all, their records
+            and bytes, the rate and the time left (tqdm's bar, or a line
+            redrawn in place), read from the parts' directory as the tasks
+            finish them (nothing for an s3:// path). None: on a terminal or
+            in a notebook only; False: never; True: always.
         npartitions: With the shuffle, the partitions (and so the parts)
             it makes; default: as many as ``ddf`` has. Each part holds its
             own shards, so parts of tens of megabytes or more are best:
@@ -93,27 +96,21 @@ def write(ddf: Any, path: PathLike, *, group_by: Optional[str] = None,
     count = len(parts)
     tasks = [dask.delayed(_part)(p, i, count, staging, opts) for i, p in enumerate(parts)]
     try:
-        results = _compute(tasks, progress)
+        with _engine.watch(staging, count, path, progress):
+            results = _compute(tasks)
     except BaseException:
         _engine.discard(staging)
         raise
     return _engine.finish(staging, path, results, count, group_by, overwrite)
 
 
-def _compute(tasks, progress):
+def _compute(tasks):
     import dask
     try:
-        from distributed import default_client, progress as dist_progress
+        from distributed import default_client
         client = default_client()
     except (ImportError, ValueError):
         client = None
     if client is not None:
-        futures = client.compute(tasks)
-        if progress:
-            dist_progress(futures)
-        return client.gather(futures)
-    if progress:
-        from dask.diagnostics import ProgressBar
-        with ProgressBar():
-            return list(dask.compute(*tasks))
+        return client.gather(client.compute(tasks))
     return list(dask.compute(*tasks))

@@ -108,13 +108,21 @@ class Datasink(_RayDatasink):
 
 
 def write(ds: Any, path: PathLike, *, group_by: Optional[str] = None,
-          num_partitions: Optional[int] = None, **kwargs: Any) -> int:
+          num_partitions: Optional[int] = None, progress: Optional[bool] = None,
+          **kwargs: Any) -> int:
     """Writes the Ray Dataset ``ds`` as a stoker dataset at ``path``; with
     ``group_by``, Ray Data's groupby brings each group's rows into one block
     first, in ``num_partitions`` partitions, each one write task and one
     part (default: the cluster's CPUs; Ray's own default, 200, would make
     mostly empty parts of a small dataset, each a write and an upload; ask
-    for more where a partition would not fit a worker's memory).  Other
+    for more where a partition would not fit a worker's memory).
+
+    ``progress`` shows on stderr the parts finished (of all, with
+    ``group_by``), their records and bytes, the rate and the time left
+    (tqdm's bar, or a line redrawn in place; Ray Data's own bars are off
+    meanwhile), read from the parts' directory as the tasks finish them
+    (nothing for an s3:// path). None: on a terminal or in a notebook only;
+    False: never (Ray Data's bars as Ray is set); True: always.  Other
     keyword arguments are the Datasink's.  Returns the records written."""
     if group_by is not None:
         if num_partitions is None:
@@ -123,5 +131,18 @@ def write(ds: Any, path: PathLike, *, group_by: Optional[str] = None,
         ds = ds.groupby(group_by, num_partitions=num_partitions).map_groups(
             lambda t: t, batch_format="pyarrow")
     sink = Datasink(path, group_by=group_by, **kwargs)
-    ds.write_datasink(sink)
+    from . import _progress
+    if not _progress.wanted(progress):
+        ds.write_datasink(sink)
+        return sink.records
+    from ray.data import DataContext
+    ctx = DataContext.get_current()
+    bars = ctx.enable_progress_bars
+    ctx.enable_progress_bars = False  # (one display at a time on the terminal)
+    try:
+        with _engine.watch(sink.staging, num_partitions if group_by is not None else None,
+                           sink.path, progress):
+            ds.write_datasink(sink)
+    finally:
+        ctx.enable_progress_bars = bars
     return sink.records

@@ -339,3 +339,24 @@ def test_fetch_epoch_shows_the_bytes_fetched(served, aws, tmp_path, capsys, monk
         ld.fetch_epoch()  # stderr is no terminal here
         ld.fetch_epoch(progress=False)
     assert capsys.readouterr().err == ""
+
+
+# ---- the engine writers: the parts' directory watched as tasks finish ----
+
+def test_dask_write_shows_parts_records_and_bytes(tmp_path, capsys, monkeypatch):
+    dd = pytest.importorskip("dask.dataframe")
+    import pandas as pd
+    import stoker.dask
+    from stoker import _progress
+    monkeypatch.setattr(_progress, "_EVERY", 0.0)
+    monkeypatch.setattr(_progress, "_tqdm", lambda: None)
+    df = pd.DataFrame({"k": np.arange(240) % 6, "v": np.arange(240.0)})
+    ddf = dd.from_pandas(df, npartitions=4)
+    n = stoker.dask.write(ddf, tmp_path / "d.stk", progress=True)
+    assert n == 240
+    size = sum(p.stat().st_size for p in (tmp_path / "d.stk").glob("*.stk"))
+    last = lines(capsys.readouterr().err)[-1]
+    assert last.startswith(f"write d.stk 4 parts, 240 records, {_progress.human_bytes(size)} "
+                           "in "), last
+    stoker.dask.write(ddf, tmp_path / "e.stk")  # stderr is no terminal here
+    assert capsys.readouterr().err == ""
