@@ -1281,6 +1281,47 @@ STK_API int stk_loader_trace_write(stk_loader *ld, const char *path, stk_error *
 STK_API uint64_t stk_now_ns(void);
 
 /*
+ * The series: the consumer's counters sampled over a run, for pictures of
+ * it (stk_report_write_html draws throughput, the ring's fill and the
+ * consumer's waits over time from it).  Every field counts from the start
+ * of the series, so the rate over any stretch is the difference of two
+ * points over the difference of their times, and points can be dropped
+ * without losing any of the total.
+ */
+typedef struct stk_series_point {
+    uint64_t t_ns;      /* since the series began */
+    uint64_t batches;   /* batches handed to the consumer */
+    uint64_t samples;
+    uint64_t bytes;     /* their batch data (the fields' bytes, ragged
+                         * offsets not counted, as stk_batch_field's) */
+    uint64_t wait_ns;   /* time the consumer spent in next() */
+    uint64_t calls;     /* calls of next() that looked at the ring */
+    uint64_t ready_sum; /* sum over those calls of the batches ready then
+                         * (over calls and ring slots: the ring's fill) */
+} stk_series_point;
+
+/*
+ * stk_loader_series_start begins a series (again: the points so far are
+ * discarded), allocating room for `max_points` points (0: 1024; at least 2).
+ * From then on, stk_loader_next (and its _timeout form) adds a point when a
+ * batch is taken at least `every_us` microseconds (0: 250) after the last
+ * point.  When the room is full, every other point is dropped and the
+ * spacing doubles, so a run of any length is covered by at most
+ * `max_points` points, evenly.  stk_loader_stats_reset begins the series
+ * again at the reset (start-up left out as the stats leave it out).
+ * Returns 0, -EINVAL (NULL loader) or -ENOMEM.  Recording costs two clock
+ * reads a batch; without a series, nothing but a pointer test.
+ * stk_loader_series adds a last point for the counters now (when a batch
+ * was taken since the last point) and sets *points to the series: valid
+ * until the next call of these functions, a stats reset or the loader's
+ * close; do not free.  Returns the number of points (0 without a series).
+ * Thread-safety: call these from the consumer thread.
+ */
+STK_API int stk_loader_series_start(stk_loader *ld, uint32_t every_us, uint32_t max_points,
+                                    stk_error *err);
+STK_API size_t stk_loader_series(stk_loader *ld, const stk_series_point **points);
+
+/*
  * Diagnosis: what `stoker doctor` and stoker.profile report.  From a run's
  * stats (reset after the first batch, so that start-up is left out), the
  * batch bytes the consumer received and the run's length:
@@ -1373,6 +1414,43 @@ typedef struct stk_order_advice {
 
 STK_API int stk_advise_order(const stk_dataset *ds, const stk_loader *ld,
                              stk_order_advice *out, stk_error *err);
+
+/*
+ * The report as a page: stk_report_write_html writes one self-contained
+ * HTML file (inline CSS and SVG, no script, nothing fetched from anywhere)
+ * that shows the verdict and the next thing to try, the throughput over
+ * each run against the measured limit, each stage's time per batch, the
+ * ring's fill over time and, for a run with a training step, the
+ * consumer's waits over time.  `stoker doctor --html` and stoker.profile's
+ * Report.to_html both write it, so the two pages are the same.  The
+ * verdict shown is that of the last run (the run with the step, when
+ * there is one).  Every pointer is borrowed for the call.  The file is
+ * written through a temporary file and renamed.  Returns 0, -EINVAL (no
+ * run, or a NULL argument) or the errno of the failed write, with a
+ * message naming the file.
+ */
+typedef struct stk_report_run {
+    const char *name;          /* a heading: "loader alone", "with the step" */
+    stk_diagnosis diagnosis;   /* of the run (stk_diagnose) */
+    uint32_t threads;          /* the loader's worker threads */
+    uint32_t ring_slots;       /* its batch buffers */
+    double step_seconds;       /* the step's mean time (0: no step) */
+    const stk_series_point *series; /* the run's series (may be NULL) */
+    size_t npoints;
+} stk_report_run;
+
+typedef struct stk_report {
+    const char *title;        /* what was profiled, a path say (may be NULL) */
+    const char *backend;      /* stk_backend_name */
+    const char *limit_what;   /* what the limit is (stk_limit.what) */
+    double resident;          /* share of the data in the page cache (-1:
+                               * unknown) */
+    const stk_report_run *runs; /* the loader alone, and/or with a step */
+    size_t nruns;
+    const char *hint;         /* further advice, a sentence (NULL: none) */
+} stk_report;
+
+STK_API int stk_report_write_html(const stk_report *r, const char *path, stk_error *err);
 
 /* ------------------------------------------------------------------------ */
 /* Batches on a GPU                                                         */

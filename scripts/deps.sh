@@ -5,8 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# chromium: the tests render the report's HTML page in it, headless
+# (tests/python/test_report_html.py).
 PKGS=(gcc g++ make pkg-config ninja-build libzstd-dev liburing-dev libxxhash-dev
-      libjansson-dev zlib1g-dev libhdf5-dev libcurl4-openssl-dev python3-venv)
+      libjansson-dev zlib1g-dev libhdf5-dev libcurl4-openssl-dev python3-venv chromium)
 command -v cmake >/dev/null 2>&1 || PKGS+=(cmake)
 
 missing=()

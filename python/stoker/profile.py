@@ -4,6 +4,7 @@
                             batches=200, trace="run.json")
     print(report)            # per-stage shares, stall, bytes/s against the limit, verdict
     report.verdict           # "input-bound", "balanced", "compute-bound" or "loader alone"
+    report.to_html("report.html")   # the same as a page, with charts over time
 
 The loader is run alone, then (when a step is given) with the step called on
 every batch; the first batch of each run is left out as start-up.  The
@@ -58,9 +59,15 @@ class Report:
         stall: The share of the time the consumer waited for data, for
             that run.
         trace: The Chrome trace written, or None.
+        series: Each run's counters over time, {"alone": [...], "with_step":
+            [...] or None}: points (t_ns, batches, samples, bytes, wait_ns,
+            calls, ready_sum), each counted from the run's start
+            (stk_loader_series); to_html draws them.
+        title: What was profiled (the loader's path), or None.
     """
 
-    def __init__(self, alone, with_step, step_seconds, limit_name, resident, batches, trace):
+    def __init__(self, alone, with_step, step_seconds, limit_name, resident, batches, trace,
+                 series=None, title=None):
         self.alone = alone
         self.with_step = with_step
         self.step_seconds = step_seconds
@@ -68,6 +75,8 @@ class Report:
         self.resident = resident
         self.batches = batches
         self.trace = trace
+        self.series = series or {"alone": [], "with_step": None}
+        self.title = title
         last = with_step or alone
         self.verdict = last["verdict"]
         self.next = last["next"]
@@ -78,7 +87,37 @@ class Report:
         return {"alone": self.alone, "with_step": self.with_step,
                 "step_seconds": self.step_seconds, "limit_name": self.limit_name,
                 "resident": self.resident, "batches": self.batches, "verdict": self.verdict,
-                "next": self.next, "trace": self.trace}
+                "next": self.next, "trace": self.trace, "series": self.series}
+
+    def to_html(self, path: PathLike) -> None:
+        """Writes the report as one self-contained HTML page at ``path``.
+
+        The page needs nothing from the network to be viewed (inline CSS
+        and SVG, no script): the verdict and the next thing to try, the
+        throughput over each run against the measured limit, each stage's
+        time per batch, the ring's fill over time and, with a step, how
+        long the step waited over the run. ``stoker doctor --html`` writes
+        the same page (libstoker draws both).
+
+        Raises:
+            StokerError: the file cannot be written (the message names it).
+        """
+        import os
+        from . import _stoker
+        runs = [{"name": "loader alone", "diagnosis": self.alone,
+                 "threads": self.alone["threads"],
+                 "ring_slots": self.alone.get("ring_slots", 0), "step_seconds": 0.0,
+                 "series": self.series.get("alone") or []}]
+        if self.with_step is not None:
+            w = self.with_step
+            runs.append({"name": "with the step", "diagnosis": w, "threads": w["threads"],
+                         "ring_slots": w.get("ring_slots", 0),
+                         "step_seconds": float(self.step_seconds or 0.0),
+                         "series": self.series.get("with_step") or []})
+        _stoker.report_html(os.fspath(path), {
+            "title": self.title, "backend": self.alone["backend"],
+            "limit_name": self.limit_name, "resident": float(self.resident), "hint": None,
+            "runs": runs})
 
     def __str__(self) -> str:
         a = self.alone
@@ -187,13 +226,19 @@ def profile(loader: Any, step: Optional[Callable[[Batch], Any]] = None, *,
     limit, limit_name, resident = c.measure_limit()
     if trace is not None:
         c.trace_start(max_spans)
+    # The counters over each run, for to_html: the series begins again at
+    # each run's stats reset (after its start-up batch).
+    c.series_start()
+    series: Dict[str, Any] = {"alone": [], "with_step": None}
     try:
         nbytes, seconds, _, got = _run(loader, batches, None, False)
+        series["alone"] = c.series()
         alone = c.diagnose(nbytes, seconds, limit, False)
         with_step = None
         step_s = None
         if step is not None:
             nbytes, seconds, step_total, got2 = _run(loader, batches, step, trace is not None)
+            series["with_step"] = c.series()
             with_step = c.diagnose(nbytes, seconds, limit, True)
             step_s = step_total / got2 if got2 else 0.0
         if trace is not None:
@@ -203,5 +248,7 @@ def profile(loader: Any, step: Optional[Callable[[Batch], Any]] = None, *,
         if trace is not None:
             c.trace_stop()
         loader.load_state_dict(state)
+    path = getattr(loader, "_path", None)
     return Report(alone, with_step, step_s, limit_name, resident, got,
-                  None if trace is None else str(trace))
+                  None if trace is None else str(trace), series,
+                  path if isinstance(path, str) else None)

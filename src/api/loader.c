@@ -82,13 +82,24 @@ int stk_loader_next(stk_loader *ld, stk_batch **out, stk_error *err) {
     return stk_loader_next_timeout(ld, out, -1, err);
 }
 
-int stk_loader_next_timeout(stk_loader *ld, stk_batch **out, int64_t timeout_ms,
-                            stk_error *err) {
-    if (!ld || !out) return stk__err(err, -EINVAL, "stk_loader_next: NULL argument");
+/* The call itself, whatever delivers the loader's batches. */
+static int next_any(stk_loader *ld, stk_batch **out, int64_t timeout_ms, stk_error *err) {
     stk__gpu *g = stk__loader_gpu(ld);
     if (g) return stk__gpu_next(g, out, timeout_ms, err);
     if (stk__loader_mix(ld)) return stk__mixture_next(stk__loader_mix(ld), out, timeout_ms, err);
     return stk__loader_next(ld, out, timeout_ms, err);
+}
+
+int stk_loader_next_timeout(stk_loader *ld, stk_batch **out, int64_t timeout_ms,
+                            stk_error *err) {
+    if (!ld || !out) return stk__err(err, -EINVAL, "stk_loader_next: NULL argument");
+    if (!stk__loader_series_on(ld)) return next_any(ld, out, timeout_ms, err);
+    /* The series counts here, above the GPU stage and the mixture, so that
+     * it sees what the consumer sees whatever delivers the batches. */
+    uint64_t t0 = stk_now_ns();
+    int rc = next_any(ld, out, timeout_ms, err);
+    stk__loader_series_count(ld, rc == 0 ? *out : NULL, t0, stk_now_ns());
+    return rc;
 }
 
 void stk_loader_release(stk_loader *ld, stk_batch *b) {

@@ -316,6 +316,15 @@ struct stk_loader {
     _Atomic uint64_t st_skipped;
     stk_error last_skip;
     stk__trace trace; /* spans per thread, when asked for (trace/trace.c) */
+    /* The series (stk_loader_series_start), kept by the consumer thread in
+     * stk_loader_next: NULL while none is asked for.  series_now counts
+     * from the series' start at series_t0; a point is added when a batch
+     * is taken series_every ns after the last one (the spacing asked for,
+     * series_every0, doubled at each thinning). */
+    stk_series_point *series;
+    uint32_t series_n, series_cap;
+    uint64_t series_t0, series_every0, series_every;
+    stk_series_point series_now;
     bool nvtx;        /* NVTX ranges for the stages (under Nsight; cuda/cuda.h) */
     /* The workers' counters and the consumer's, each group on lines of its
      * own (the alignment is on each group's first member: on a declaration

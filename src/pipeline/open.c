@@ -667,6 +667,7 @@ void stk__loader_close(stk_loader *ld) {
     stk__free(ld->own_fields);
     stk__free(ld->lf_of);
     stk__trace_free(&ld->trace);
+    stk__free(ld->series);
     stk__free(ld->warm_ranges);
     pthread_mutex_destroy(&ld->mu);
     pthread_mutex_destroy(&ld->chk_mu);

@@ -26,6 +26,11 @@ typedef struct stk__plan {
 int stk__loader_open(stk_dataset *ds, const stk_loader_options *opts, stk_loader **out,
                      stk_error *err);
 int stk__loader_next(stk_loader *ld, stk_batch **out, int64_t timeout_ms, stk_error *err);
+/* Whether a series is being kept (stk_loader_series_start), and the
+ * counting of one call of next that took batch `b` (may be NULL), waiting
+ * from t0 to t1 (stats.c). */
+bool stk__loader_series_on(const stk_loader *ld);
+void stk__loader_series_count(stk_loader *ld, const stk_batch *b, uint64_t t0, uint64_t t1);
 void stk__loader_release(stk_loader *ld, stk_batch *b);
 int stk__loader_unget(stk_loader *ld, stk_batch *b);
 int stk__loader_add_buffer(stk_loader *ld, stk_error *err);

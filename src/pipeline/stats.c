@@ -41,6 +41,80 @@ int stk_loader_trace_write(stk_loader *ld, const char *path, stk_error *err) {
     return stk__trace_write(&ld->trace, path, err);
 }
 
+/* ---- the series ---- */
+
+#define SERIES_EVERY_US 250u
+#define SERIES_POINTS 1024u
+
+static void series_restart(stk_loader *ld) {
+    ld->series_n = 0;
+    ld->series_every = ld->series_every0;
+    memset(&ld->series_now, 0, sizeof ld->series_now);
+    ld->series_t0 = stk__now_ns();
+}
+
+int stk_loader_series_start(stk_loader *ld, uint32_t every_us, uint32_t max_points,
+                            stk_error *err) {
+    if (!ld) return stk__err(err, -EINVAL, "stk_loader_series_start: NULL loader");
+    uint32_t cap = max_points ? STK__MAX(max_points, 2u) : SERIES_POINTS;
+    if (cap != ld->series_cap) {
+        stk_series_point *p = stk__malloc((size_t)cap * sizeof *p);
+        if (!p)
+            return stk__err(err, -ENOMEM, "out of memory for a series of %u points",
+                            (unsigned)cap);
+        stk__free(ld->series);
+        ld->series = p;
+        ld->series_cap = cap;
+    }
+    ld->series_every0 = (uint64_t)(every_us ? every_us : SERIES_EVERY_US) * 1000u;
+    series_restart(ld);
+    return 0;
+}
+
+bool stk__loader_series_on(const stk_loader *ld) { return ld->series != NULL; }
+
+/* Adds the point of the counters now.  A full series keeps every other
+ * point (the odd ones, so that the newest stays) and doubles the spacing. */
+static void series_add(stk_loader *ld, uint64_t t) {
+    if (ld->series_n == ld->series_cap) {
+        uint32_t k = 0;
+        for (uint32_t i = 1; i < ld->series_n; i += 2) ld->series[k++] = ld->series[i];
+        ld->series_n = k;
+        ld->series_every *= 2;
+    }
+    stk_loader_stats st;
+    stk_loader_stats_get(ld, &st);
+    stk_series_point *p = &ld->series[ld->series_n++];
+    *p = ld->series_now;
+    p->t_ns = t - ld->series_t0;
+    p->calls = st.wait.count;
+    p->ready_sum = st.ready_sum;
+}
+
+void stk__loader_series_count(stk_loader *ld, const stk_batch *b, uint64_t t0, uint64_t t1) {
+    stk_series_point *now = &ld->series_now;
+    now->wait_ns += t1 - t0;
+    if (!b) return;
+    now->batches++;
+    now->samples += stk_batch_size(b);
+    for (size_t i = 0; i < stk_batch_num_fields(b); i++) {
+        stk_batch_field bf;
+        if (stk_batch_field_get(b, i, &bf) == 0) now->bytes += bf.bytes;
+    }
+    uint64_t last = ld->series_n ? ld->series[ld->series_n - 1].t_ns + ld->series_t0
+                                 : ld->series_t0;
+    if (t1 - last >= ld->series_every) series_add(ld, t1);
+}
+
+size_t stk_loader_series(stk_loader *ld, const stk_series_point **points) {
+    if (points) *points = NULL;
+    if (!ld || !ld->series) return 0;
+    uint64_t last = ld->series_n ? ld->series[ld->series_n - 1].batches : 0;
+    if (ld->series_now.batches > last) series_add(ld, stk__now_ns());
+    if (points) *points = ld->series;
+    return ld->series_n;
+}
+
 /* ---- statistics ---- */
 
 static void stage_add(stk_stage_stats *a, const stk_stage_stats *b) {
@@ -120,6 +194,7 @@ void stk_loader_stats_reset(stk_loader *ld) {
     ld->st_ver_n = ld->st_ver_bytes = ld->st_ver_ns = 0;
     ld->st_skipped = 0;
     ld->st_t0 = stk__now_ns();
+    if (ld->series) series_restart(ld);
     for (size_t i = 0; i < ld->nparts; i++) stk_loader_stats_reset(ld->parts[i]);
 }
 

@@ -10,7 +10,7 @@
 
 const char doctor_help[] =
     "Usage: stoker doctor DATASET [read options] [--step-ms M] [--max-batches N]\n"
-    "                     [--trace FILE]\n"
+    "                     [--trace FILE] [--html FILE]\n"
     "\n"
     "Runs the loader (200 batches by default, after a first one left out as\n"
     "start-up) and says where the time goes: each stage's busy time as a share\n"
@@ -22,15 +22,24 @@ const char doctor_help[] =
     "compute-bound (below 2%) or balanced, with the next thing to try.\n"
     "--trace FILE writes a Chrome trace of the run (open it in ui.perfetto.dev):\n"
     "each worker thread's batches with plan, verify, read and assemble nested\n"
-    "inside, and the consumer's waits. Takes every option of `stoker read`.\n"
+    "inside, and the consumer's waits. --html FILE writes the report as one\n"
+    "self-contained page (no network needed to view it): the throughput over the\n"
+    "run against the limit, each stage's time per batch, the ring's fill and the\n"
+    "step's waits over time, and the verdict. Takes every option of `stoker read`.\n"
     "\n"
     "Example:\n"
     "  stoker doctor basins.stk --window 365 --batch 256 --shuffle random --step-ms 50\n";
 
+/* Prints the order advice, when there is some; *adv gets it (text empty: none). */
+static void order_advice(stk_dataset *ds, stk_loader *ld, stk_order_advice *adv) {
+    stk_error e = {0};
+    if (stk_advise_order(ds, ld, adv, &e) != 0) adv->text[0] = 0;
+    if (adv->text[0]) printf("hint: %s\n", adv->text);
+}
+
 void order_hint(stk_dataset *ds, stk_loader *ld) {
     stk_order_advice adv;
-    stk_error e = {0};
-    if (stk_advise_order(ds, ld, &adv, &e) == 0 && adv.text[0]) printf("hint: %s\n", adv.text);
+    order_advice(ds, ld, &adv);
 }
 
 /* The process's resident memory from /proc/self/status, in kB: all of it,
@@ -50,12 +59,13 @@ static void rss_kb(uint64_t *total, uint64_t *file) {
 
 /* The fastest the loader could deliver here, and what limits it, by the
  * library's one policy (stk_measure_limit, as stoker.profile uses). */
-static double measure_limit(stk_dataset *ds, const char **name) {
+static double measure_limit(stk_dataset *ds, const char **name, double *resident) {
     stk_limit l;
     stk_measure_limit(ds, &l);
     if (l.resident >= 0)
         printf("\n%.0f%% of the dataset's bytes are in the page cache\n", 100 * l.resident);
     *name = l.what;
+    *resident = l.resident;
     return l.bytes_per_s;
 }
 
@@ -138,11 +148,38 @@ static void print_network(stk_dataset *ds) {
     }
 }
 
-void doctor_report(const stk_loader_stats *st, double el, uint64_t bytes, double step_ms,
-                   stk_loader *ld, stk_dataset *ds) {
+/* The run as a page (stk_report_write_html), from the loader's series. */
+static int write_html(const char *path, const stk_diagnosis *d, const stk_loader_stats *st,
+                      double step_ms, const char *limit_name, double resident,
+                      const char *hint, stk_loader *ld, stk_dataset *ds) {
+    char name[64];
+    if (step_ms > 0) snprintf(name, sizeof name, "with a %.1f ms step", step_ms);
+    else snprintf(name, sizeof name, "loader alone");
+    stk_report_run run = {.name = name,
+                          .diagnosis = *d,
+                          .threads = st->threads,
+                          .ring_slots = st->ring_slots,
+                          .step_seconds = step_ms / 1e3};
+    run.npoints = stk_loader_series(ld, &run.series);
+    stk_report rep = {.title = stk_dataset_path(ds),
+                      .backend = stk_backend_name(stk_loader_backend(ld)),
+                      .limit_what = limit_name,
+                      .resident = resident,
+                      .runs = &run,
+                      .nruns = 1,
+                      .hint = hint};
+    stk_error e = {0};
+    if (stk_report_write_html(&rep, path, &e) != 0) return fail(&e);
+    printf("report: %s\n", path);
+    return 0;
+}
+
+int doctor_report(const stk_loader_stats *st, double el, uint64_t bytes, double step_ms,
+                  const char *html, stk_loader *ld, stk_dataset *ds) {
     stk_backend be = stk_loader_backend(ld);
     const char *limit_name;
-    double limit = measure_limit(ds, &limit_name);
+    double resident;
+    double limit = measure_limit(ds, &limit_name, &resident);
     stk_diagnosis d;
     stk_diagnose(st, be, bytes, el, limit, step_ms > 0, &d);
     print_shares(&d, st, be, el);
@@ -151,5 +188,7 @@ void doctor_report(const stk_loader_stats *st, double el, uint64_t bytes, double
     print_verdict(&d, step_ms);
     print_memory(st);
     print_network(ds);
-    order_hint(ds, ld);
+    stk_order_advice adv;
+    order_advice(ds, ld, &adv);
+    return html ? write_html(html, &d, st, step_ms, limit_name, resident, adv.text, ld, ds) : 0;
 }

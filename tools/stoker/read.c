@@ -70,6 +70,7 @@ static const char read_help[] =
 typedef struct read_run {
     bool doctor;
     const char *path, *root, *trace;
+    const char *html; /* doctor: the report as a page */
     stk_loader_options o;
     uint64_t epochs, max_batches;
     bool max_given, stats, json;
@@ -189,6 +190,7 @@ static bool read_args(int argc, char **argv, read_run *r) {
             r->step_ms = step_ms_value(opt_value("read", argc, argv, &i));
         else if (!strcmp(a, "--json")) r->json = true;
         else if (!strcmp(a, "--trace")) r->trace = opt_value("read", argc, argv, &i);
+        else if (r->doctor && !strcmp(a, "--html")) r->html = opt_value("doctor", argc, argv, &i);
         else if (a[0] == '-') die_usage("read", "unknown option '%s'", a);
         else r->path = a;
     }
@@ -322,6 +324,12 @@ static int read_dataset(const read_run *r, stk_dataset *ds) {
         stk_loader_close(ld);
         return fail(&err);
     }
+    /* The page's charts over time: the series begins again at doctor's
+     * stats reset, after start-up. */
+    if (r->html && stk_loader_series_start(ld, 0, 0, &err)) {
+        stk_loader_close(ld);
+        return fail(&err);
+    }
     read_totals t = {0};
     int rc = run_epochs(ld, r, &t);
     stk_loader_stats st;
@@ -333,7 +341,8 @@ static int read_dataset(const read_run *r, stk_dataset *ds) {
         if (!r->doctor) order_hint(ds, ld);
     }
     if (rc == 0 && r->trace && stk_loader_trace_write(ld, r->trace, &err)) rc = fail(&err);
-    if (rc == 0 && r->doctor) doctor_report(&st, t.seconds, t.bytes, r->step_ms, ld, ds);
+    if (rc == 0 && r->doctor)
+        rc = doctor_report(&st, t.seconds, t.bytes, r->step_ms, r->html, ld, ds);
     stk_loader_close(ld);
     return rc;
 }

@@ -10,9 +10,11 @@
 extern const char doctor_help[];
 
 /* Prints what doctor found after a run of `el` seconds that delivered
- * `bytes` of batch data, with a step of `step_ms` (0: none). */
-void doctor_report(const stk_loader_stats *st, double el, uint64_t bytes, double step_ms,
-                   stk_loader *ld, stk_dataset *ds);
+ * `bytes` of batch data, with a step of `step_ms` (0: none), and writes it
+ * as a page to `html` (NULL: none; the loader's series then holds the run).
+ * Returns 0 or EXIT_ERROR (the page could not be written). */
+int doctor_report(const stk_loader_stats *st, double el, uint64_t bytes, double step_ms,
+                  const char *html, stk_loader *ld, stk_dataset *ds);
 
 /* When another order would read the dataset several times faster (a random
  * order over data read from the device sample by sample), says so, with the

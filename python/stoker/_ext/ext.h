@@ -182,6 +182,10 @@ PyObject *loader_trace_span(LoaderObject *self, PyObject *args);
 PyObject *loader_trace_write(LoaderObject *self, PyObject *args);
 PyObject *loader_measure_limit(LoaderObject *self, PyObject *unused);
 PyObject *loader_diagnose(LoaderObject *self, PyObject *args);
+PyObject *loader_series_start(LoaderObject *self, PyObject *args);
+PyObject *loader_series(LoaderObject *self, PyObject *unused);
+/* report_html(path, report dict): the page of stk_report_write_html. */
+PyObject *py_report_html(PyObject *mod, PyObject *args);
 
 /* ---- batch.c ---- */
 

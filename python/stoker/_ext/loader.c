@@ -446,6 +446,11 @@ static PyMethodDef loader_methods[] = {
      "(bytes/s, what it is, share in the page cache): the limit for this data."},
     {"diagnose", (PyCFunction)loader_diagnose, METH_VARARGS,
      "diagnose(bytes, seconds, limit, with_step) -> dict (stk_diagnose)."},
+    {"series_start", (PyCFunction)loader_series_start, METH_VARARGS,
+     "series_start(every_us=0, max_points=0): samples the consumer's counters over the run "
+     "(stk_loader_series_start)."},
+    {"series", (PyCFunction)loader_series, METH_NOARGS,
+     "series() -> [(t_ns, batches, samples, bytes, wait_ns, calls, ready_sum)]."},
     {"next_batch", (PyCFunction)loader_next_batch, METH_NOARGS,
      "Waits for the next batch: (dict of Array, sample ids as bytes[, sources as Array, "
      "as bytes]), or None at the end of the epoch."},

@@ -147,6 +147,9 @@ static PyMethodDef module_methods[] = {
      "-> Loader over the sources (stk_loader_open_mixture)."},
     {"merge", py_merge, METH_VARARGS,
      "merge(path, count=0): joins a dataset's parts (stk_merge_parts)."},
+    {"report_html", py_report_html, METH_VARARGS,
+     "report_html(path, report): writes stoker.profile's report as a page "
+     "(stk_report_write_html)."},
     {"write_arrow", py_write_arrow, METH_VARARGS,
      "Packs an Arrow C stream (capsule) into a dataset; returns the record count."},
     {NULL, NULL, 0, NULL}};
