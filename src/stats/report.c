@@ -235,13 +235,14 @@ static void chart_steps(chart *c, const double *x0, const double *x1, const doub
     fputs("</title></polyline>\n", f);
 }
 
-/* A level across the chart, dashed, with its label at its right end, above
- * the line (or below it: `below`, for a level just under another). */
-static void chart_level(chart *c, double y, const char *colour, const char *label, bool below) {
+/* A level across the chart, dashed, with its label above it at its right
+ * end (or its left: `left`, for a level close to another). */
+static void chart_level(chart *c, double y, const char *colour, const char *label, bool left) {
     double py = cy(c, y);
     fprintf(c->f, "<line class=\"level\" stroke=\"%s\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
-                  "y2=\"%.1f\"/><text class=\"ll\" fill=\"%s\" x=\"%.1f\" y=\"%.1f\">",
-            colour, ML, py, CW - MR, py, colour, CW - MR - 4, below ? py + 15 : py - 5);
+                  "y2=\"%.1f\"/><text class=\"ll%s\" fill=\"%s\" x=\"%.1f\" y=\"%.1f\">",
+            colour, ML, py, CW - MR, py, left ? " left" : "", colour, left ? ML + 6 : CW - MR - 4,
+            py - 5);
     put_text(c->f, label);
     fputs("</text>\n", c->f);
 }
@@ -537,7 +538,7 @@ static const char style[] =
     "svg.chart{width:100%;height:auto;display:block}"
     "svg text{font:12px system-ui,sans-serif;fill:#444}"
     "svg .yl{text-anchor:end}svg .xl,svg .xn{text-anchor:middle}svg .ll{text-anchor:end;"
-    "font-weight:600}svg .bl{text-anchor:end;font-size:13px}"
+    "font-weight:600}svg .ll.left{text-anchor:start}svg .bl{text-anchor:end;font-size:13px}"
     "svg .sl{text-anchor:middle;fill:#fff;font-weight:600}"
     "svg .grid{stroke:#eee}svg .tick,svg .axis{stroke:#999}"
     "svg .series{fill:none;stroke-width:2.2;stroke-linejoin:round}"
