@@ -654,6 +654,44 @@ STK_API int stk_dataset_shard(const stk_dataset *ds, size_t i,
                               stk_shard_info *out);
 
 /*
+ * Statistics of one column of a numeric field, gathered by the writer as it
+ * packed (no record is read to give them).  A column is one element of the
+ * field's row: a field of shape [*, 4] has 4, a scalar field 1 (a record
+ * is then one row).  Values are taken as double, integers included.  NaN
+ * values are counted in nan_count and left out of everything else.
+ *
+ * The standard deviation is sqrt(m2 / (count - ddof)): ddof 0 for the
+ * population's (NumPy's default), 1 for the sample's.
+ */
+typedef struct stk_column_stats {
+    uint64_t count;     /* values that are not NaN */
+    uint64_t nan_count; /* NaN values (0 for an integer field) */
+    double mean;        /* NaN when count is 0 */
+    double m2;          /* sum of squared deviations from the mean */
+    double min, max;    /* NaN when count is 0 */
+} stk_column_stats;
+
+/* Rows wider than this many elements have no statistics (the manifest
+ * would grow by some 130 bytes a column). */
+#define STK_STATS_MAX_COLUMNS 1024
+
+/*
+ * The pack-time statistics of field `field`: sets *out to an array of
+ * *ncolumns entries, one per column, in row-major order of the row's
+ * shape.  The array is valid until stk_dataset_close; do not free it.
+ * Returns 0, or:
+ *   -EINVAL  field out of range, or a NULL argument;
+ *   -ENOENT  none recorded for it: a bytes field, rows wider than
+ *            STK_STATS_MAX_COLUMNS, a dataset packed by a version of stoker
+ *            before statistics, an in-place index (stk_index_build), or a
+ *            resumed pack whose journal did not hold the statistics of the
+ *            shards it kept (see docs/FORMAT.md).
+ * Thread-safe, like every reader of an open dataset.
+ */
+STK_API int stk_dataset_field_stats(const stk_dataset *ds, size_t field,
+                                    const stk_column_stats **out, size_t *ncolumns);
+
+/*
  * Where one field of one record lies, and how big it is.  `data` points into
  * a read-only mapping of the shard and stays valid until stk_dataset_close;
  * reading it may fault in pages from disk.  For a compressed field it points

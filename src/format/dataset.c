@@ -68,6 +68,7 @@ void stk_dataset_close(stk_dataset *ds) {
     stk__schema_free(ds->fields, ds->nfields);
     stk__free(ds->info);
     stk__free(ds->attrs);
+    stk__stats_free(ds->stats);
     stk__free(ds->dir);
     stk__free(ds->caps.source);
     stk__free(ds->origin);
@@ -390,6 +391,8 @@ static int open_dir(const char *path, bool is_dir,
     ds->align = m.align;
     ds->block_size = m.block_size;
     ds->nrec = m.records;
+    ds->stats = m.stats;
+    m.stats = NULL;
     uint64_t schema_hash = stk__schema_hash(ds->fields, ds->nfields);
     uint64_t first = 0, place = 0;
     for (size_t i = 0; i < m.nshards; i++) {
@@ -512,6 +515,15 @@ int stk_dataset_find_field(const stk_dataset *ds, const char *name) {
     for (size_t i = 0; i < ds->nfields; i++)
         if (strcmp(ds->fields[i].name, name) == 0) return (int)i;
     return -ENOENT;
+}
+
+int stk_dataset_field_stats(const stk_dataset *ds, size_t field, const stk_column_stats **out,
+                            size_t *ncolumns) {
+    if (!ds || !out || !ncolumns || field >= ds->nfields) return -EINVAL;
+    if (!ds->stats || !ds->stats->has[field]) return -ENOENT;
+    *out = ds->stats->col + ds->stats->first[field];
+    *ncolumns = ds->stats->first[field + 1] - ds->stats->first[field];
+    return 0;
 }
 
 int stk_dataset_shard(const stk_dataset *ds, size_t i, stk_shard_info *out) {

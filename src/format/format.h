@@ -130,6 +130,46 @@ uint64_t stk__schema_hash(const stk_field *fields, size_t nfields);
 const char *stk__codec_name(stk_codec c);
 int stk__codec_parse(const char *name);
 
+/* ---- pack-time statistics (format/stats.c) ---- */
+
+/* Per-column statistics of a dataset's numeric fields (stk_column_stats
+ * each): field i has columns first[i] .. first[i+1]-1 of col, one per
+ * element of its row, and has[i] says whether they were gathered.  A
+ * writer's also has `lane`, the scratch of its pass (lanes_max wide). */
+typedef struct stk__stats {
+    size_t nfields;
+    size_t *first; /* nfields + 1 */
+    bool *has;
+    stk_column_stats *col;
+    double *lane;
+    size_t lanes_max;
+} stk__stats;
+
+/* Columns of field f's statistics: the elements of one of its rows; 0 for
+ * bytes, and for rows wider than STK_STATS_MAX_COLUMNS. */
+size_t stk__stats_columns(const stk_field *f);
+/* Empty statistics over a schema (count 0, mean/min/max NaN), with the
+ * writer's scratch when `scratch`.  0 or -ENOMEM. */
+int stk__stats_new(const stk_field *fields, size_t nfields, bool scratch, stk__stats **out);
+void stk__stats_free(stk__stats *s);
+void stk__stats_reset(stk__stats *s);
+/* Copies (to, from over one schema): 0, or -EINVAL for another schema. */
+int stk__stats_copy(stk__stats *to, const stk__stats *from);
+/* Joins `from` into `into` (Chan's pairwise update): the statistics of
+ * both sets of values, as if seen in one pass; a field lacking in either
+ * lacks in the result.  0, or -EINVAL for another schema. */
+int stk__stats_merge(stk__stats *into, const stk__stats *from);
+/* Adds `rows` rows of field `field` (schema entry f), raw (not compressed)
+ * bytes at data.  Needs the scratch.  Cannot fail. */
+void stk__stats_add(stk__stats *s, size_t field, const stk_field *f, const void *data,
+                    uint64_t rows);
+/* The "stats" object of a manifest (jansson's json_t), and back; `what`
+ * names the file in messages (STK_ECORRUPT). */
+struct json_t;
+struct json_t *stk__stats_json(const stk__stats *s, const stk_field *fields);
+int stk__stats_parse(struct json_t *o, const stk_field *fields, size_t nfields,
+                     const char *what, stk__stats **out, stk_error *err);
+
 /* ---- manifest (format/manifest.c) ---- */
 
 typedef struct stk__shard_entry {
@@ -151,6 +191,7 @@ typedef struct stk__manifest {
     char *attrs; /* compact JSON object */
     char *inputs; /* stk_writer_options.inputs, or NULL */
     char *inputs_list; /* stk_writer_options.inputs_list (a part's), or NULL */
+    stk__stats *stats; /* the pack-time statistics, or NULL (none recorded) */
 } stk__manifest;
 
 /* Names the first input that differs between two lists of inputs (the
@@ -245,6 +286,7 @@ struct stk_dataset {
     uint32_t align;
     uint32_t block_size; /* 0 without checksums */
     stk__caps caps;
+    stk__stats *stats; /* the manifest's statistics, or NULL */
     /* A remote dataset (src/remote) read from its local cache: the URL it
      * came from and what fetching it cost.  NULL for a local one. */
     char *origin;
@@ -276,6 +318,10 @@ struct stk_dataset {
      * budget. */
     bool cache_limited;
     uint64_t cache_budget;
+    /* Of the budget, the bytes the cache takes for what is never evicted
+     * (the shards' headers, indexes and presence files, shards held whole,
+     * the file system's reserve): what readers hold must fit in the rest. */
+    uint64_t cache_fixed;
     void (*ensure_plan)(void *ctx, const struct stk__range *r, size_t n, int sign);
 };
 

@@ -24,6 +24,7 @@ void stk__manifest_clear(stk__manifest *m) {
     stk__free(m->attrs);
     stk__free(m->inputs);
     stk__free(m->inputs_list);
+    stk__stats_free(m->stats);
     memset(m, 0, sizeof *m);
 }
 
@@ -144,6 +145,14 @@ int stk__manifest_dump(const stk__manifest *m, char **out, size_t *len,
      * (left out where a name is not UTF-8, which JSON cannot hold). */
     json_t *list = m->inputs_list ? json_string(m->inputs_list) : NULL;
     if (list) json_object_set_new(root, "input_files", list);
+    if (m->stats) {
+        json_t *st = stk__stats_json(m->stats, m->fields);
+        if (!st) {
+            json_decref(root);
+            return stk__err(err, -ENOMEM, "out of memory writing the manifest");
+        }
+        json_object_set_new(root, "stats", st);
+    }
     uint64_t mh;
     if (canonical_hash(root, &mh)) {
         json_decref(root);
@@ -275,7 +284,7 @@ static int check_integrity(json_t *root, const char *what, stk_error *err) {
     }
     static const char *const top[] = {"format", "kind", "version", "writer", "part", "records",
                                       "align", "block_size", "fields", "shards", "attrs", "inputs",
-                                      "input_files", NULL};
+                                      "input_files", "stats", NULL};
     static const char *const field[] = {"name", "dtype", "shape", "codec", "codec_level", "type", NULL};
     static const char *const shard[] = {"file", "records", "bytes", "header_xxh3", NULL};
     const char *k = unknown_key(root, top);
@@ -450,6 +459,10 @@ int stk__manifest_parse(const char *text, size_t len, const char *what,
         rc = BAD("%s: \"input_files\" must be a string of lines NAME, SIZE, MTIME_NS, HASH", what);
         goto out;
     }
+    /* Statistics are optional: datasets packed before them have none. */
+    json_t *stats = json_object_get(root, "stats");
+    if (stats && (rc = stk__stats_parse(stats, m->fields, m->nfields, what, &m->stats, err)))
+        goto out;
     if (inputs) m->inputs = stk__strdup(json_string_value(inputs));
     if (files) m->inputs_list = stk__strdup(json_string_value(files));
     if (!m->attrs || (inputs && !m->inputs) || (files && !m->inputs_list))

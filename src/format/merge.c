@@ -169,15 +169,26 @@ static int merge_locked(const char *path, uint32_t want, stk_error *err) {
             m.nshards += parts[i].nshards;
         }
         m.shards = stk__calloc(m.nshards ? m.nshards : 1, sizeof *m.shards);
-        if (!m.shards) {
+        /* The parts' statistics joined in part order (Chan's update of
+         * count, mean and M2; counts, minima and maxima exactly): those of
+         * the whole, as one writer would have gathered them, to rounding.
+         * A part without them (written by an older stoker, or resumed
+         * without them) leaves the dataset without. */
+        m.stats = NULL;
+        bool all = true;
+        for (size_t i = 0; i < nparts; i++) all = all && parts[i].stats;
+        if (m.shards && all && stk__stats_new(m.fields, m.nfields, false, &m.stats) == 0)
+            for (size_t i = 0; i < nparts; i++) stk__stats_merge(m.stats, parts[i].stats);
+        if (!m.shards || (all && !m.stats)) {
             rc = stk__err(err, -ENOMEM, "out of memory");
         } else {
             size_t k = 0;
             for (size_t i = 0; i < nparts; i++)
                 for (size_t j = 0; j < parts[i].nshards; j++) m.shards[k++] = parts[i].shards[j];
             rc = stk__publish(path, STK__MANIFEST, &m, true, err);
-            stk__free(m.shards);
         }
+        stk__free(m.shards);
+        stk__stats_free(m.stats);
         if (!rc) {
             for (uint32_t i = 0; i < count; i++) {
                 char name[32];

@@ -24,6 +24,8 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
+#include <jansson.h>
+#include <stdlib.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -84,6 +86,17 @@ struct stk_writer {
     size_t pending_idx[MAX_PENDING_SYNC]; /* their entries in shards[] */
     size_t npending;
 
+    /* Statistics of the numeric fields (format/stats.c): the shard being
+     * written's, and every finished shard's joined in shard order; a
+     * finished shard's total is kept beside its descriptor until the shard
+     * is durable and journalled with it.  Joined per shard, in order, so
+     * that a resumed pack, which takes up the total of the shards it keeps,
+     * ends with the very numbers of an uninterrupted one.  stats_off: a
+     * resumed pack that could not take them up publishes none. */
+    stk__stats *cur, *total;
+    stk__stats *pending_stats[MAX_PENDING_SYNC];
+    bool stats_off;
+
     uint64_t records;
     uint64_t bytes_written;
     bool failed, finished;
@@ -141,7 +154,8 @@ static int check_options(const stk_writer_options *o, stk_error *err) {
     return 0;
 }
 
-static int journal_shard(stk_writer *w, size_t idx);
+static int journal_shard(stk_writer *w, size_t idx, const stk__stats *through);
+static int resume_stats(stk_writer *w);
 
 /* The inputs_list a journal recorded (its "input " lines, without the
  * word), from stk__malloc; NULL when none. */
@@ -276,6 +290,7 @@ static int resume_journal(stk_writer *w, stk_error *err) {
     }
     stk__free(text);
     if (rc) return stk__err(err, rc, "out of memory");
+    if ((rc = resume_stats(w))) return stk__err(err, rc, "out of memory");
     /* Shards after the kept ones are partial: remove them, and rewrite the
      * journal to list exactly what is kept. */
     DIR *d = opendir(w->dir);
@@ -300,7 +315,7 @@ static int resume_journal(stk_writer *w, stk_error *err) {
         return stk__err(err, rc, "%s: cannot rewrite the pack journal: %s", w->dir,
                         stk_strerror(rc));
     for (size_t i = 0; i < w->nshards; i++)
-        if ((rc = journal_shard(w, i)))
+        if ((rc = journal_shard(w, i, NULL)))
             return stk__err(err, rc, "%s: cannot rewrite the pack journal: %s", w->dir,
                             stk_strerror(rc));
     return 0;
@@ -375,6 +390,14 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
     }
     stk__schema_check(w->fields, nfields, w->info, NULL);
     w->schema_hash = stk__schema_hash(w->fields, nfields);
+    bool stats_ok = stk__stats_new(w->fields, nfields, true, &w->cur) == 0 &&
+                    stk__stats_new(w->fields, nfields, false, &w->total) == 0;
+    for (size_t i = 0; i < MAX_PENDING_SYNC && stats_ok; i++)
+        stats_ok = stk__stats_new(w->fields, nfields, false, &w->pending_stats[i]) == 0;
+    if (!stats_ok) {
+        stk_writer_free(w);
+        return stk__err(err, -ENOMEM, "out of memory");
+    }
     if ((rc = stk__attrs_normalise(opts->attrs_json, &w->attrs, err))) {
         stk_writer_free(w);
         return rc;
@@ -470,6 +493,12 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
                             stk_strerror(rc));
         }
     }
+    /* Statistics an earlier pack left are not this one's. */
+    char stats_name[64];
+    snprintf(stats_name, sizeof stats_name, "%s.stats", w->marker);
+    char *sp = stk__path_join(path, stats_name);
+    if (sp) unlink(sp);
+    stk__free(sp);
     size_t n = 0;
     char *note = journal_head(w, false, &n);
     rc = note ? stk__write_file_atomic(path, w->marker, note, n, opts->sync) : -ENOMEM;
@@ -586,9 +615,87 @@ static int open_shard(stk_writer *w, stk_error *err) {
     return 0;
 }
 
+/* The file beside the journal that holds the statistics of the shards it
+ * lists: "<marker>.stats". */
+static char *stats_path(const stk_writer *w) {
+    char name[64];
+    snprintf(name, sizeof name, "%s.stats", w->marker);
+    return stk__path_join(w->dir, name);
+}
+
+#define STATS_HEAD "stoker pack in progress, statistics of the first "
+
+/* Replaces the journal's statistics with `through`, those of the first
+ * `nshards` shards, atomically.  Written after the journal's line of the
+ * last of them: a crash between the two leaves statistics one shard
+ * behind, and resume then redoes that shard (resume_stats). */
+static int save_stats(stk_writer *w, size_t nshards, const stk__stats *through) {
+    json_t *o = stk__stats_json(through, w->fields);
+    char *js = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!js) return -ENOMEM;
+    size_t cap = strlen(js) + 128;
+    char *text = stk__malloc(cap);
+    int rc = -ENOMEM;
+    if (text) {
+        int n = snprintf(text, cap, STATS_HEAD "%zu shards\n%s\n", nshards, js);
+        char name[64];
+        snprintf(name, sizeof name, "%s.stats", w->marker);
+        rc = stk__write_file_atomic(w->dir, name, text, (size_t)n, w->opt.sync);
+    }
+    free(js);
+    stk__free(text);
+    return rc;
+}
+
+/* On resume, after the kept shards are known: takes up the statistics of
+ * the journal's first K shards.  K below the shards kept (a crash between
+ * a shard's journal line and its statistics): only K shards are kept, the
+ * rest redone.  K above them (a kept shard found damaged) or no statistics
+ * where shards are kept (a journal of a stoker without them): the pack
+ * goes on, and publishes no statistics. */
+static int resume_stats(stk_writer *w) {
+    char *p = stats_path(w), *text = NULL;
+    size_t len = 0, k = 0;
+    if (!p) return -ENOMEM;
+    int rc = stk__read_file(p, &text, &len);
+    stk__free(p);
+    if (rc == -ENOMEM) return rc;
+    const char *nl = rc == 0 ? memchr(text, '\n', len) : NULL;
+    stk__stats *got = NULL;
+    if (nl && sscanf(text, STATS_HEAD "%zu shards", &k) == 1) {
+        json_error_t je;
+        json_t *o = json_loadb(nl + 1, len - (size_t)(nl + 1 - text), 0, &je);
+        if (o && stk__stats_parse(o, w->fields, w->nfields, w->marker, &got, NULL) != 0) got = NULL;
+        json_decref(o);
+    }
+    stk__free(text);
+    if (!got || k > w->nshards) {
+        stk__stats_free(got);
+        w->stats_off = got || w->nshards > 0;
+        /* Statistics of shards this pack no longer lists must not be
+         * taken up by a later resume. */
+        if (w->stats_off && (p = stats_path(w))) {
+            unlink(p);
+            stk__free(p);
+        }
+        return 0;
+    }
+    while (w->nshards > k) {
+        w->nshards--;
+        w->records -= w->shards[w->nshards].records;
+        stk__free(w->shards[w->nshards].file);
+    }
+    rc = stk__stats_copy(w->total, got);
+    stk__stats_free(got);
+    return rc == -EINVAL ? 0 : rc;
+}
+
 /* Appends a durable shard to the journal kept in the marker file, so that
- * an interrupted pack can resume after it (stk_writer_options.resume). */
-static int journal_shard(stk_writer *w, size_t idx) {
+ * an interrupted pack can resume after it (stk_writer_options.resume);
+ * then, with `through` (the statistics of shards 0..idx), the journal's
+ * statistics. */
+static int journal_shard(stk_writer *w, size_t idx, const stk__stats *through) {
     const stk__shard_entry *e = &w->shards[idx];
     char line[256];
     int n = snprintf(line, sizeof line, "shard %s %llu %llu %016llx\n", e->file,
@@ -603,6 +710,7 @@ static int journal_shard(stk_writer *w, size_t idx) {
     int rc = r == n ? 0 : -EIO;
     if (rc == 0 && w->opt.sync) rc = stk__fsync(fd);
     close(fd);
+    if (rc == 0 && through && !w->stats_off) rc = save_stats(w, idx + 1, through);
     return rc;
 }
 
@@ -670,6 +778,8 @@ static int finish_shard(stk_writer *w, stk_error *err) {
     e->bytes = blocks_off + blocks_size;
     e->header_hash = hh;
     w->nshards++;
+    stk__stats_merge(w->total, w->cur);
+    stk__stats_reset(w->cur);
 
     if (w->opt.sync) {
         /* Start write-back now so that the final fsync finds little to do,
@@ -678,12 +788,16 @@ static int finish_shard(stk_writer *w, stk_error *err) {
         if (w->npending == MAX_PENDING_SYNC) {
             int old = w->pending[0];
             size_t old_idx = w->pending_idx[0];
+            stk__stats *old_stats = w->pending_stats[0];
             memmove(w->pending, w->pending + 1, (MAX_PENDING_SYNC - 1) * sizeof(int));
             memmove(w->pending_idx, w->pending_idx + 1, (MAX_PENDING_SYNC - 1) * sizeof(size_t));
+            memmove(w->pending_stats, w->pending_stats + 1,
+                    (MAX_PENDING_SYNC - 1) * sizeof(stk__stats *));
+            w->pending_stats[MAX_PENDING_SYNC - 1] = old_stats; /* its slot, reused */
             w->npending--;
             rc = stk__fsync(old);
             close(old);
-            if (rc == 0) rc = journal_shard(w, old_idx); /* durable now */
+            if (rc == 0) rc = journal_shard(w, old_idx, old_stats); /* durable now */
             if (rc) {
                 close(w->fd);
                 w->fd = -1;
@@ -691,11 +805,12 @@ static int finish_shard(stk_writer *w, stk_error *err) {
                             w->dir, stk_strerror(rc));
             }
         }
+        stk__stats_copy(w->pending_stats[w->npending], w->total);
         w->pending_idx[w->npending] = w->nshards - 1;
         w->pending[w->npending++] = w->fd;
     } else {
         close(w->fd);
-        if ((rc = journal_shard(w, w->nshards - 1))) {
+        if ((rc = journal_shard(w, w->nshards - 1, w->total))) {
             w->fd = -1;
             return werr(w, err, rc, "%s: cannot update the pack journal: %s", w->dir,
                         stk_strerror(rc));
@@ -792,6 +907,8 @@ int stk_writer_append(stk_writer *w, const stk_value *values, stk_error *err) {
         if ((rc = emit(w, w->stored_ptr[i], (size_t)w->stored_len[i], true))) goto fail;
     }
     e[0] = XXH3_64bits_digest(&w->rec_state);
+    for (size_t i = 0; i < w->nfields; i++)
+        stk__stats_add(w->cur, i, &w->fields[i], values[i].data, values[i].rows);
     w->nrec_shard++;
     w->records++;
     return 0;
@@ -853,6 +970,7 @@ int stk_writer_finish(stk_writer *w, stk_error *err) {
         .attrs = w->attrs,
         .inputs = w->inputs,
         .inputs_list = w->opt.part_count > 1 ? w->inputs_list : NULL,
+        .stats = w->stats_off ? NULL : w->total,
     };
     char name[32];
     if (m.is_part) snprintf(name, sizeof name, "part-%05u.json", w->opt.part_index);
@@ -862,6 +980,9 @@ int stk_writer_finish(stk_writer *w, stk_error *err) {
         return rc;
     }
     if (w->replacing) drop_replaced(w);
+    char *sp = stats_path(w);
+    if (sp) unlink(sp);
+    stk__free(sp);
     char *marker = stk__path_join(w->dir, w->marker);
     if (marker) unlink(marker);
     stk__free(marker);
@@ -891,6 +1012,9 @@ void stk_writer_free(stk_writer *w) {
     stk__free(w->blocks);
     stk__free(w->buf);
     stk__free(w->zbuf);
+    stk__stats_free(w->cur);
+    stk__stats_free(w->total);
+    for (size_t i = 0; i < MAX_PENDING_SYNC; i++) stk__stats_free(w->pending_stats[i]);
     ZSTD_freeCCtx(w->cctx);
     stk__free(w);
 }
