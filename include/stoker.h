@@ -386,6 +386,10 @@ typedef struct stk_dataset stk_dataset;
  *
  * Returns 0 and sets *out, or:
  *   -ENOENT          no dataset there (or a shard file is missing);
+ *   -EINVAL          a URL of a scheme not read (gs://, az://, hdfs://...,
+ *                    named with those that are), or a file or directory of
+ *                    data that is no dataset (Parquet, Arrow, .npy, WAV,
+ *                    HDF5: named, with the command that makes it one);
  *   STK_EINCOMPLETE  a pack that did not finish, or parts not yet merged;
  *   STK_EBADMAGIC    a shard or manifest that is not stoker's;
  *   STK_EVERSION     a newer or unknown format version;
@@ -490,11 +494,15 @@ STK_API int stk_dataset_open_with(const char *path, const stk_open_options *opts
  * taking $STOKER_REMOTE_LATE times (default 4; 0: never) longer than the
  * rate the others get predicts, and over 2 s, is sent again at once.
  * What no retry can cure fails at once, naming the URL: 403 and 401 are
- * -EACCES, 404 -ENOENT, a wrong region -EINVAL, other 4xx -EIO, a redirect
- * loop -ELOOP, a TLS failure -EPROTO, a host that does not resolve
- * -EHOSTUNREACH, a 206 whose Content-Range is not the range asked for
- * -EBADMSG, an object whose ETag or size changed STK_ESTALE (after which
- * every read of that shard fails at once with the same error).  A process
+ * -EACCES, 404 -ENOENT, a wrong region -EINVAL, other 4xx STK_EHTTP, a
+ * redirect loop STK_EREDIRECT, a TLS failure STK_ETLS, a host that does not
+ * resolve STK_EHOST, a 206 whose Content-Range is not the range asked for
+ * STK_ERANGE, an object whose ETag or size changed STK_ESTALE (after which
+ * every read of that shard fails at once with the same error).  A
+ * connection refused before any server has answered (a wrong port, a
+ * server not started) fails after 4 quick tries, about a second, with the
+ * socket's errno (-ECONNREFUSED; -EHOSTUNREACH, -ENETUNREACH); once one has
+ * answered, a refusal is retried as above (a server restarting).  A process
  * waiting for another's lock waits while that one shows life (it beats the
  * lock file while it fetches) and gives up with STK_ETIMEOUT once it has
  * shown none for T and 5 s.

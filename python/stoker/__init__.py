@@ -41,7 +41,8 @@ Exceptions:
       answered that no retry cures, raised at once, one subclass a kind:
       ``RedirectLoop``, ``HostNotFound``, ``TLSError``, ``HTTPError`` (a
       4xx other than 401/403/404/408/429; ``.status``), ``BadRange`` (a
-      Content-Range other than asked).
+      Content-Range other than asked), ``ConnectionRefused`` (nothing
+      listens at the URL's port; after a few quick tries at open).
     - ``StokerError`` itself: anything else (a damaged shard, a truncated
       file, an unsupported layout).
 
@@ -53,9 +54,9 @@ Exceptions:
     rather than a failure of stoker's.
 """
 from . import _stoker
-from ._errors import (AccessDenied, BadRange, DataChanged, HostNotFound, HTTPError,
-                      InvalidArgument, NotFound, OutOfMemory, RedirectLoop, RemoteError,
-                      StokerError, Timeout, TLSError)
+from ._errors import (AccessDenied, BadRange, ConnectionRefused, DataChanged, HostNotFound,
+                      HTTPError, InvalidArgument, NotFound, OutOfMemory, RedirectLoop,
+                      RemoteError, StokerError, Timeout, TLSError)
 from ._loader import Loader, gpu_count, gpu_status, neuralhydrology_rules, strings
 from ._stats import stats
 from ._mix import Mixture, Source
@@ -83,7 +84,7 @@ else:
 
 __all__ = ["Loader", "Mixture", "Source", "StokerError", "InvalidArgument", "NotFound", "AccessDenied", "OutOfMemory",
            "Timeout", "DataChanged", "RemoteError", "RedirectLoop", "HostNotFound", "TLSError",
-           "HTTPError", "BadRange",
+           "HTTPError", "BadRange", "ConnectionRefused",
            "bits", "gpu_count", "gpu_status", "index", "merge", "neuralhydrology_rules",
            "parquet", "profile",
            "s3_filesystem", "stats", "strings", "write", "version"]

@@ -21,6 +21,10 @@ apart are also the built-in exceptions Python code already catches:
         TLSError          TLS failed (a certificate, the handshake)
         HTTPError         an HTTP 4xx other than 401/403/404/408/429
         BadRange          a Content-Range other than the range asked for
+        ConnectionRefused nothing accepts connections at the URL's host and
+                          port (also a ConnectionRefusedError), raised
+                          after a few quick tries when no server has
+                          answered yet; later, a refusal is retried
 
 Anything else (a damaged shard, a truncated file, an unsupported layout)
 is a plain StokerError.  A value of the wrong Python type is a TypeError,
@@ -29,7 +33,7 @@ as anywhere in Python.
 
 __all__ = ["StokerError", "InvalidArgument", "NotFound", "AccessDenied", "OutOfMemory", "Timeout",
            "DataChanged", "RemoteError", "RedirectLoop", "HostNotFound", "TLSError", "HTTPError",
-           "BadRange"]
+           "BadRange", "ConnectionRefused"]
 
 
 class StokerError(RuntimeError):
@@ -141,3 +145,11 @@ class BadRange(RemoteError):
     """The server answered a byte range other than the one asked for: it
     does not serve ranges as the protocol says, and its bytes cannot be
     trusted for the range asked."""
+
+
+class ConnectionRefused(RemoteError, ConnectionRefusedError):
+    """Nothing accepts connections at the URL's host and port: a wrong port,
+    a server not running (also a ConnectionRefusedError).  Raised after a
+    few quick tries (about 1.5 s) while no server has answered this dataset
+    yet; once one has, a refused connection is retried like any failure
+    that can pass (a server restarting)."""

@@ -9,7 +9,11 @@
  * the retry budget, or the number of tries), so a run never hangs on the
  * network and a failure ends when the user said.  What no retry can cure (a
  * redirect loop, TLS, a name that does not resolve, most 4xx, a wrong
- * Content-Range, a changed object) fails at once.
+ * Content-Range, a changed object) fails at once.  A connection refused by
+ * a server that has not yet answered this client (a wrong port, a server
+ * not started) is tried OPEN_CONNECT_TRIES times, quickly, not for the
+ * whole deadline: at open the user is waiting, and a server that never
+ * answered is more likely misnamed than restarting.
  */
 #define _GNU_SOURCE
 #include "remote.h"
@@ -41,6 +45,10 @@ struct stk__http {
     double rate;     /* bytes/s a transfer typically gets (moving average) */
     int late;        /* a transfer taking this many times longer than that
                       * rate predicts is sent again (0: never) */
+    /* Whether a server ever answered one of this client's requests (any
+     * status): until then a refused connection is not given the full
+     * retries.  Written and read by whichever thread runs requests. */
+    _Atomic bool answered;
     const int *beat; /* files whose mtime says "alive" (stk__http_beat) */
     size_t nbeat;
     uint64_t beat_ns; /* last beat */
@@ -141,6 +149,10 @@ static void beat(stk__http *h) {
 /* ---- one transfer ---- */
 
 #define MAX_REDIRECTS 5
+/* Tries of a request whose connection is refused before any server
+ * answered this client: with the backoff's 0.1-0.2, 0.2-0.4 and 0.4-0.8 s
+ * between them, the open fails within about 1.5 s. */
+#define OPEN_CONNECT_TRIES 4
 
 typedef struct xfer {
     stk__http *h;
@@ -439,6 +451,8 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
     stk__fetch *f = x->f;
     if (x->status == 0 && cc == CURLE_OK) response_started(x);
     long st = x->status;
+    f->refused = false;
+    if (st) atomic_store_explicit(&h->answered, true, memory_order_relaxed);
     char code[64];
     stk__xml_element(f->errbody, "Code", code, sizeof code);
     if (!f->region[0]) stk__xml_element(f->errbody, "Region", f->region, sizeof f->region);
@@ -539,9 +553,21 @@ static int judge(stk__http *h, xfer *x, CURLcode cc) {
             f->rc = stk__err(&f->err, STK_ETLS, "%s: TLS failed (%s); not retried", what(f),
                              x->errbuf[0] ? x->errbuf : curl_easy_strerror(cc));
             return -1;
+        case CURLE_COULDNT_CONNECT: {
+            /* Refused (or no route): a server restarting may take it
+             * again, so it is retried; settle() cuts that short while no
+             * server ever answered. */
+            long os = 0;
+            curl_easy_getinfo(x->e, CURLINFO_OS_ERRNO, &os);
+            snprintf(f->err.message, sizeof f->err.message, "%s",
+                     x->errbuf[0] ? x->errbuf : curl_easy_strerror(cc));
+            f->err.code = os > 0 ? -(int)os : -ECONNREFUSED;
+            f->refused = true;
+            return 1;
+        }
         default:
-            /* Connection refused or reset, timeouts, stalls, partial
-             * bodies, name resolution: all may pass. */
+            /* Connection reset, timeouts, stalls, partial bodies: all may
+             * pass. */
             snprintf(f->err.message, sizeof f->err.message, "%s",
                      x->errbuf[0] ? x->errbuf : curl_easy_strerror(cc));
             f->err.code = cc == CURLE_OPERATION_TIMEDOUT ? STK_ETIMEOUT : -EIO;
@@ -630,6 +656,14 @@ static bool settle(stk__http *h, xfer *x, CURLcode cc) {
     char last[STK_ERROR_MAX];
     snprintf(last, sizeof last, "%s", fx->err.message);
     double spent = (double)(now - fx->first_ns) / 1e9;
+    if (fx->refused && fx->attempts >= OPEN_CONNECT_TRIES &&
+        !atomic_load_explicit(&h->answered, memory_order_relaxed)) {
+        fx->rc = stk__err(&fx->err, fx->err.code,
+                          "%s: cannot connect (%s) after %d attempts in %.1f s; check the "
+                          "URL's host and port, and that the server is running",
+                          what(fx), last, fx->attempts, spent);
+        return true;
+    }
     if (fx->attempts > h->retries) {
         fx->rc = stk__err(&fx->err, fx->err.code ? fx->err.code : -EIO,
                           "%s: gave up after %d attempts; the last: %s", what(fx), fx->attempts,

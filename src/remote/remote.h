@@ -30,6 +30,13 @@ typedef struct stk__url {
 
 /* Whether `path` names a remote dataset (s3://, http://, https://). */
 bool stk__is_remote(const char *path);
+/* Refuses a path that is a URL of a scheme stoker cannot read (gs://,
+ * az://, hdfs://, file://...), unless a local file or directory has that
+ * very name: -EINVAL, the message naming the schemes that are read and,
+ * for the usual ones, what to do instead (a GCS bucket through its
+ * S3-compatible endpoint).  0 for anything else: a local path, s3://,
+ * http(s)://. */
+int stk__url_scheme_check(const char *path, stk_error *err);
 /* Parses a dataset URL.  -EINVAL (the message names the URL and says what
  * is wrong: no bucket, an empty host, a query or fragment...) */
 int stk__url_parse(const char *text, stk__url *out, stk_error *err);
@@ -133,6 +140,7 @@ typedef struct stk__fetch {
     char retry_after[32];
     char region[64];
     int store_err; /* why the body could not be kept (-ENOSPC, -ENOMEM...) */
+    bool refused;  /* the last attempt could not connect */
     bool done;
     int rc;
     stk_error err;
@@ -178,7 +186,11 @@ void stk__http_deadline(stk__http *h, double timeout_s);
  * does not resolve (STK_EHOST), 4xx other than 408 and 429 (404 -ENOENT,
  * 401 and 403 -EACCES, a wrong region -EINVAL, 416 STK_ESTALE, others
  * STK_EHTTP), a Content-Range other than the range asked for
- * (STK_ERANGE), an object whose ETag or size changed (STK_ESTALE). */
+ * (STK_ERANGE), an object whose ETag or size changed (STK_ESTALE).  A
+ * connection refused before any server answered h fails after a few quick
+ * tries (about 1.5 s) with the socket's errno (-ECONNREFUSED, or
+ * -EHOSTUNREACH, -ENETUNREACH); once one has answered, it is retried like
+ * any failure that can pass. */
 int stk__http_run(stk__http *h, stk__fetch *f, size_t n, stk_error *err);
 /* stk__http_run for a caller whose requests are worth nothing unless all
  * succeed: the first to fail for good ends the run, and is the failure

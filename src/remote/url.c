@@ -5,13 +5,67 @@
 #define _GNU_SOURCE
 #include "remote.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 
 bool stk__is_remote(const char *path) {
     return path && (strncmp(path, "s3://", 5) == 0 || strncmp(path, "http://", 7) == 0 ||
                     strncmp(path, "https://", 8) == 0);
+}
+
+/* What to do instead, for the schemes users are known to try. */
+static const char *scheme_hint(const char *scheme, size_t n) {
+    static const struct {
+        const char *scheme, *hint;
+    } hints[] = {
+        {"gs",
+         "A Google Cloud Storage bucket can be read today through its S3-compatible "
+         "endpoint: make an HMAC key for a service account (Cloud Storage, Settings, "
+         "Interoperability), then set AWS_ENDPOINT_URL=https://storage.googleapis.com, "
+         "AWS_ACCESS_KEY_ID to the key's access ID and AWS_SECRET_ACCESS_KEY to its secret, "
+         "and open s3://BUCKET/PATH"},
+        {"az", "Copy the dataset to a local path first (azcopy copy URL DIR --recursive)"},
+        {"abfs", "Copy the dataset to a local path first (azcopy copy URL DIR --recursive)"},
+        {"abfss", "Copy the dataset to a local path first (azcopy copy URL DIR --recursive)"},
+        {"wasb", "Copy the dataset to a local path first (azcopy copy URL DIR --recursive)"},
+        {"wasbs", "Copy the dataset to a local path first (azcopy copy URL DIR --recursive)"},
+        {"hdfs", "Copy the dataset to a local path first (hdfs dfs -get URL DIR)"},
+        {"ftp", "Copy the dataset to a local path first, or serve it over http(s)"},
+        {"sftp", "Copy the dataset to a local path first, or serve it over http(s)"},
+        {"file", "Give the path without file://"},
+    };
+    for (size_t i = 0; i < sizeof hints / sizeof *hints; i++)
+        if (strlen(hints[i].scheme) == n && strncasecmp(hints[i].scheme, scheme, n) == 0)
+            return hints[i].hint;
+    return NULL;
+}
+
+int stk__url_scheme_check(const char *path, stk_error *err) {
+    if (!path || stk__is_remote(path)) return 0;
+    /* RFC 3986: a letter, then letters, digits, '+', '-', '.'; then "://". */
+    size_t n = 0;
+    if (!((path[0] >= 'a' && path[0] <= 'z') || (path[0] >= 'A' && path[0] <= 'Z'))) return 0;
+    while (path[n] && (isalnum((unsigned char)path[n]) || path[n] == '+' || path[n] == '-' ||
+                       path[n] == '.'))
+        n++;
+    if (strncmp(path + n, "://", 3) != 0) return 0;
+    /* A file or directory that really has that name is opened as one. */
+    struct stat st;
+    if (stat(path, &st) == 0) return 0;
+    if (n == 2 && strncasecmp(path, "S3", 2) == 0)
+        return stk__err(err, -EINVAL, "%s: write the scheme in lowercase: s3://", path);
+    if ((n == 4 || n == 5) && strncasecmp(path, "https", n) == 0)
+        return stk__err(err, -EINVAL, "%s: write the scheme in lowercase: %.*s://", path,
+                        (int)n, n == 4 ? "http" : "https");
+    const char *hint = scheme_hint(path, n);
+    return stk__err(err, -EINVAL,
+                    "%s: %.*s:// is not supported; these are: s3://, http://, https://, local "
+                    "paths%s%s",
+                    path, (int)n, path, hint ? ". " : "", hint ? hint : "");
 }
 
 void stk__url_free(stk__url *u) {

@@ -33,6 +33,7 @@
  */
 #define _GNU_SOURCE
 #include "sources.h"
+#include "../remote/remote.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -80,6 +81,11 @@ typedef struct builder {
     unsigned rate;
     int filters;       /* HDF5: the chunks' filter pipeline (STK__CHUNK_*) */
     const char *skip;  /* the index file itself, never indexed */
+    /* With the source taken from the files' names: files of another kind
+     * than the first's, which one index cannot hold (for the refusal). */
+    char *other[4];
+    size_t nother;
+    stk_source other_src;
     stk__h5child *h5;  /* HDF5: the process libhdf5 runs in, for every file */
 } builder;
 
@@ -457,6 +463,17 @@ static int walk(builder *b, const char *path, bool named, stk_error *err) {
     }
     if (S_ISREG(st.st_mode)) {
         if (b->skip && strcmp(path, b->skip) == 0) return 0;
+        stk_source k = source_of(path);
+        if (b->o->source == STK_SOURCE_AUTO && !b->o->extension && b->src != STK_SOURCE_AUTO &&
+            k != STK_SOURCE_AUTO && k != b->src) {
+            /* Noted, to refuse the whole mix once every file is seen. */
+            if (b->nother < sizeof b->other / sizeof *b->other &&
+                !(b->other[b->nother] = stk__strdup(path)))
+                return stk__err(err, -ENOMEM, "out of memory");
+            if (b->nother == 0) b->other_src = k;
+            b->nother++;
+            return 0;
+        }
         if (!named && !wanted(b, path)) return 0;
         int rc = add_file(b, path, &st, err);
         if (rc == 0 && b->o->on_progress &&
@@ -504,7 +521,34 @@ static void common_dir(char **dir, const char *p) {
     d[n ? n : 1] = 0;
 }
 
+/* Refuses files of two kinds found where the source was left to their
+ * names: an index holds one kind (one field, read one way), and taking
+ * the first kind alone would leave the others out with no word said. */
+static int refuse_mix(const builder *b, const char *const *paths, size_t npaths,
+                      stk_error *err) {
+    char list[STK_ERROR_MAX / 2];
+    size_t n = 0, shown = b->nother < sizeof b->other / sizeof *b->other
+                             ? b->nother
+                             : sizeof b->other / sizeof *b->other;
+    list[0] = '\0';
+    for (size_t i = 0; i < shown && n < sizeof list; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", b->other[i]);
+    if (b->nother > shown && n < sizeof list)
+        snprintf(list + n, sizeof list - n, " and %zu more", b->nother - shown);
+    const char *kept = source_name(b->src), *left = source_name(b->other_src);
+    return stk__err(err, -EINVAL,
+                    "%s%s: files of two kinds, and one index holds one kind: %zu %s file%s "
+                    "(the first %s) and %zu %s file%s (%s); index each kind into an index of "
+                    "its own (one PATH per kind, or --ext .%s), or take only the %s files with "
+                    "--from %s (source=\"%s\" in Python), leaving the others out",
+                    paths[0], npaths > 1 ? " (and the other paths)" : "", b->n, kept,
+                    b->n == 1 ? "" : "s", b->first ? b->first : "?", b->nother, left,
+                    b->nother == 1 ? "" : "s", list, left, kept, kept, kept);
+}
+
 static void builder_free(builder *b) {
+    for (size_t i = 0; i < b->nother && i < sizeof b->other / sizeof *b->other; i++)
+        stk__free(b->other[i]);
     for (size_t i = 0; i < b->n; i++) {
         stk__free(b->files[i].path);
         stk__free(b->files[i].runs);
@@ -532,7 +576,11 @@ int stk_index_build(const char *const *paths, size_t npaths, const char *index_p
     int rc = 0;
     json_t *root = NULL;
     char *idir = stk__path_dir(index_path), *idir_real = NULL, *text = NULL, *outside = NULL;
-    for (size_t i = 0; i < npaths && rc == 0; i++) rc = walk(&b, paths[i], true, err);
+    for (size_t i = 0; i < npaths && rc == 0; i++) {
+        rc = stk__url_scheme_check(paths[i], err);
+        if (rc == 0) rc = walk(&b, paths[i], true, err);
+    }
+    if (rc == 0 && b.nother) rc = refuse_mix(&b, paths, npaths, err);
     if (rc) goto out;
     if (b.n == 0) {
         rc = stk__err(err, -ENOENT, "%s%s: no %s files found", paths[0],

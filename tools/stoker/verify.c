@@ -89,8 +89,11 @@ int cmd_verify(int argc, char **argv) {
     if (rc) {
         fprintf(stderr, "%s: error: %s\n", prog, err.message);
         /* Damage found while opening is still damage; an unfinished or
-         * unmerged pack is not damage, it just cannot be opened yet. */
-        return rc == -ENOENT || rc == -EACCES || rc == -ENOMEM || rc == STK_EINCOMPLETE
+         * unmerged pack is not damage, it just cannot be opened yet, and a
+         * path that is no dataset at all (a URL stoker does not read, a
+         * Parquet file) is a mistake in the command, not damage. */
+        return rc == -ENOENT || rc == -EACCES || rc == -ENOMEM || rc == STK_EINCOMPLETE ||
+                       rc == -EINVAL
                    ? EXIT_ERROR
                    : EXIT_DAMAGED;
     }

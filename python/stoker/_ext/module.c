@@ -10,6 +10,7 @@
 
 PyObject *StokerError, *InvalidArgument, *NotFound, *AccessDenied, *OutOfMemory, *Timeout;
 static PyObject *DataChanged, *RedirectLoop, *HostNotFound, *TLSError, *HTTPError, *BadRange;
+static PyObject *RemoteError, *ConnectionRefused;
 
 PyObject *raise_stk(int rc, const stk_error *e) {
     const char *msg = e && e->message[0] ? e->message : stk_strerror(rc);
@@ -24,6 +25,8 @@ PyObject *raise_stk(int rc, const stk_error *e) {
                      : rc == STK_ETLS ? TLSError
                      : rc == STK_EHTTP ? HTTPError
                      : rc == STK_ERANGE ? BadRange
+                     : rc == -ECONNREFUSED ? ConnectionRefused
+                     : rc == -EHOSTUNREACH || rc == -ENETUNREACH ? RemoteError
                                      : StokerError;
     PyObject *args = Py_BuildValue("(is)", rc, msg);
     if (args) {
@@ -173,10 +176,12 @@ static int import_errors(void) {
     TLSError = PyObject_GetAttrString(errors, "TLSError");
     HTTPError = PyObject_GetAttrString(errors, "HTTPError");
     BadRange = PyObject_GetAttrString(errors, "BadRange");
+    RemoteError = PyObject_GetAttrString(errors, "RemoteError");
+    ConnectionRefused = PyObject_GetAttrString(errors, "ConnectionRefused");
     Py_DECREF(errors);
     return StokerError && InvalidArgument && NotFound && AccessDenied && OutOfMemory && Timeout &&
                    DataChanged && RedirectLoop && HostNotFound && TLSError && HTTPError &&
-                   BadRange
+                   BadRange && RemoteError && ConnectionRefused
                ? 0
                : -1;
 }
