@@ -12,6 +12,7 @@
 #include "loader.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -297,6 +298,84 @@ static void size_ahead(stk_loader *ld, const stk_loader_options *o) {
     ld->ahead_n = unit ? ((mb << 20) + unit - 1) / unit : 0;
 }
 
+/* Says why the cache budget cannot hold `window` bytes (`holders` each
+ * holding `per`; `all`: the window is the whole of the data), with the
+ * budget these options need, the budget threads=1 would need, and the
+ * batch size (or block group) that fits the budget as it is: advice that
+ * is true for the options given, threads=1 included. */
+static int cache_window_error(const stk_loader *ld, const stk_loader_options *o, uint64_t per,
+                              int holders, uint64_t window, bool all, stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    /* What the readers may hold: the budget less what is never evicted. */
+    uint64_t K = 1024, fixed = ds->cache_fixed;
+    uint64_t B = ds->cache_budget > fixed ? ds->cache_budget - fixed : 0;
+    int others = ld->use_groups ? holders - 1 : holders; /* the loader's threads */
+    uint64_t one = STK__MIN(per * (uint64_t)(holders - others + 1), window);
+    char held[200], need[160], fit[300];
+    if (ld->use_groups)
+        snprintf(held, sizeof held,
+                 "%d thread%s and the group reader each hold a block group of up to %llu KiB "
+                 "(block_group=%u blocks)",
+                 others, others == 1 ? "" : "s", (unsigned long long)(per / K),
+                 (unsigned)ld->opt.block_group);
+    else
+        snprintf(held, sizeof held,
+                 "%d thread%s a batch of %u records of up to %llu KiB each (whole "
+                 "%u KiB blocks)",
+                 others, others == 1 ? " holds" : "s each hold", (unsigned)o->batch_size,
+                 (unsigned long long)(per / o->batch_size / K), ds->block_size >> 10);
+    if (others > 1)
+        snprintf(need, sizeof need, "at least %llu KiB (%llu KiB with threads=1)",
+                 (unsigned long long)((window + fixed + K - 1) / K),
+                 (unsigned long long)((one + fixed + K - 1) / K));
+    else
+        snprintf(need, sizeof need, "at least %llu KiB",
+                 (unsigned long long)((window + fixed + K - 1) / K));
+    size_t n = 0;
+    if (ld->use_groups) {
+        /* A group is block_group blocks, each taking up to `blk` (blocks are
+         * cut at whole records, so their size follows block_bytes only
+         * roughly): the block_group that fits, else how small a block must
+         * get. */
+        unsigned kg = ld->opt.block_group ? ld->opt.block_group : 1;
+        uint64_t blk = per / kg, now = B / (uint64_t)holders / blk, min1 = B / 2 / blk;
+        if (now)
+            n += (size_t)snprintf(fit + n, sizeof fit - n, "block_group=%llu or less%s",
+                                  (unsigned long long)now, others > 1 ? " with these threads" : "");
+        if (others > 1 && min1 > now)
+            n += (size_t)snprintf(fit + n, sizeof fit - n, "%sblock_group=%llu or less with "
+                                  "threads=1", n ? ", or " : "", (unsigned long long)min1);
+        if (!min1)
+            snprintf(fit + n, sizeof fit - n,
+                     "smaller blocks: one block takes up to %llu KiB of cache here, and may "
+                     "take at most %llu KiB (%llu with threads=1): lower block_bytes",
+                     (unsigned long long)(blk / K), (unsigned long long)(B / holders / K),
+                     (unsigned long long)(B / 2 / K));
+    } else {
+        uint64_t rec = per / o->batch_size;
+        uint64_t now = B / (rec * (uint64_t)holders), min1 = B / rec;
+        if (now)
+            n += (size_t)snprintf(fit + n, sizeof fit - n, "batch_size=%llu or less%s",
+                                  (unsigned long long)now, others > 1 ? " with these threads" : "");
+        if (others > 1 && min1 > now)
+            n += (size_t)snprintf(fit + n, sizeof fit - n, "%sbatch_size=%llu or less with "
+                                  "threads=1", n ? ", or " : "", (unsigned long long)min1);
+        if (!min1)
+            snprintf(fit + n, sizeof fit - n,
+                     "no batch_size: one record may take %llu KiB of cache",
+                     (unsigned long long)(rec / K));
+    }
+    return stk__err(err, -ENOSPC,
+                    "%s: the cache budget (%llu KiB) cannot hold what the loader may read at "
+                    "once: %s, %llu KiB%s, besides the %llu KiB the cache keeps for the "
+                    "shards' headers and indexes.  These options need a budget of %s; to fit "
+                    "this one: %s; or a budget of 0, which streams",
+                    ds->origin ? ds->origin : ds->dir,
+                    (unsigned long long)(ds->cache_budget / K), held,
+                    (unsigned long long)(window / K), all ? " (the whole dataset)" : " in all",
+                    (unsigned long long)((fixed + K - 1) / K), need, fit);
+}
+
 /* A remote dataset whose cache budget is smaller than it: the bytes the
  * loader's threads may hold in the cache at once (each a batch's records
  * in whole 64 KiB blocks, or a block-order group) must fit the budget, or
@@ -329,23 +408,15 @@ static int check_cache_window(stk_loader *ld, const stk_loader_options *o,
         per = (uint64_t)o->batch_size * ((longest + bs - 1) / bs + 1) * bs;
     }
     uint64_t window = STK__MIN(per * (uint64_t)holders, data);
-    if (window <= ds->cache_budget) {
+    if (window + ds->cache_fixed <= ds->cache_budget) {
         /* Read-ahead takes at most half of what the window leaves. */
-        uint64_t room = (ds->cache_budget - window) / 2;
+        uint64_t room = (ds->cache_budget - ds->cache_fixed - window) / 2;
         if (ld->ahead_n)
             ld->ahead_n = STK__MIN(ld->ahead_n,
                                    room / STK__MAX(ld->use_groups ? ld->group_cap : per, 1));
         return 0;
     }
-    return stk__err(err, -ENOSPC,
-                    "%s: the cache budget (%llu KiB) cannot hold what the loader's %d threads "
-                    "may read at once (%llu KiB: %s, in whole %u KiB blocks); raise "
-                    "cache_budget, or lower threads, %s (a budget of 0 streams)",
-                    ds->origin ? ds->origin : ds->dir,
-                    (unsigned long long)(ds->cache_budget >> 10), holders,
-                    (unsigned long long)(window >> 10),
-                    ld->use_groups ? "a block group each" : "a batch of records each",
-                    ds->block_size >> 10, ld->use_groups ? "block_bytes or block_group" : "batch_size");
+    return cache_window_error(ld, o, per, holders, window, window == data, err);
 }
 
 /* Open's steps after the options are checked, in order (each may use

@@ -57,6 +57,30 @@ static int open_part(fshard *s, int *fd) {
     return 0;
 }
 
+/* Whole pages (of f->page bytes) covering [a, z). */
+static uint64_t pages(const stk__fetcher *f, uint64_t a, uint64_t z) {
+    return z > a ? ((z + f->page - 1) / f->page - a / f->page) * f->page : 0;
+}
+
+/* The disk the cache takes that no eviction gives back: each shard's
+ * header and its tail (index, block table), or the whole of a shard held
+ * whole, the presence files, the uses file (uses_len bytes), and the
+ * reserve for the file system's own blocks. */
+static uint64_t fixed_bytes(const stk__fetcher *f, uint64_t uses_len) {
+    const stk_dataset *ds = f->ds;
+    uint64_t fixed = f->margin + pages(f, 0, uses_len);
+    for (size_t i = 0; i < f->n; i++) {
+        const stk__shard *sh = &ds->shards[i];
+        if (f->sh[i].complete) {
+            fixed += pages(f, 0, sh->size);
+            continue;
+        }
+        fixed += pages(f, 0, sh->data_off) + pages(f, sh->data_end, sh->size) +
+                 pages(f, 0, f->sh[i].nblocks);
+    }
+    return fixed;
+}
+
 int stk__budget_init(stk__fetcher *f, const char *dir, uint64_t budget, stk_error *err) {
     stk_dataset *ds = (stk_dataset *)f->ds;
     f->budget = budget;
@@ -143,6 +167,7 @@ int stk__budget_init(stk__fetcher *f, const char *dir, uint64_t budget, stk_erro
     f->limited = true;
     ds->cache_limited = true;
     ds->cache_budget = budget;
+    ds->cache_fixed = fixed_bytes(f, len);
     ds->ensure_plan = stk__budget_plan;
     return 0;
 }

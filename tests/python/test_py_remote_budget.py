@@ -175,6 +175,58 @@ def test_window_larger_than_budget_is_refused(big, aws, tmp_path):
     assert "whole dataset" in p.stderr and "2 MiB" in p.stderr, p.stderr
 
 
+def test_budget_refusal_gives_advice_that_works(big, aws, tmp_path):
+    """The refusal says the budget these options need, the batch size (or
+    block group) that fits, and what threads=1 would need: each piece of
+    advice, taken, opens; and threads=1 is never advised where it is
+    already so."""
+    import re
+    url, budget = "s3://bucket/big", 1 * MiB
+    n = [0]
+
+    def opens(batch, **kw):
+        n[0] += 1
+        o = dict(cache_dir=tmp_path / f"c{n[0]}", cache_budget=budget, **kw)
+        with stoker.Loader(url, batch, **o) as ld:
+            next(iter(ld))
+
+    def refusal(batch, **kw):
+        with pytest.raises(stoker.StokerError) as e:
+            opens(batch, **kw)
+        return str(e.value)
+
+    msg = refusal(64, threads=1, shuffle="random")
+    assert "threads" not in msg, msg
+    need = int(re.search(r"need a budget of at least (\d+) KiB", msg).group(1))
+    fits = int(re.search(r"batch_size=(\d+) or less", msg).group(1))
+    opens(fits, threads=1, shuffle="random")
+    with pytest.raises(stoker.StokerError):
+        opens(fits + 1, threads=1, shuffle="random")
+    budget = need * 1024
+    opens(64, threads=1, shuffle="random")
+    budget = need * 1024 - 4096
+    with pytest.raises(stoker.StokerError):
+        opens(64, threads=1, shuffle="random")
+    budget = 1 * MiB
+    msg = refusal(64, threads=2, shuffle="random")
+    assert "headers and indexes" in msg, msg
+    one = int(re.search(r"\((\d+) KiB with threads=1\)", msg).group(1))
+    now = int(re.search(r"batch_size=(\d+) or less with these threads", msg).group(1))
+    fits1 = int(re.search(r"batch_size=(\d+) or less with threads=1", msg).group(1))
+    opens(now, threads=2, shuffle="random")
+    opens(fits1, threads=1, shuffle="random")
+    budget = one * 1024
+    opens(64, threads=1, shuffle="random")
+    # Block order: the block group that fits.
+    budget = 4 * MiB
+    block = {"shuffle": "block", "block_bytes": 200 << 10}
+    msg = refusal(1, threads=2, block_group=4, **block)
+    now = int(re.search(r"block_group=(\d+) or less with these threads", msg).group(1))
+    fits1 = int(re.search(r"block_group=(\d+) or less with threads=1", msg).group(1))
+    opens(1, threads=2, block_group=now, **block)
+    opens(1, threads=1, block_group=fits1, **block)
+
+
 def test_budget_from_the_environment(big, aws, tmp_path, monkeypatch):
     monkeypatch.setenv("STOKER_CACHE_BUDGET", "lots")
     with pytest.raises(stoker.InvalidArgument) as e:
