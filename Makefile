@@ -7,7 +7,7 @@ BUILD ?= build
 PY := .venv/bin/python
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build py-install test test-c test-py sanitize tsan py-asan fuzz demo demo-npy bench clean wheel wheel-check
+.PHONY: all deps build py-install test test-full test-c test-py sanitize tsan py-asan fuzz demo demo-npy bench clean wheel wheel-check
 
 all: build
 
@@ -22,15 +22,26 @@ build: deps
 py-install: build
 	@scripts/py-install.sh
 
+# The Python tests run on every core (pytest-xdist); the randomized kill
+# loops are sampled (the seed is in the header: STOKER_TEST_SEED replays
+# it), and Dask's and Ray's tests skip unless test-full installed them.
+PYTEST_JOBS ?= auto
+
 test: build py-install
 	ctest --test-dir $(BUILD) --output-on-failure -j2
-	STOKER_BUILD=$(BUILD) $(PY) -m pytest -q tests/python
+	STOKER_BUILD=$(BUILD) $(PY) -m pytest -q -n $(PYTEST_JOBS) tests/python
+
+# Every case: Dask and Ray installed and tested, the kill loops at full count.
+test-full: build py-install
+	@ENGINES=1 scripts/deps.sh
+	ctest --test-dir $(BUILD) --output-on-failure -j2
+	STOKER_BUILD=$(BUILD) STOKER_TEST_FULL=1 $(PY) -m pytest -q -n $(PYTEST_JOBS) tests/python
 
 test-c: build
 	ctest --test-dir $(BUILD) --output-on-failure -j2
 
 test-py: build py-install
-	STOKER_BUILD=$(BUILD) $(PY) -m pytest -q tests/python
+	STOKER_BUILD=$(BUILD) $(PY) -m pytest -q -n $(PYTEST_JOBS) tests/python
 
 # The C tests under AddressSanitizer and UndefinedBehaviorSanitizer.
 sanitize: deps

@@ -41,6 +41,19 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; th
     echo "$want" >"$STAMP"
 fi
 
+# With ENGINES=1 (make test-full, make bench): Dask and Ray, from
+# requirements-engines.txt.
+if [ "${ENGINES:-0}" = 1 ] || [ "${BENCH:-0}" = 1 ]; then
+    EREQ=requirements-engines.txt
+    ESTAMP=.venv/.requirements-engines.sha
+    ewant=$(cat "$REQ" "$EREQ" | sha256sum | cut -d' ' -f1)
+    if [ "$(cat "$ESTAMP" 2>/dev/null)" != "$ewant" ]; then
+        echo "deps: installing Dask and Ray from $EREQ"
+        .venv/bin/python -m pip install -q -r "$EREQ"
+        echo "$ewant" >"$ESTAMP"
+    fi
+fi
+
 # With BENCH=1 (make bench): the benchmarks' peers and tools, from
 # requirements-bench.txt. Its "# no-deps: PKG" lines are installed without
 # their declared dependencies, which that file lists by hand.

@@ -30,6 +30,33 @@ if os.environ.get("STOKER_TEST_START_METHOD"):
 
 from stkcli import REPO_ROOT, Stoker
 
+# `make test` samples the long randomized loops (the kill loops) with a seed
+# of its own each run; `make test-full` (STOKER_TEST_FULL=1, which CI runs
+# too) runs every case.  The seed is printed in the header: STOKER_TEST_SEED
+# replays a run's choices.
+FULL = os.environ.get("STOKER_TEST_FULL", "") not in ("", "0")
+SEED = int(os.environ.get("STOKER_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
+os.environ["STOKER_TEST_SEED"] = str(SEED)  # (pytest-xdist's workers, started later, inherit it)
+
+
+def _seed_line():
+    return (f"stoker: {'every case (STOKER_TEST_FULL=1)' if FULL else 'sampled cases'}, "
+            f"STOKER_TEST_SEED={SEED}")
+
+
+def pytest_report_header(config):
+    return _seed_line()
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(_seed_line())  # (also under -q, where no header is shown)
+
+
+def cases(full, sampled):
+    """How many cases of a randomized loop to run: `full` under
+    STOKER_TEST_FULL=1, else `sampled`."""
+    return full if FULL else sampled
+
 
 def stoker_exe():
     build = Path(os.environ.get("STOKER_BUILD", "build"))
