@@ -1652,8 +1652,19 @@ STK_API void stk_arrow_options_init(stk_arrow_options *opts);
  *
  * The schema is checked before anything is written: decimals, nested and
  * other types, unknown or repeated columns, mixed types in one field are
- * -EINVAL with a message naming the column and saying what to do.  A failure later (a stream error, a null where
- * none may be) leaves the dataset incomplete, never complete and partial.
+ * -EINVAL with a message naming the column and saying what to do.  Each
+ * batch is checked against the schema before a row of it is read: its
+ * columns, and for each the buffers and children its format has, lengths
+ * that cover the batch, offsets that never decrease and stay within the
+ * child (lists) or the data buffer (string views), and a validity bitmap
+ * where nulls are counted; a batch that does not fit is -EINVAL naming the
+ * batch (counting from 0), its first row and the column.  (The interface
+ * gives no types with a batch: an array of another type but the same
+ * layout, int32 values where int64 was announced, cannot be told.)  A
+ * failure later (a stream error, a batch that does not fit, a null where
+ * none may be) leaves the dataset incomplete, never complete and partial;
+ * without group_by the records before it stay written, for
+ * opts->writer.resume.
  * The stream is consumed but not released; *records gets the record count.
  */
 STK_API int stk_write_arrow(const char *path, struct ArrowArrayStream *stream,

@@ -71,8 +71,11 @@ class _Batches:
     schema by the first's), and an exception raised while producing them
     kept, to be raised as itself rather than as the stream's text of it."""
 
-    def __init__(self, schema: Any, batches: Iterable[Any], display: Any):
+    def __init__(self, schema: Any, batches: Iterable[Any], display: Any, noun: str = "item"):
         self.schema, self.batches, self.display = schema, batches, display
+        self.noun = noun  # what the source's items are called in messages
+        self.rows = 0  # given so far
+        self.path = ""  # the dataset written, for messages
         self.error: Optional[BaseException] = None
 
     def _gen(self):
@@ -87,15 +90,20 @@ class _Batches:
                     parts = [pa.record_batch(b)] if hasattr(b, "__arrow_c_array__") \
                         else pa.table(b).to_batches()
                 else:
-                    raise TypeError(f"item {i} of the source is a {type(b).__name__}, but the "
-                                    "first was a pyarrow RecordBatch: every item must be one")
+                    raise TypeError(f"{self.noun} {i} of the source is a {type(b).__name__}, "
+                                    "but the first was a pyarrow RecordBatch: every item must "
+                                    "be one")
                 for part in parts:
-                    if not part.schema.equals(self.schema):
+                    wrong = _schema_mismatch(part.schema, self.schema)
+                    if wrong:
                         raise InvalidArgument(
-                            f"item {i} of the source has schema ({_schema_text(part.schema)}); "
-                            f"the first's is ({_schema_text(self.schema)}): every batch must "
-                            "have the first's (cast it: batch.cast(schema))")
+                            f"{self.path}: {self.noun} {i} of the source (its rows from "
+                            f"{self.rows}) "
+                            f"does not have the source's schema: {wrong}; every batch must "
+                            f"have it ({_schema_text(self.schema)}): cast it, "
+                            "batch.cast(schema)")
                     self.display.update(part.num_rows, part.nbytes)
+                    self.rows += part.num_rows
                     yield part
         except BaseException as e:
             self.error = e
@@ -108,6 +116,21 @@ class _Batches:
 
 def _schema_text(schema: Any) -> str:
     return ", ".join(f"{f.name}: {f.type}" for f in schema)
+
+
+def _schema_mismatch(got: Any, want: Any) -> Optional[str]:
+    """How a batch's schema differs from the stream's in what the C writer
+    reads by position (the columns' names and types; not nullability nor
+    metadata), or None where it does not."""
+    if len(got) != len(want):
+        return (f"it has {len(got)} columns ({', '.join(got.names)}) where the schema has "
+                f"{len(want)} ({', '.join(want.names)})")
+    for k, (g, w) in enumerate(zip(got, want)):
+        if g.name != w.name:
+            return f"its column {k} is '{g.name}' where the schema has '{w.name}'"
+        if g.type != w.type:
+            return f"column '{g.name}' is {g.type} where the schema has {w.type}"
+    return None
 
 
 def _arrow_rows(source: Any) -> Optional[int]:
@@ -137,7 +160,8 @@ def _counted(source: Any, what: str, total: Optional[int],
         return None
     reader = source if _pyarrow_kind(source) == "RecordBatchReader" \
         else pa.RecordBatchReader.from_stream(source)
-    return _Batches(reader.schema, reader, _progress.bar(what, total, "rows", progress))
+    return _Batches(reader.schema, reader, _progress.bar(what, total, "rows", progress),
+                    "batch")
 
 
 def _arrow_stream(source: Any) -> Any:
@@ -459,7 +483,11 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
               RecordBatches (``ParquetFile.iter_batches()``; the schema is
               the first batch's, and every batch must have it), and
               ``stoker.parquet(path)`` for Parquet files, directories and
-              s3:// prefixes.
+              s3:// prefixes.  A batch that does not fit the stream's
+              schema (other columns or types; for a stream not made by
+              pyarrow, what its arrays' layout shows) is refused by its
+              number (without ``group_by``, the records before it kept
+              for ``resume``).
 
             - a Hugging Face ``datasets.Dataset`` (in memory or mapped from
               disk; its Arrow table is read as it lies, in the dataset's
@@ -587,6 +615,7 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
                 total = sum(b.num_rows for b in source)
             batches = _Batches(first.schema, itertools.chain([first], it),
                                _progress.bar(what, total, "rows", progress))
+            batches.path = path
             source = batches.reader()
         else:
             source = itertools.chain([] if first is None else [first], it)
@@ -634,9 +663,15 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
                 w.abort()
                 raise
     if hasattr(source, "__arrow_c_stream__"):
-        if batches is None and _progress.wanted(progress):
+        # A pyarrow reader's batches are checked against its schema even
+        # without progress: its C stream gives each batch without its
+        # types, and an int32 column where int64 was announced has the
+        # same layout (the C writer checks what the layout shows).
+        if batches is None and (_progress.wanted(progress)
+                                or _pyarrow_kind(source) == "RecordBatchReader"):
             batches = _counted(source, what, rows, progress)
             if batches is not None:
+                batches.path = path
                 source = batches.reader()
         try:
             return _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes,

@@ -466,7 +466,7 @@ int stk_write_arrow_report(const char *path, struct ArrowArrayStream *stream,
         kept = stk_writer_num_records(w);
     }
     stk_value v[4097];
-    uint64_t base = 0;
+    uint64_t base = 0, nbatch = 0;
     for (;;) {
         struct ArrowArray batch;
         memset(&batch, 0, sizeof batch);
@@ -478,9 +478,9 @@ int stk_write_arrow_report(const char *path, struct ArrowArrayStream *stream,
             break;
         }
         if (!batch.release) break; /* end of stream */
-        if (batch.n_children != c.ncols) {
-            rc = stk__err(err, -EINVAL, "%s: a batch of the stream has %lld columns, not %d",
-                          path, (long long)batch.n_children, c.ncols);
+        if ((rc = stk__arrow_check_batch(&c, &batch, nbatch++, base, path, err))) {
+            /* (Nothing of it read; the records before it stay written, and
+             * the dataset incomplete.) */
         } else if (opts->group_by) {
             rc = stk__arrow_accumulate(&c, &batch, base, err);
         } else {

@@ -78,6 +78,12 @@ typedef struct ctx {
     uint64_t table_cap;
 } ctx;
 
+/* Checks batch number `index` (counting from 0; its rows start at stream
+ * row `base`) against the planned columns before any row of it is read:
+ * -EINVAL naming `path`, the batch and the column where it does not fit
+ * (arrow_check.c). */
+int stk__arrow_check_batch(const ctx *c, const struct ArrowArray *batch, uint64_t index,
+                           uint64_t base, const char *path, stk_error *err);
 /* Grows *p (capacity *cap) to hold `need` bytes. */
 int stk__arrow_grow_bytes(uint8_t **p, uint64_t *cap, uint64_t need);
 /* Row r of field f from a batch into *dst (grown by `grow`), counting *rows. */
