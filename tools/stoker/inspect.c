@@ -1,25 +1,31 @@
 /*
  * stoker inspect: a dataset's (or an in-place index's) schema, shards and
- * counts, as the library validated them on opening.
+ * counts, as the library validated them on opening; with --stats the
+ * statistics its writer gathered per column of each numeric field.
  */
 #include "cli.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 static const char inspect_help[] =
-    "Usage: stoker inspect DATASET [--all]\n"
+    "Usage: stoker inspect DATASET [--all] [--stats]\n"
     "\n"
     "Shows a dataset's schema, its shards, and its record and byte counts.\n"
     "Opening validates every shard header and index (not the record bytes;\n"
     "see `stoker verify`).\n"
     "\n"
     "  --all        list every shard (default: the first 10)\n"
+    "  --stats      print the statistics gathered when it was packed: count, NaN\n"
+    "               count, mean, std (ddof 0), min and max of each column of each\n"
+    "               numeric field, NaN left out (no record is read)\n"
     ROOT_HELP
     "\n"
     "Example:\n"
-    "  stoker inspect basins.stk\n";
+    "  stoker inspect basins.stk\n"
+    "  stoker inspect basins.stk --stats\n";
 
 static void field_shape(const stk_field *f, char *out, size_t cap) {
     size_t k = (size_t)snprintf(out, cap, "[");
@@ -92,15 +98,74 @@ static void print_summary(stk_dataset *ds, const char *path) {
                : "shards   %zu, %s on disk (%s of record data)\n", ns, hb, hd);
 }
 
+/* Column k of a row of shape f->shape[1..ndim) as "[i, j]"; "-" for a
+ * field of one value a row. */
+static void column_name(const stk_field *f, size_t k, char *out, size_t cap) {
+    if (f->ndim <= 1) {
+        snprintf(out, cap, "-");
+        return;
+    }
+    size_t idx[STK_MAX_DIMS];
+    for (int d = f->ndim - 1; d >= 1; d--) {
+        idx[d] = k % (size_t)f->shape[d];
+        k /= (size_t)f->shape[d];
+    }
+    size_t n = (size_t)snprintf(out, cap, "[");
+    for (int d = 1; d < f->ndim && n < cap; d++)
+        n += (size_t)snprintf(out + n, cap - n, d > 1 ? ", %zu" : "%zu", idx[d]);
+    if (n < cap) snprintf(out + n, cap - n, "]");
+}
+
+/* A table per numeric field: a line per column. */
+static void print_stats(stk_dataset *ds) {
+    size_t nf = stk_dataset_num_fields(ds), with = 0;
+    for (size_t i = 0; i < nf; i++) {
+        const stk_column_stats *c;
+        size_t n;
+        with += stk_dataset_field_stats(ds, i, &c, &n) == 0;
+    }
+    if (!with) {
+        printf("stats    none recorded (%s)\n",
+               stk_dataset_source(ds) ? "an in-place index: its files were not packed"
+                                      : "packed by a stoker before statistics, or resumed "
+                                        "without them");
+        return;
+    }
+    printf("stats    per column, NaN left out, gathered when packed\n");
+    printf("  %-20s %-10s %12s %10s %14s %14s %14s %14s\n", "field", "column", "count", "nan",
+           "mean", "std", "min", "max");
+    for (size_t i = 0; i < nf; i++) {
+        const stk_field *f = stk_dataset_field(ds, i);
+        const stk_column_stats *c;
+        size_t n;
+        if (stk_dataset_field_stats(ds, i, &c, &n) != 0) {
+            printf("  %-20s %s\n", f->name,
+                   f->dtype == STK_BYTES ? "(bytes: no statistics)"
+                                         : "(no statistics: rows wider than "
+                                           "STK_STATS_MAX_COLUMNS elements)");
+            continue;
+        }
+        for (size_t k = 0; k < n; k++) {
+            char col[64];
+            column_name(f, k, col, sizeof col);
+            double sd = c[k].count ? sqrt(c[k].m2 / (double)c[k].count) : NAN;
+            printf("  %-20s %-10s %12" PRIu64 " %10" PRIu64 " %14.7g %14.7g %14.7g %14.7g\n",
+                   k ? "" : f->name, col, c[k].count, c[k].nan_count, c[k].mean, sd, c[k].min,
+                   c[k].max);
+        }
+    }
+}
+
 int cmd_inspect(int argc, char **argv) {
     const char *path = NULL, *root = NULL;
-    bool all = false;
+    bool all = false, stats = false;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(inspect_help, stdout);
             return 0;
         }
         if (!strcmp(argv[i], "--all")) all = true;
+        else if (!strcmp(argv[i], "--stats")) stats = true;
         else if (!strcmp(argv[i], "--root")) root = opt_value("inspect", argc, argv, &i);
         else if (argv[i][0] == '-') die_usage("inspect", "unknown option '%s'", argv[i]);
         else path = argv[i];
@@ -113,6 +178,7 @@ int cmd_inspect(int argc, char **argv) {
     print_fields(ds);
     printf("attrs    %s\n", stk_dataset_attrs(ds));
     print_shards(ds, stk_dataset_source(ds) != NULL, all);
+    if (stats) print_stats(ds);
     stk_dataset_close(ds);
     return 0;
 }

@@ -14,6 +14,7 @@
  *   array.c    the Array type: one field of a batch, buffer protocol
  *   dlpack.c   DLPack export of an Array
  *   writer.c   the Writer type, write_arrow() and index()
+ *   fieldstats.c  field_stats(): the statistics gathered at pack time
  *
  * Objects:
  *   Loader  wraps stk_loader (and the stk_dataset it reads).
@@ -216,6 +217,10 @@ PyObject *py_write_arrow(PyObject *mod, PyObject *args);
 PyObject *py_merge(PyObject *mod, PyObject *args);
 PyObject *py_push_files(PyObject *mod, PyObject *args);
 PyObject *py_index(PyObject *mod, PyObject *args, PyObject *kw);
+
+/* ---- fieldstats.c ---- */
+
+PyObject *py_field_stats(PyObject *mod, PyObject *args);
 
 #pragma GCC visibility pop
 

@@ -148,6 +148,10 @@ static PyMethodDef module_methods[] = {
     {"open_mixture", py_open_mixture, METH_VARARGS,
      "open_mixture([(loader args, weight, count, names), ...], exhaust, homogeneous, seed) "
      "-> Loader over the sources (stk_loader_open_mixture)."},
+    {"field_stats", py_field_stats, METH_VARARGS,
+     "field_stats(path, root=None, cache_dir=None) -> ([(name, dtype, row shape)], {name: "
+     "{count, nan_count, mean, m2, min, max}}): the statistics gathered at pack time "
+     "(stk_dataset_field_stats), a list of one value per column each."},
     {"merge", py_merge, METH_VARARGS,
      "merge(path, count=0): joins a dataset's parts (stk_merge_parts)."},
     {"report_html", py_report_html, METH_VARARGS,
