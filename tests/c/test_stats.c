@@ -19,7 +19,8 @@
 
 #define NREC 120
 
-static const stk_field schema[5] = {
+#define NF 6
+static const stk_field schema[NF] = {
     {.name = "x", .dtype = STK_F32, .ndim = 2, .shape = {STK_RAGGED, 3}},
     {.name = "n", .dtype = STK_I32, .ndim = 0},
     {.name = "raw", .dtype = STK_BYTES, .ndim = 1, .shape = {STK_RAGGED}},
@@ -27,7 +28,6 @@ static const stk_field schema[5] = {
     {.name = "z", .dtype = STK_F64, .ndim = 2, .shape = {2, 2}, .codec = STK_CODEC_ZSTD},
     {.name = "w", .dtype = STK_U16, .ndim = 2, .shape = {STK_RAGGED, 1000}},
 };
-#define NF 6
 
 static uint64_t rng = 7;
 static double uni(void) {
