@@ -508,10 +508,10 @@ static void put_waits(FILE *f, const stk_report *r) {
         const stk_diagnosis *d = &u->diagnosis;
         if (u->step_seconds <= 0 || d->batches_per_s <= 0) continue;
         /* The stall over the batches: the mean wait of one step for its batch. */
-        fprintf(f, "%s: each step of %.2f ms waited %.3f ms for its batch on average "
+        put_text(f, u->name);
+        fprintf(f, ": each step of %.2f ms waited %.3f ms for its batch on average "
                    "(%.1f%% of the run). ",
-                u->name, 1e3 * u->step_seconds, 1e3 * d->stall / d->batches_per_s,
-                100 * d->stall);
+                1e3 * u->step_seconds, 1e3 * d->stall / d->batches_per_s, 100 * d->stall);
     }
     fputs("The line is the share of each stretch of the run that the consumer spent in "
           "next().</p>\n",
