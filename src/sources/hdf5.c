@@ -16,6 +16,7 @@
 #include "../core/convert.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,26 @@ static const char *pack_hint(const char *path, const char *dset, char *out, size
 
 /* The same through h5py and its own HDF5, for a file this libhdf5 cannot
  * open or decode: a Python one-liner, ready to run but for the output. */
+/* stk__err for a refusal whose message ends with `hint`, a command to run
+ * instead: where the whole would be cut at STK_ERROR_MAX (a long path), the
+ * explanation is shortened rather than the command, which must stay whole
+ * to be run as given. */
+static int hint_err(stk_error *err, const char *hint, int code, const char *fmt, ...)
+    STK__PRINTF(4, 5);
+static int hint_err(stk_error *err, const char *hint, int code, const char *fmt, ...) {
+    char full[4 * STK_ERROR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(full, sizeof full, fmt, ap);
+    va_end(ap);
+    size_t h = strlen(hint);
+    if (n < 0 || (size_t)n < STK_ERROR_MAX || (size_t)n >= sizeof full || (size_t)n < h ||
+        strcmp(full + n - h, hint) != 0 || h + 64 >= STK_ERROR_MAX)
+        return stk__err(err, code, "%s", full);
+    int keep = (int)(STK_ERROR_MAX - 1 - h - sizeof " ...: " + 1);
+    return stk__err(err, code, "%.*s ...: %s", keep, full, hint);
+}
+
 static const char *h5py_hint(const char *path, const char *dset, char *out, size_t cap) {
     char code[1024];
     size_t n = (size_t)snprintf(code, sizeof code,
@@ -301,7 +322,7 @@ static int index_here(const char *path, const char *dset, stk__h5info *out, stk_
         unsigned maj = 0, min = 0, rel = 0;
         H5get_libversion(&maj, &min, &rel);
         if (maj < 2 && (maj < 1 || min < 14))
-            rc = stk__err(err, STK_EUNSUPPORTED,
+            rc = hint_err(err, hint, STK_EUNSUPPORTED,
                           "%s: dataset '%s' is there, but stoker's HDF5 library (%u.%u.%u) "
                           "cannot open it%s%s%s, probably written by a newer HDF5 with "
                           "libver='latest'; pack its rows through h5py's HDF5 with "
@@ -335,7 +356,7 @@ static int index_here(const char *path, const char *dset, stk__h5info *out, stk_
     if (m) {
         char hint[STK_ERROR_MAX];
         if (m == -ERANGE)
-            rc = stk__err(err, STK_EUNSUPPORTED,
+            rc = hint_err(err, hint, STK_EUNSUPPORTED,
                           "%s: dataset '%s': the type is big-endian; stoker reads "
                           "little-endian numbers in place: pack its rows (converted) with %s",
                           path, out->dataset, pack_hint(path, out->dataset, hint, sizeof hint));
@@ -371,7 +392,7 @@ static int index_here(const char *path, const char *dset, stk__h5info *out, stk_
     }
     if (lay != H5D_CHUNKED) {
         char hint[STK_ERROR_MAX];
-        rc = stk__err(err, STK_EUNSUPPORTED,
+        rc = hint_err(err, hint, STK_EUNSUPPORTED,
                       "%s: dataset '%s' uses the compact layout (tiny data held in the "
                       "header): pack its rows into a dataset instead, with %s",
                       path, out->dataset, pack_hint(path, out->dataset, hint, sizeof hint));
@@ -381,7 +402,7 @@ static int index_here(const char *path, const char *dset, stk__h5info *out, stk_
     unsigned bit_of[32] = {0}; /* pipeline position -> STK__CHUNK_* bit */
     if (nfilt > 32) {
         char hint[STK_ERROR_MAX];
-        rc = stk__err(err, STK_EUNSUPPORTED,
+        rc = hint_err(err, hint, STK_EUNSUPPORTED,
                       "%s: dataset '%s' has %d filters: pack its rows into a dataset "
                       "instead, with %s",
                       path, out->dataset, nfilt, pack_hint(path, out->dataset, hint, sizeof hint));
@@ -413,13 +434,13 @@ static int index_here(const char *path, const char *dset, stk__h5info *out, stk_
         }
         char hint[STK_ERROR_MAX];
         if (bit)
-            rc = stk__err(err, STK_EUNSUPPORTED,
+            rc = hint_err(err, hint, STK_EUNSUPPORTED,
                           "%s: dataset '%s' applies its filters in another order than shuffle, "
                           "gzip (deflate), Fletcher-32, the one stoker undoes in place: pack "
                           "its rows with %s",
                           path, out->dataset, pack_hint(path, out->dataset, hint, sizeof hint));
         else if (H5Zfilter_avail(id) > 0)
-            rc = stk__err(err, STK_EUNSUPPORTED,
+            rc = hint_err(err, hint, STK_EUNSUPPORTED,
                           "%s: dataset '%s' has the %s filter; stoker undoes shuffle, gzip "
                           "(deflate) and Fletcher-32 in place: pack its rows (libhdf5 decodes "
                           "the %s filter) with %s",
@@ -427,7 +448,7 @@ static int index_here(const char *path, const char *dset, stk__h5info *out, stk_
                           fname[0] ? fname : "unknown",
                           pack_hint(path, out->dataset, hint, sizeof hint));
         else
-            rc = stk__err(err, STK_EUNSUPPORTED,
+            rc = hint_err(err, hint, STK_EUNSUPPORTED,
                           "%s: dataset '%s' has the %s filter; stoker undoes shuffle, gzip "
                           "(deflate) and Fletcher-32 in place, and its HDF5 library lacks "
                           "this filter: pack its rows through h5py (which has its own) with "
@@ -440,7 +461,7 @@ static int index_here(const char *path, const char *dset, stk__h5info *out, stk_
     for (int k = 1; k < nd; k++)
         if (cdims[k] != dims[k]) {
             char hint[STK_ERROR_MAX];
-            rc = stk__err(err, STK_EUNSUPPORTED,
+            rc = hint_err(err, hint, STK_EUNSUPPORTED,
                           "%s: dataset '%s': chunks of dimension %d hold %llu of %llu "
                           "entries, so a row is split between chunks, which stoker does not "
                           "read in place: pack its rows with %s",
@@ -531,7 +552,7 @@ static int index_here(const char *path, const char *dset, stk__h5info *out, stk_
     }
     if (next != dims[0]) {
         char hint[STK_ERROR_MAX];
-        rc = stk__err(err, STK_EUNSUPPORTED,
+        rc = hint_err(err, hint, STK_EUNSUPPORTED,
                       "%s: dataset '%s': rows from %llu on are in chunks never written "
                       "(libhdf5 reads them as the fill value); write them, or pack the rows "
                       "as libhdf5 reads them with %s",

@@ -108,8 +108,12 @@ def refusals(p):
 
 @pytest.mark.parametrize("name", ["split", "bigend", "scaled", "lzf", "compact", "order",
                                   "holes", "latest:d"])
-def test_every_refusal_advises_a_command_that_works(stoker, tmp_path, name):
+@pytest.mark.parametrize("deep", [False, True])
+def test_every_refusal_advises_a_command_that_works(stoker, tmp_path, name, deep):
     src = tmp_path / "in dir"   # a space: the advice must quote the path
+    if deep:  # a long path: the message is shortened, never the command at its end
+        src = tmp_path / ("a long folder name " * 6) / "in dir"
+        src.parent.mkdir()
     src.mkdir()
     refusals(src / "r.h5")
     file, _, dset = name.rpartition(":")
