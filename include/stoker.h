@@ -1361,11 +1361,14 @@ typedef struct stk_series_point {
  * was taken since the last point) and sets *points to the series: valid
  * until the next call of these functions, a stats reset or the loader's
  * close; do not free.  Returns the number of points (0 without a series).
+ * stk_loader_series_stop ends the series and frees its points: batches are
+ * no longer timed for it, and stk_loader_series gives 0.  NULL is a no-op.
  * Thread-safety: call these from the consumer thread.
  */
 STK_API int stk_loader_series_start(stk_loader *ld, uint32_t every_us, uint32_t max_points,
                                     stk_error *err);
 STK_API size_t stk_loader_series(stk_loader *ld, const stk_series_point **points);
+STK_API void stk_loader_series_stop(stk_loader *ld);
 
 /*
  * Diagnosis: what `stoker doctor` and stoker.profile report.  From a run's

@@ -247,6 +247,7 @@ def profile(loader: Any, step: Optional[Callable[[Batch], Any]] = None, *,
     finally:
         if trace is not None:
             c.trace_stop()
+        c.series_stop()  # (the loader goes on untimed)
         loader.load_state_dict(state)
     path = getattr(loader, "_path", None)
     return Report(alone, with_step, step_s, limit_name, resident, got,

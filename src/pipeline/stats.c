@@ -73,12 +73,22 @@ int stk_loader_series_start(stk_loader *ld, uint32_t every_us, uint32_t max_poin
 
 bool stk__loader_series_on(const stk_loader *ld) { return ld->series != NULL; }
 
+void stk_loader_series_stop(stk_loader *ld) {
+    if (!ld) return;
+    stk__free(ld->series);
+    ld->series = NULL;
+    ld->series_cap = 0;
+    ld->series_n = 0;
+}
+
 /* Adds the point of the counters now.  A full series keeps every other
- * point (the odd ones, so that the newest stays) and doubles the spacing. */
+ * point, counted back from the newest so that it stays (the odd indexes of
+ * an even count, the even ones of an odd count), and doubles the spacing. */
 static void series_add(stk_loader *ld, uint64_t t) {
     if (ld->series_n == ld->series_cap) {
         uint32_t k = 0;
-        for (uint32_t i = 1; i < ld->series_n; i += 2) ld->series[k++] = ld->series[i];
+        for (uint32_t i = 1 - (ld->series_n & 1u); i < ld->series_n; i += 2)
+            ld->series[k++] = ld->series[i];
         ld->series_n = k;
         ld->series_every *= 2;
     }

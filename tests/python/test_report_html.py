@@ -220,3 +220,14 @@ def test_the_series_is_bounded_and_loses_nothing(toy):
     assert pts[-1][1] == got and pts[-1][2] == 4000 and pts[-1][3] == 4000 * (64 * 4 + 8)
     for a, b in zip(pts, pts[1:]):
         assert all(y >= x for x, y in zip(a, b)) and b[0] > a[0]
+
+
+def test_profile_leaves_the_loader_untimed(toy):
+    """The series stoker.profile starts is ended with it: the loader does not
+    go on timing batches (nor holding the points) for the rest of its life."""
+    with stoker.Loader(toy, batch_size=16) as ld:
+        r = stoker.profile(ld, step=lambda b: None, batches=5)
+        assert r.series["alone"] and r.series["with_step"]
+        for _ in zip(range(3), ld):
+            pass
+        assert ld._c.series() == []

@@ -153,6 +153,11 @@ void loader_teardown(LoaderObject *self);
  * RuntimeError in a process other than the one that opened it,
  * InvalidArgument once closed. */
 int check_process(LoaderObject *self);
+/* A call into the loader's consumer-side C functions from any Python
+ * thread: enter_c waits while another thread is in one (next's wait with
+ * the GIL released), 0 or -1 with an exception; leave_c after it. */
+int enter_c(LoaderObject *self);
+void leave_c(LoaderObject *self);
 
 /* ---- options.c ---- */
 
@@ -185,6 +190,7 @@ PyObject *loader_measure_limit(LoaderObject *self, PyObject *unused);
 PyObject *loader_diagnose(LoaderObject *self, PyObject *args);
 PyObject *loader_series_start(LoaderObject *self, PyObject *args);
 PyObject *loader_series(LoaderObject *self, PyObject *unused);
+PyObject *loader_series_stop(LoaderObject *self, PyObject *unused);
 /* report_html(path, report dict): the page of stk_report_write_html. */
 PyObject *py_report_html(PyObject *mod, PyObject *args);
 

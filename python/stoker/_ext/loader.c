@@ -59,7 +59,7 @@ static PyObject *loader_close(LoaderObject *self, PyObject *unused);
  * marks this thread as in it.  0, or -1 with an exception (the loader was
  * closed meanwhile, or this thread is already in one: a signal handler
  * that called the loader during next()'s wait). */
-static int enter_c(LoaderObject *self) {
+int enter_c(LoaderObject *self) {
     unsigned long me = PyThread_get_thread_ident();
     for (;;) {
         if (check_process(self)) return -1;
@@ -85,7 +85,7 @@ static int enter_c(LoaderObject *self) {
 
 /* After it: a close() asked for from this very thread meanwhile is done
  * now. */
-static void leave_c(LoaderObject *self) {
+void leave_c(LoaderObject *self) {
     self->busy = 0;
     self->busy_thread = 0;
     if (self->close_deferred) {
@@ -451,6 +451,8 @@ static PyMethodDef loader_methods[] = {
      "(stk_loader_series_start)."},
     {"series", (PyCFunction)loader_series, METH_NOARGS,
      "series() -> [(t_ns, batches, samples, bytes, wait_ns, calls, ready_sum)]."},
+    {"series_stop", (PyCFunction)loader_series_stop, METH_NOARGS,
+     "series_stop(): ends the series and frees it (stk_loader_series_stop)."},
     {"next_batch", (PyCFunction)loader_next_batch, METH_NOARGS,
      "Waits for the next batch: (dict of Array, sample ids as bytes[, sources as Array, "
      "as bytes]), or None at the end of the epoch."},

@@ -37,8 +37,9 @@ PyObject *loader_stats(LoaderObject *self, PyObject *unused) {
 
 PyObject *loader_stats_reset(LoaderObject *self, PyObject *unused) {
     (void)unused;
-    if (check_process(self)) return NULL;
+    if (enter_c(self)) return NULL;  /* (consumer-side: not during another thread's next) */
     stk_loader_stats_reset(self->ld);
+    leave_c(self);
     Py_RETURN_NONE;
 }
 
@@ -142,7 +143,9 @@ PyObject *loader_series_start(LoaderObject *self, PyObject *args) {
     unsigned int every_us = 0, max_points = 0;
     if (!PyArg_ParseTuple(args, "|II", &every_us, &max_points)) return NULL;
     stk_error err = {0};
+    if (enter_c(self)) return NULL;
     int rc = stk_loader_series_start(self->ld, every_us, max_points, &err);
+    leave_c(self);
     if (rc) return raise_stk(rc, &err);
     Py_RETURN_NONE;
 }
@@ -150,7 +153,7 @@ PyObject *loader_series_start(LoaderObject *self, PyObject *args) {
 /* series() -> [(t_ns, batches, samples, bytes, wait_ns, calls, ready_sum)]. */
 PyObject *loader_series(LoaderObject *self, PyObject *unused) {
     (void)unused;
-    if (check_process(self)) return NULL;
+    if (enter_c(self)) return NULL;  /* (the points are not moved meanwhile) */
     const stk_series_point *p;
     size_t n = stk_loader_series(self->ld, &p);
     PyObject *list = PyList_New((Py_ssize_t)n);
@@ -163,7 +166,16 @@ PyObject *loader_series(LoaderObject *self, PyObject *unused) {
         }
         PyList_SetItem(list, (Py_ssize_t)i, t);
     }
+    leave_c(self);
     return list;
+}
+
+PyObject *loader_series_stop(LoaderObject *self, PyObject *unused) {
+    (void)unused;
+    if (enter_c(self)) return NULL;
+    stk_loader_series_stop(self->ld);
+    leave_c(self);
+    Py_RETURN_NONE;
 }
 
 /* d[key] as a double; -1 with an exception naming the key when it is
