@@ -273,6 +273,9 @@ def read_mixture(argv, doctor):
     ap.add_argument("--max-batches", type=int, default=None)
     ap.add_argument("--step-ms", type=float, default=0.0 if not doctor else 0.0)
     ap.add_argument("--json", action="store_true")
+    if doctor:
+        ap.add_argument("--html", default=None, metavar="FILE",
+                        help="also write the report as one self-contained page")
     a = ap.parse_args(argv)
     import numpy as np
     import stoker
@@ -320,6 +323,15 @@ def read_mixture(argv, doctor):
                     b = None
                 if max_batches is not None and taken >= max_batches:
                     mx.set_epoch(mx.epoch + 1)
+            if doctor and a.html:
+                # The page is stoker.profile's (a mixture profiles as a
+                # loader does), from runs of its own over the same batches.
+                def spin(_batch, s=a.step_ms / 1e3):
+                    end = time.perf_counter() + s
+                    while time.perf_counter() < end:
+                        pass
+                stoker.profile(mx, step=spin if a.step_ms > 0 else None,
+                               batches=max_batches or 200).to_html(a.html)
     except stoker.StokerError as e:
         print(f"stoker {cmd}: error: {e}", file=sys.stderr)
         return 2

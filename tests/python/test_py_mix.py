@@ -416,6 +416,14 @@ def test_cli_reads_a_mixture_description(srcs, tmp_path):
         out = json.loads(p.stdout)
         assert [s["samples"] for s in out["sources"]] == list(SIZES)  # exhaust=all
         assert out["samples"] == sum(SIZES)
+    # doctor --html writes the page for a mixture as for one dataset.
+    page = tmp_path / "mix.html"
+    p = subprocess.run([exe, "doctor", str(desc), "--batch", "16", "--step-ms", "1",
+                        "--html", str(page)], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    html = page.read_text()
+    assert "<svg" in html and "with the step" in html and "verdict" in html.lower(), html[:300]
     p = subprocess.run([exe, "read", str(tmp_path / "none.json")], env=env,
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "none.json" in p.stderr
