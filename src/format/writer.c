@@ -32,6 +32,7 @@
 #define STAGE_BYTES (1u << 20)   /* staging buffer for small pieces */
 #define DIRECT_BYTES (64u << 10) /* pieces this large skip the staging buffer */
 #define MAX_PENDING_SYNC 4       /* finished shards whose write-back runs */
+#define STATS_SLICE (1u << 20)   /* a field's bytes gathered and written at once */
 
 static const uint8_t zeros[4096];
 
@@ -904,11 +905,23 @@ int stk_writer_append(stk_writer *w, const stk_value *values, stk_error *err) {
         e[1 + 3 * i] = w->pos;
         e[2 + 3 * i] = w->stored_len[i];
         e[3 + 3 * i] = values[i].rows;
-        if ((rc = emit(w, w->stored_ptr[i], (size_t)w->stored_len[i], true))) goto fail;
+        if (w->fields[i].codec != STK_CODEC_NONE) {
+            if ((rc = emit(w, w->stored_ptr[i], (size_t)w->stored_len[i], true))) goto fail;
+            stk__stats_add(w->cur, i, &w->fields[i], values[i].data, values[i].rows);
+            continue;
+        }
+        /* The statistics and the write of each slice together, so that
+         * the bytes the statistics bring into the cache are hashed and
+         * copied from there: a large field is read from memory once. */
+        uint64_t row = w->info[i].row_bytes, step = STK__MAX(STATS_SLICE / (row ? row : 1), 1);
+        for (uint64_t r = 0; r < values[i].rows; r += step) {
+            uint64_t k = STK__MIN(step, values[i].rows - r);
+            const uint8_t *at = (const uint8_t *)values[i].data + r * row;
+            stk__stats_add(w->cur, i, &w->fields[i], at, k);
+            if ((rc = emit(w, at, (size_t)(k * row), true))) goto fail;
+        }
     }
     e[0] = XXH3_64bits_digest(&w->rec_state);
-    for (size_t i = 0; i < w->nfields; i++)
-        stk__stats_add(w->cur, i, &w->fields[i], values[i].data, values[i].rows);
     w->nrec_shard++;
     w->records++;
     return 0;
