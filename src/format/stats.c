@@ -15,14 +15,13 @@
  * far from zero compared with the spread (timestamps, 1e6 +- 1e3), and two
  * parts joined give what one pass gives to rounding.
  *
- * The values of a record are taken in chunks that stay in the cache.  Each
- * chunk is read twice from there (its sums, then its squared deviations
- * from its own mean) and joined to the running moments; the pack's file
- * is never read.  The inner loops keep W independent partial results
- * ("lanes", W a multiple of the column count, so lane l is column l % C),
- * which the compiler turns into vector code; a first pass without NaN
- * checks serves the chunks that hold none, and a chunk found to hold one
- * is taken again with them.
+ * The values handed to the writer are taken in chunks that stay in the
+ * cache, each in one pass (sums of the values less a shift, and of their
+ * squares: stk__stats_add), and joined to the running moments; the pack's
+ * files are never read.  The loop keeps W independent partial results
+ * ("lanes", W a multiple of the column count, so lane l is column l % C)
+ * in vector registers; a loop without NaN checks serves the chunks that
+ * hold none, and a chunk found to hold one is taken again with them.
  */
 #include "format.h"
 
