@@ -78,12 +78,15 @@ def _stored(path, fields, ddof, root, cache_dir):
             None if cache_dir is None else os.fspath(cache_dir))
     except (StokerError, TypeError, ValueError):
         return None
-    shapes = {name: shape for name, _, shape in schema}
+    shapes = {name: shape for name, _, shape, _ in schema}
+    # Times and dates are read as datetime64, which has no statistics.
+    times = {name for name, _, _, kind in schema
+             if kind and kind.startswith(("timestamp", "date", "duration", "time"))}
     if fields is None:
-        want = [name for name, dtype, _ in schema if dtype in _FLOAT_DTYPES]
+        want = [name for name, dtype, _, _ in schema if dtype in _FLOAT_DTYPES]
     else:
         want = list(fields)
-    if not want or any(f not in got for f in want):
+    if not want or any(f not in got or f in times for f in want):
         return None
     out: Dict[str, Dict[str, np.ndarray]] = {}
     for f in want:

@@ -221,3 +221,15 @@ def test_inspect_prints_each_column(data):
             assert count == s[f]["count"][idx] and nan == s[f]["nan_count"][idx]
             for v, key in ((mean, "mean"), (std, "std"), (lo, "min"), (hi, "max")):
                 np.testing.assert_allclose(v, s[f][key][idx], rtol=1e-6)
+
+
+def test_dates_have_no_statistics_but_their_neighbours_do(tmp_path):
+    """A date field (read as datetime64) is not numeric to stoker.stats,
+    stored statistics or not; the float field beside it is."""
+    path = tmp_path / "d.stk"
+    v = np.arange(10, dtype=np.float32)
+    stoker.write(path, {"day": np.arange(10).astype("datetime64[D]"), "v": v})
+    with pytest.raises(stoker.InvalidArgument, match="numeric"):
+        stoker.stats(path, "day")
+    s = stoker.stats(path)
+    assert list(s) == ["v"] and s["v"]["mean"] == v.mean() and s["v"]["max"] == 9

@@ -28,8 +28,9 @@ static PyObject *column_list(const stk_column_stats *c, size_t n, int member) {
 }
 
 /* field_stats(path, root=None, cache_dir=None) -> ([(name, dtype, row
- * shape), ...], {name: {"count", "nan_count", "mean", "m2", "min", "max"}})
- * with lists of one value per column, for every field that has them. */
+ * shape, logical type or None), ...], {name: {"count", "nan_count", "mean",
+ * "m2", "min", "max"}}) with lists of one value per column, for every
+ * field that has them. */
 PyObject *py_field_stats(PyObject *mod, PyObject *args) {
     (void)mod;
     const char *path, *root = NULL, *cache_dir = NULL;
@@ -53,7 +54,8 @@ PyObject *py_field_stats(PyObject *mod, PyObject *args) {
         PyObject *shape = PyTuple_New(f->ndim > 1 ? f->ndim - 1 : 0);
         for (int d = 1; shape && d < f->ndim; d++)
             PyTuple_SetItem(shape, d - 1, PyLong_FromLongLong(f->shape[d]));
-        PyObject *entry = shape ? Py_BuildValue("(ssN)", f->name, stk_dtype_name(f->dtype), shape)
+        PyObject *entry = shape ? Py_BuildValue("(ssNz)", f->name, stk_dtype_name(f->dtype),
+                                                shape, f->type)
                                 : NULL;
         if (!entry || PyList_Append(fields, entry) < 0) {
             Py_XDECREF(entry);

@@ -149,7 +149,7 @@ static PyMethodDef module_methods[] = {
      "open_mixture([(loader args, weight, count, names), ...], exhaust, homogeneous, seed) "
      "-> Loader over the sources (stk_loader_open_mixture)."},
     {"field_stats", py_field_stats, METH_VARARGS,
-     "field_stats(path, root=None, cache_dir=None) -> ([(name, dtype, row shape)], {name: "
+     "field_stats(path, root=None, cache_dir=None) -> ([(name, dtype, row shape, type)], {name: "
      "{count, nan_count, mean, m2, min, max}}): the statistics gathered at pack time "
      "(stk_dataset_field_stats), a list of one value per column each."},
     {"merge", py_merge, METH_VARARGS,
