@@ -664,8 +664,9 @@ STK_API int stk_dataset_shard(const stk_dataset *ds, size_t i,
 /*
  * Statistics of one column of a numeric field, gathered by the writer as it
  * packed (no record is read to give them).  A column is one element of the
- * field's row: a field of shape [*, 4] has 4, a scalar field 1 (a record
- * is then one row).  Values are taken as double, integers included.  NaN
+ * field's row: a field of rows (shape [STK_RAGGED, 4]) has 4; a field of a
+ * fixed shape is one row a record, each element a column ([5] has 5, [2, 3]
+ * has 6, a scalar 1).  Values are taken as double, integers included.  NaN
  * values are counted in nan_count and left out of everything else.
  *
  * The standard deviation is sqrt(m2 / (count - ddof)): ddof 0 for the

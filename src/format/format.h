@@ -159,8 +159,14 @@ int stk__stats_copy(stk__stats *to, const stk__stats *from);
  * both sets of values, as if seen in one pass; a field lacking in either
  * lacks in the result.  0, or -EINVAL for another schema. */
 int stk__stats_merge(stk__stats *into, const stk__stats *from);
+/* Whether field f's records are rows (a ragged first dimension): its
+ * columns are then the elements of a row; else a record is one row. */
+static inline bool stk__stats_rowed(const stk_field *f) {
+    return f->ndim > 0 && f->shape[0] == STK_RAGGED;
+}
 /* Adds `rows` rows of field `field` (schema entry f), raw (not compressed)
- * bytes at data.  Needs the scratch.  Cannot fail. */
+ * bytes at data: rows of the field's row when stk__stats_rowed, else whole
+ * records.  Needs the scratch.  Cannot fail. */
 void stk__stats_add(stk__stats *s, size_t field, const stk_field *f, const void *data,
                     uint64_t rows);
 /* The "stats" object of a manifest (jansson's json_t), and back; `what`

@@ -4,8 +4,9 @@
  * column), their combination across shards and parts, and their JSON form
  * in the manifest.
  *
- * A column is one element of a field's row: a field of shape [*, 3] has 3,
- * a scalar field 1 (each record one row).  Values are taken as double;
+ * A column is one element of a field's row: a field of shape [*, 3] (rows
+ * of 3) has 3; a field of a fixed shape is one row a record, every element
+ * a column ([5] has 5, a scalar 1), as stoker.stats reads it.  Values are taken as double;
  * NaN is counted apart and left out of the rest.
  *
  * Moments are kept as count, mean and M2 (the sum of squared deviations
@@ -40,7 +41,7 @@
 size_t stk__stats_columns(const stk_field *f) {
     if (f->dtype == STK_BYTES || stk_dtype_size(f->dtype) == 0) return 0;
     uint64_t c = 1;
-    for (int d = 1; d < f->ndim; d++) {
+    for (int d = stk__stats_rowed(f) ? 1 : 0; d < f->ndim; d++) {
         c *= (uint64_t)f->shape[d];
         if (c > STK_STATS_MAX_COLUMNS) return 0;
     }

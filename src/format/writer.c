@@ -905,11 +905,14 @@ int stk_writer_append(stk_writer *w, const stk_value *values, stk_error *err) {
         e[1 + 3 * i] = w->pos;
         e[2 + 3 * i] = w->stored_len[i];
         e[3 + 3 * i] = values[i].rows;
+        /* A field of a fixed shape is one row of statistics a record. */
+        bool rowed = stk__stats_rowed(&w->fields[i]);
         if (w->fields[i].codec != STK_CODEC_NONE) {
             if ((rc = emit(w, w->stored_ptr[i], (size_t)w->stored_len[i], true))) goto fail;
-            stk__stats_add(w->cur, i, &w->fields[i], values[i].data, values[i].rows);
+            stk__stats_add(w->cur, i, &w->fields[i], values[i].data, rowed ? values[i].rows : 1);
             continue;
         }
+        if (!rowed) stk__stats_add(w->cur, i, &w->fields[i], values[i].data, 1);
         /* The statistics and the write of each slice together, so that
          * the bytes the statistics bring into the cache are hashed and
          * copied from there: a large field is read from memory once. */
@@ -917,7 +920,7 @@ int stk_writer_append(stk_writer *w, const stk_value *values, stk_error *err) {
         for (uint64_t r = 0; r < values[i].rows; r += step) {
             uint64_t k = STK__MIN(step, values[i].rows - r);
             const uint8_t *at = (const uint8_t *)values[i].data + r * row;
-            stk__stats_add(w->cur, i, &w->fields[i], at, k);
+            if (rowed) stk__stats_add(w->cur, i, &w->fields[i], at, k);
             if ((rc = emit(w, at, (size_t)(k * row), true))) goto fail;
         }
     }

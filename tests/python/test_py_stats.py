@@ -131,6 +131,34 @@ def test_stored_agree_with_computed_and_numpy(data):
     assert (s["t"]["min"], s["t"]["max"]) == (t.min(), t.max())
 
 
+def test_stored_agree_with_computed_for_fixed_shapes_and_static_fields(tmp_path):
+    """A field of a fixed shape (and a grouped pack's static field, one
+    value per group) is one row a record, each element a column: stored
+    and computed agree on that, column for column."""
+    rng = np.random.default_rng(5)
+    fixed = rng.normal(50, 7, (300, 4, 3)).astype(np.float32)
+    fixed[7, 1, 2] = np.nan
+    stoker.write(tmp_path / "f.stk", {"img": fixed, "s": np.arange(300, dtype=np.int16)},
+                 shard_bytes=4096)
+    got = stoker.stats(tmp_path / "f.stk")
+    assert got["img"]["mean"].shape == (4, 3)
+    assert_close(got, computed(tmp_path / "f.stk"))
+    np.testing.assert_allclose(got["img"]["std"], np.nanstd(fixed.astype(np.float64), axis=0),
+                               rtol=1e-9)
+    pa = pytest.importorskip("pyarrow")
+    n = 240
+    basin = np.repeat(np.arange(6), n // 6)
+    area, elev = rng.uniform(1, 900, 6), rng.uniform(10, 3000, 6)
+    t = pa.table({"basin": basin, "day": np.tile(np.arange(n // 6), 6),
+                  "q": rng.normal(3, 1, n), "area": area[basin], "elev": elev[basin]})
+    stoker.write(tmp_path / "g.stk", t, group_by="basin", order_by="day",
+                 fields={"q": "q", "attrs": ["area", "elev"]}, static=["attrs"])
+    got = stoker.stats(tmp_path / "g.stk", ["attrs", "q"], ddof=1)
+    assert_close(got, computed(tmp_path / "g.stk", ["attrs", "q"], ddof=1))
+    np.testing.assert_allclose(got["attrs"]["mean"], [area.mean(), elev.mean()], rtol=1e-6)
+    np.testing.assert_array_equal(got["attrs"]["count"], [6, 6])
+
+
 def test_stored_read_no_record(data, tmp_path):
     """The record bytes of a copy are overwritten with NaN: the stored
     statistics are still those of what was packed."""
@@ -177,8 +205,9 @@ def test_a_resumed_pack_ends_with_the_same_statistics(tmp_path):
     pack = [exe, "pack", "--from", "npy", str(src), "--split-axis0", "--shard-size", "256K", "-q"]
     full = tmp_path / "full.stk"
     subprocess.run(pack + ["-o", str(full)], check=True)
-    want = stoker.stats(full)  # a record of 8 rows of one value each: one column
-    assert [w["count"] for w in want.values()] == [np.count_nonzero(~np.isnan(rows))]
+    want = stoker.stats(full)  # a record is one row of 8: 8 columns
+    assert [w["count"].tolist() for w in want.values()] == [
+        np.count_nonzero(~np.isnan(rows), axis=0).tolist()]
     resumed = 0
     for after in (2, 9):
         ds = tmp_path / f"r{after}.stk"

@@ -51,9 +51,12 @@ PyObject *py_field_stats(PyObject *mod, PyObject *args) {
     PyObject *fields = PyList_New(0), *stats = PyDict_New(), *out = NULL;
     for (size_t i = 0; fields && stats && i < nf; i++) {
         const stk_field *f = stk_dataset_field(ds, i);
-        PyObject *shape = PyTuple_New(f->ndim > 1 ? f->ndim - 1 : 0);
-        for (int d = 1; shape && d < f->ndim; d++)
-            PyTuple_SetItem(shape, d - 1, PyLong_FromLongLong(f->shape[d]));
+        /* The shape of a row of statistics: a row's for a field of rows,
+         * else the record's (stk_column_stats). */
+        int d0 = f->ndim > 0 && f->shape[0] == STK_RAGGED ? 1 : 0;
+        PyObject *shape = PyTuple_New(f->ndim > d0 ? f->ndim - d0 : 0);
+        for (int d = d0; shape && d < f->ndim; d++)
+            PyTuple_SetItem(shape, d - d0, PyLong_FromLongLong(f->shape[d]));
         PyObject *entry = shape ? Py_BuildValue("(ssNz)", f->name, stk_dtype_name(f->dtype),
                                                 shape, f->type)
                                 : NULL;
