@@ -23,8 +23,10 @@ py-install: build
 	@scripts/py-install.sh
 
 # The Python tests run on every core (pytest-xdist); the randomized kill
-# loops are sampled (the seed is in the header: STOKER_TEST_SEED replays
-# it), and Dask's and Ray's tests skip unless test-full installed them.
+# loops and the remote fault-injection points are sampled (each run prints
+# its STOKER_TEST_SEED, which replays it), and Dask's and Ray's tests skip
+# unless test-full installed them.  test-full, sanitize and tsan run every
+# case (STOKER_TEST_FULL=1).
 PYTEST_JOBS ?= auto
 
 test: build py-install
@@ -34,7 +36,7 @@ test: build py-install
 # Every case: Dask and Ray installed and tested, the kill loops at full count.
 test-full: build py-install
 	@ENGINES=1 scripts/deps.sh
-	ctest --test-dir $(BUILD) --output-on-failure -j2
+	STOKER_TEST_FULL=1 ctest --test-dir $(BUILD) --output-on-failure -j2
 	STOKER_BUILD=$(BUILD) STOKER_TEST_FULL=1 $(PY) -m pytest -q -n $(PYTEST_JOBS) tests/python
 
 test-c: build
@@ -48,14 +50,14 @@ sanitize: deps
 	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
 		-DSTK_SANITIZE=address,undefined >/dev/null
 	@cmake --build build-asan
-	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j2
+	ASAN_OPTIONS=detect_leaks=1 STOKER_TEST_FULL=1 ctest --test-dir build-asan --output-on-failure -j2
 
 # The C tests under ThreadSanitizer.
 tsan: deps
 	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
 		-DSTK_SANITIZE=thread >/dev/null
 	@cmake --build build-tsan
-	ctest --test-dir build-tsan --output-on-failure -j2
+	STOKER_TEST_FULL=1 ctest --test-dir build-tsan --output-on-failure -j2
 
 # The main job: Parquet basins -> stoker pack -> an LSTM fed by stoker and
 # by the user's DataLoader, side by side.
