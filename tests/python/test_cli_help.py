@@ -70,7 +70,7 @@ def test_doctor_gives_a_verdict(stoker, tmp_path):
     r = stoker("pack", "--from", "npy", str(tmp_path / "a.npy"), "--split-axis0", "-o",
                str(tmp_path / "d"), "-q")
     assert r.returncode == 0, r.stderr
-    r = stoker("doctor", str(tmp_path / "d"), "--batch", "64", "--step-ms", "20",
+    r = stoker("doctor", str(tmp_path / "d"), "--batch", "64", "--step-ms", "50",
                "--max-batches", "20")
     assert r.returncode == 0, r.stderr
     assert "verdict: compute-bound" in r.stdout
