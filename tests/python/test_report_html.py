@@ -7,6 +7,7 @@ screenshot, kept beside the page in the test's tmp_path for a person to
 look at, shows the charts' lines.  Without Chromium those checks are skipped,
 saying so.
 """
+import os
 import re
 import shutil
 import struct
@@ -139,9 +140,11 @@ def render(page_path, n_runs):
     shot = page_path.parent / "report.png"
     common = [CHROMIUM, "--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars",
               "--enable-logging=stderr", "--v=0", "--window-size=1000,2800"]
+    # (Not under the sanitizers' runtime that make py-asan preloads.)
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS")}
     run = subprocess.run(common + ["--dump-dom", f"--screenshot={shot}",
                                    page_path.resolve().as_uri()],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, env=env)
     assert run.returncode == 0 and shot.is_file(), run.stderr[-2000:]
     assert "Uncaught" not in run.stderr and "CONSOLE" not in run.stderr, run.stderr[-2000:]
     rendered = Page(run.stdout)
