@@ -41,33 +41,29 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; th
     echo "$want" >"$STAMP"
 fi
 
-# With ENGINES=1 (make test-full, make bench): Dask and Ray, from
-# requirements-engines.txt.
-if [ "${ENGINES:-0}" = 1 ] || [ "${BENCH:-0}" = 1 ]; then
-    EREQ=requirements-engines.txt
-    ESTAMP=.venv/.requirements-engines.sha
-    ewant=$(cat "$REQ" "$EREQ" | sha256sum | cut -d' ' -f1)
-    if [ "$(cat "$ESTAMP" 2>/dev/null)" != "$ewant" ]; then
-        echo "deps: installing Dask and Ray from $EREQ"
-        .venv/bin/python -m pip install -q -r "$EREQ"
-        echo "$ewant" >"$ESTAMP"
-    fi
-fi
+# extra FILE WHAT: the packages of FILE, on top of requirements-dev.txt,
+# installed into .venv when either file changed since the last time.  Its
+# "# no-deps: PKG" lines are installed without their declared dependencies,
+# which that file lists by hand; torch must stay the CPU build pinned.
+extra() {
+    local req=$1 what=$2 stamp want nodeps
+    stamp=.venv/.${req%.txt}.sha
+    want=$(cat "$REQ" "$req" | sha256sum | cut -d' ' -f1)
+    [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || return 0
+    echo "deps: installing $what from $req"
+    .venv/bin/python -m pip install -q -r "$req"
+    nodeps=$(sed -n 's/^# no-deps: *//p' "$req")
+    # shellcheck disable=SC2086
+    [ -z "$nodeps" ] || .venv/bin/python -m pip install -q --no-deps $nodeps
+    .venv/bin/python -c 'import torch, sys; v = torch.__version__.split("+")[0]; sys.exit(0 if v == "2.13.0" else "deps: torch " + v + " replaced 2.13.0")'
+    echo "$want" >"$stamp"
+}
 
-# With BENCH=1 (make bench): the benchmarks' peers and tools, from
-# requirements-bench.txt. Its "# no-deps: PKG" lines are installed without
-# their declared dependencies, which that file lists by hand.
+# With ENGINES=1 (make test-full) or BENCH=1 (make bench): Dask and Ray.
+if [ "${ENGINES:-0}" = 1 ] || [ "${BENCH:-0}" = 1 ]; then
+    extra requirements-engines.txt "Dask and Ray"
+fi
+# With BENCH=1: the benchmarks' peers and tools.
 if [ "${BENCH:-0}" = 1 ]; then
-    BREQ=requirements-bench.txt
-    BSTAMP=.venv/.requirements-bench.sha
-    bwant=$(cat "$REQ" "$BREQ" | sha256sum | cut -d' ' -f1)
-    if [ "$(cat "$BSTAMP" 2>/dev/null)" != "$bwant" ]; then
-        echo "deps: installing the benchmarks' packages from $BREQ"
-        .venv/bin/python -m pip install -q -r "$BREQ"
-        nodeps=$(sed -n 's/^# no-deps: *//p' "$BREQ")
-        # shellcheck disable=SC2086
-        [ -z "$nodeps" ] || .venv/bin/python -m pip install -q --no-deps $nodeps
-        .venv/bin/python -c 'import torch, sys; v = torch.__version__.split("+")[0]; sys.exit(0 if v == "2.13.0" else "deps: torch " + v + " replaced 2.13.0")'
-        echo "$bwant" >"$BSTAMP"
-    fi
+    extra requirements-bench.txt "the benchmarks' packages"
 fi

@@ -298,6 +298,21 @@ static void size_ahead(stk_loader *ld, const stk_loader_options *o) {
     ld->ahead_n = unit ? ((mb << 20) + unit - 1) / unit : 0;
 }
 
+/* Writes "OPTION=NOW or less[ with these threads][, or OPTION=MIN1 or less
+ * with threads=1]" into fit, each part only where it is some help (NOW 0
+ * fits nothing); returns its length. */
+static size_t fit_advice(char *fit, size_t cap, const char *option, uint64_t now, uint64_t min1,
+                         bool several) {
+    size_t n = 0;
+    if (now)
+        n += (size_t)snprintf(fit, cap, "%s=%llu or less%s", option, (unsigned long long)now,
+                              several ? " with these threads" : "");
+    if (several && min1 > now && n < cap)
+        n += (size_t)snprintf(fit + n, cap - n, "%s%s=%llu or less with threads=1",
+                              n ? ", or " : "", option, (unsigned long long)min1);
+    return STK__MIN(n, cap - 1);
+}
+
 /* Says why the cache budget cannot hold `window` bytes (`holders` each
  * holding `per`; `all`: the window is the whole of the data), with the
  * budget these options need, the budget threads=1 would need, and the
@@ -339,12 +354,7 @@ static int cache_window_error(const stk_loader *ld, const stk_loader_options *o,
          * get. */
         unsigned kg = ld->opt.block_group ? ld->opt.block_group : 1;
         uint64_t blk = per / kg, now = B / (uint64_t)holders / blk, min1 = B / 2 / blk;
-        if (now)
-            n += (size_t)snprintf(fit + n, sizeof fit - n, "block_group=%llu or less%s",
-                                  (unsigned long long)now, others > 1 ? " with these threads" : "");
-        if (others > 1 && min1 > now)
-            n += (size_t)snprintf(fit + n, sizeof fit - n, "%sblock_group=%llu or less with "
-                                  "threads=1", n ? ", or " : "", (unsigned long long)min1);
+        n = fit_advice(fit, sizeof fit, "block_group", now, min1, others > 1);
         if (!min1)
             snprintf(fit + n, sizeof fit - n,
                      "smaller blocks: one block takes up to %llu KiB of cache here, and may "
@@ -354,12 +364,7 @@ static int cache_window_error(const stk_loader *ld, const stk_loader_options *o,
     } else {
         uint64_t rec = per / o->batch_size;
         uint64_t now = B / (rec * (uint64_t)holders), min1 = B / rec;
-        if (now)
-            n += (size_t)snprintf(fit + n, sizeof fit - n, "batch_size=%llu or less%s",
-                                  (unsigned long long)now, others > 1 ? " with these threads" : "");
-        if (others > 1 && min1 > now)
-            n += (size_t)snprintf(fit + n, sizeof fit - n, "%sbatch_size=%llu or less with "
-                                  "threads=1", n ? ", or " : "", (unsigned long long)min1);
+        n = fit_advice(fit, sizeof fit, "batch_size", now, min1, others > 1);
         if (!min1)
             snprintf(fit + n, sizeof fit - n,
                      "no batch_size: one record may take %llu KiB of cache",

@@ -91,7 +91,7 @@ def foreign(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("name,said,todo", [
+@pytest.mark.parametrize("name,said,command", [
     ("x.parquet", "this is a Parquet file", "stoker pack --from parquet x.parquet"),
     ("pq", "this is a folder of Parquet files (2)", "stoker pack --from parquet pq"),
     ("a.npy", "this is a .npy file", "stoker index a.npy"),
@@ -101,20 +101,20 @@ def foreign(tmp_path):
     ("a.h5", "this is an HDF5 file", "stoker index a.h5"),
 ])
 def test_data_files_opened_as_a_dataset_say_how_to_make_one(foreign, monkeypatch, name, said,
-                                                            todo):
+                                                            command):
     monkeypatch.chdir(foreign)
     with pytest.raises(stoker.InvalidArgument) as e:
         stoker.Loader(name, 4)
     msg = str(e.value)
     assert msg.startswith(f"{name}: {said}, not a stoker dataset"), msg
-    assert todo in msg and "JSON" not in msg, msg
+    assert command in msg and "JSON" not in msg, msg
     if "Parquet" in said:
         assert f'stoker.write("DATASET", stoker.parquet("{name}"))' in msg, msg
     else:
         assert f'stoker.index("{name}",' in msg, msg
     for cmd in ("read", "inspect", "verify"):
         r = cli(cmd, name, cwd=foreign)
-        assert r.returncode == 2 and said in r.stderr and todo in r.stderr, (cmd, r.stderr)
+        assert r.returncode == 2 and said in r.stderr and command in r.stderr, (cmd, r.stderr)
 
 
 def test_the_advice_for_a_parquet_folder_works(foreign, monkeypatch):
