@@ -107,7 +107,10 @@ enum {
     STK_EHOST = -1018,        /* a host name that does not resolve            */
     STK_ETLS = -1019,         /* TLS failed (a certificate, the handshake)    */
     STK_EHTTP = -1020,        /* an HTTP 4xx other than 401/403/404/408/429   */
-    STK_ERANGE = -1021        /* a range other than the one asked for         */
+    STK_ERANGE = -1021,       /* a range other than the one asked for         */
+    STK_EMEDIA = -1022        /* encoded media (an image, an audio clip) that
+                               * does not decode: damaged, or not a format
+                               * the field's type allows                      */
 };
 
 #define STK_ERROR_MAX 512
@@ -1028,6 +1031,12 @@ typedef struct stk_loader_options {
                                 * valid_field's if set; read at open, not
                                 * kept.  Default NULL */
     size_t nvalid_rules;       /* entries in valid_rules; at most 64 */
+    const struct stk_decode *decode; /* media fields the workers decode into
+                                * the batch (see "Media" below): at most one
+                                * entry a field, each a selected field of the
+                                * media type it names; read at open, not
+                                * kept.  Default NULL */
+    size_t ndecode;            /* entries in decode */
 } stk_loader_options;
 
 /* Fills `opts` with the defaults above. */
@@ -1501,6 +1510,140 @@ typedef struct stk_report {
 } stk_report;
 
 STK_API int stk_report_write_html(const stk_report *r, const char *path, stk_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Media: images and audio decoded by the loader                            */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A media field holds encoded files as they came, one a record, never
+ * re-encoded: a ragged bytes field whose stk_field.type is "image" (JPEG,
+ * PNG or WebP) or "audio" (FLAC, MP3, Ogg Vorbis or Ogg Opus; WAV is read
+ * as numbers, see stk_index).  Each record's format is told by its first
+ * bytes, so one field may mix formats.  Loaded without a stk_decode for it,
+ * such a field is delivered as its bytes, as any bytes field.
+ *
+ * With a stk_decode naming it (stk_loader_options.decode), the loader's
+ * worker threads decode each sample into its place in the batch, which then
+ * holds a fixed shape:
+ *   image: u8 [height, width, 3] (RGB), or [3, height, width] with `chw`;
+ *   audio: f32 [samples, channels].
+ * Every random choice (an image's crop box and flip, an audio window's
+ * start) is a function of (seed, epoch, record) alone (stk_decode_key), so
+ * batches are the same with any number of threads and a restored loader
+ * delivers the same pixels and samples.  The rule each choice follows is in
+ * docs/MEDIA.md, so that it can be computed elsewhere.
+ *
+ * Images.  The crop box is chosen in the image's own pixels:
+ *   STK_CROP_NONE: the whole image;
+ *   STK_CROP_CENTER: the largest box with the output's aspect ratio that
+ *     fits, scaled by `center_fraction` (default 0.875: 224 of 256) about
+ *     the centre;
+ *   STK_CROP_RANDOM_RESIZED: a box of a random share of the area (`scale`)
+ *     and aspect ratio (`ratio`, drawn uniformly in log), up to 10 tries,
+ *     else the whole image with its ratio clamped to `ratio` (as
+ *     torchvision's RandomResizedCrop).
+ * The box is then resized to height x width with a triangle (bilinear)
+ * filter widened when shrinking, so that it averages rather than skips
+ * pixels (antialiased, like Pillow's BILINEAR).  A JPEG is decoded only as
+ * far as the box needs: at the smallest DCT scale (1/8 .. 8/8) whose image
+ * of the box still covers the output, only the rows of the box, and only the
+ * columns of its iMCUs.  A box of exactly the output's size is copied
+ * without filtering: STK_CROP_NONE on an image of the output's size gives
+ * the decoder's own pixels.  Grayscale becomes RGB; CMYK is converted as
+ * Pillow converts it; an alpha channel is dropped.
+ *
+ * Audio.  A clip is decoded to float32 in [-1, 1] (integer samples divided
+ * by 2^(bits - 1)), its channels averaged when `channels` is 1, resampled
+ * to `sample_rate` when it has another one (libsoxr, high quality).  The
+ * sample is a window of `samples` frames: at frame 0, or with
+ * `random_offset` at a frame drawn uniformly among those where a whole
+ * window fits, decoded from the decoder's nearest seek point, not from the
+ * start of the clip.  A clip shorter than the window is padded with zeros.
+ *
+ * A record that does not decode (truncated, a bad CRC, a format the type
+ * does not allow) fails its batch with STK_EMEDIA, naming the shard file,
+ * the record and the field; the source file where the dataset is an
+ * in-place index.  Decoders only ever read the record's bytes.
+ */
+typedef enum stk_media {
+    STK_MEDIA_IMAGE = 1,
+    STK_MEDIA_AUDIO = 2
+} stk_media;
+
+typedef enum stk_crop {
+    STK_CROP_NONE = 0,
+    STK_CROP_CENTER = 1,
+    STK_CROP_RANDOM_RESIZED = 2
+} stk_crop;
+
+typedef struct stk_decode {
+    const char *field;      /* the field it decodes (by its dataset name) */
+    stk_media media;        /* what the field holds; must match its type */
+    /* Images. */
+    uint32_t height, width; /* output size; both >= 1 */
+    stk_crop crop;          /* default STK_CROP_RANDOM_RESIZED */
+    double scale[2];        /* random-resized: share of the area; default
+                             * 0.08 .. 1 */
+    double ratio[2];        /* random-resized: width / height; default
+                             * 3/4 .. 4/3 */
+    double center_fraction; /* center: default 0.875 */
+    int flip;               /* 1: flip left-right with probability 1/2 */
+    int chw;                /* 1: [3, H, W]; 0 (default): [H, W, 3] */
+    /* Audio. */
+    uint64_t samples;       /* frames a sample holds; >= 1 */
+    uint32_t sample_rate;   /* 0 (default): as stored */
+    uint32_t channels;      /* 1 (default): mono (the channels' mean); N:
+                             * clips must have exactly N channels */
+    int random_offset;      /* 1: a random window of each clip; 0: its start */
+} stk_decode;
+
+/* Fills `d` with the defaults above for `media` (field NULL, sizes 0). */
+STK_API void stk_decode_init(stk_decode *d, stk_media media);
+
+/* What a stk_decode's samples are: dtype, ndim and shape (without the batch
+ * dimension).  Returns 0, or -EINVAL naming what is wrong with `d` (a size
+ * of 0, a range out of order, an unknown crop...). */
+STK_API int stk_decode_shape(const stk_decode *d, stk_dtype *dtype, int *ndim,
+                             int64_t shape[STK_MAX_DIMS], stk_error *err);
+
+/* The key of a sample's random choices: a mix of seed, epoch and record. */
+STK_API uint64_t stk_decode_key(uint64_t seed, uint64_t epoch, uint64_t record);
+
+/* What one encoded file is, from its header: format ("jpeg", "png", "webp",
+ * "flac", "mp3", "vorbis", "opus"), image size, or audio rate, channels and
+ * frames (0 where the header does not say). */
+typedef struct stk_media_info {
+    stk_media media;
+    char format[8];
+    uint32_t width, height;         /* images */
+    uint32_t sample_rate, channels; /* audio */
+    uint64_t frames;
+} stk_media_info;
+
+/* Reads `data`'s header.  Returns 0, STK_EMEDIA (not a format stoker
+ * decodes, or a damaged header: the message says which) or
+ * STK_EUNSUPPORTED (a format this build was made without). */
+STK_API int stk_media_probe(const void *data, size_t len, stk_media_info *out, stk_error *err);
+
+/* Decodes one encoded file as a loader would for the sample of `key`
+ * (stk_decode_key) into `out`, `cap` bytes (at least the shape's).  For an
+ * image, `box` (may be NULL) gets the crop box chosen, x, y, width, height
+ * in the image's pixels, and `flipped` whether it was flipped.  Returns 0,
+ * -EINVAL (bad `d`, `cap` too small), STK_EMEDIA, STK_EUNSUPPORTED or
+ * -ENOMEM.  Thread-safe. */
+STK_API int stk_decode_one(const stk_decode *d, const void *data, size_t len, uint64_t key,
+                           void *out, size_t cap, uint32_t box[4], int *flipped,
+                           stk_error *err);
+
+/* The crop box and flip a sample of an image of width x height gets
+ * (what stk_decode_one chooses, without decoding).  Returns 0 or -EINVAL. */
+STK_API int stk_decode_box(const stk_decode *d, uint32_t width, uint32_t height, uint64_t key,
+                           uint32_t box[4], int *flipped, stk_error *err);
+
+/* Which decoders this build has: a comma-separated list of the formats
+ * above.  Static storage. */
+STK_API const char *stk_media_formats(void);
 
 /* ------------------------------------------------------------------------ */
 /* Batches on a GPU                                                         */

@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 # chromium: the tests render the report's HTML page in it, headless
 # (tests/python/test_report_html.py).
 PKGS=(gcc g++ make pkg-config ninja-build libzstd-dev liburing-dev libxxhash-dev
-      libjansson-dev zlib1g-dev libhdf5-dev libcurl4-openssl-dev python3-venv chromium)
+      libjansson-dev zlib1g-dev libhdf5-dev libcurl4-openssl-dev python3-venv chromium
+      libjpeg62-turbo-dev libspng-dev libwebp-dev libflac-dev libmpg123-dev libvorbis-dev
+      libopusfile-dev libsoxr-dev sox ffmpeg espeak-ng)
 command -v cmake >/dev/null 2>&1 || PKGS+=(cmake)
 
 missing=()

@@ -55,11 +55,12 @@ Exceptions:
 """
 from . import _stoker
 from ._errors import (AccessDenied, BadRange, ConnectionRefused, DataChanged, HostNotFound,
-                      HTTPError, InvalidArgument, NotFound, OutOfMemory, RedirectLoop,
-                      RemoteError, StokerError, Timeout, TLSError)
+                      HTTPError, InvalidArgument, MediaError, NotFound, OutOfMemory,
+                      RedirectLoop, RemoteError, StokerError, Timeout, TLSError)
 from ._loader import Loader, gpu_count, gpu_status, neuralhydrology_rules, strings
 from ._stats import stats
 from ._mix import Mixture, Source
+from ._media import Audio, DecodeAudio, DecodeImage, Image, media_formats, media_probe
 from ._types import Batch, PathLike
 from ._parquet import parquet, s3_filesystem
 from ._write import bits, index, merge, write
@@ -84,7 +85,8 @@ else:
 
 __all__ = ["Loader", "Mixture", "Source", "StokerError", "InvalidArgument", "NotFound", "AccessDenied", "OutOfMemory",
            "Timeout", "DataChanged", "RemoteError", "RedirectLoop", "HostNotFound", "TLSError",
-           "HTTPError", "BadRange", "ConnectionRefused",
+           "HTTPError", "BadRange", "ConnectionRefused", "MediaError",
+           "Image", "Audio", "DecodeImage", "DecodeAudio", "media_formats", "media_probe",
            "bits", "gpu_count", "gpu_status", "index", "merge", "neuralhydrology_rules",
            "parquet", "profile",
            "s3_filesystem", "stats", "strings", "write", "version"]
@@ -94,6 +96,6 @@ version: str = _stoker.version
 # The public objects say they are stoker's (help(), reprs), wherever they
 # are defined.
 for _obj in (Loader, gpu_count, gpu_status, bits, index, merge, parquet, s3_filesystem, write,
-             strings):
+             strings, Image, Audio, DecodeImage, DecodeAudio, media_formats, media_probe):
     _obj.__module__ = __name__
 del _obj

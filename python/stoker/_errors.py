@@ -153,3 +153,9 @@ class ConnectionRefused(RemoteError, ConnectionRefusedError):
     few quick tries (about 1.5 s) while no server has answered this dataset
     yet; once one has, a refused connection is retried like any failure
     that can pass (a server restarting)."""
+
+
+class MediaError(StokerError):
+    """An encoded image or audio clip of a media field does not decode: it is
+    damaged (truncated, a bad CRC), or not a format the field's type allows.
+    The message names the file, the record and the field."""

@@ -10,7 +10,7 @@ from typing import (TYPE_CHECKING, Any, Dict, Iterator, Literal, Mapping, NamedT
 
 import numpy as np
 
-from . import _ranks, _stoker
+from . import _media, _ranks, _stoker
 from ._errors import InvalidArgument
 from ._types import Batch, PathLike
 
@@ -387,7 +387,7 @@ def _loader_args(*, path, batch_size, fields, window, stride, valid_field, valid
                  verify, on_error, max_skips, output, max_open_files, device, gpu_slots,
                  resident_budget, warm_up, split, root, cache_dir=None, cache_budget=None,
                  streams=None, period=None, order_by=None, calendar=False,
-                 remote_timeout=None, resolve=True) -> _LoaderArgs:
+                 remote_timeout=None, decode=None, resolve=True) -> _LoaderArgs:
     """Every argument of Loader checked; resolve=False (counting) neither
     asks torch for the current CUDA device nor imports torch."""
     if not isinstance(path, (str, os.PathLike)):
@@ -411,7 +411,7 @@ def _loader_args(*, path, batch_size, fields, window, stride, valid_field, valid
          resident_budget, warm_up, split[0], split[1], None if root is None else os.fspath(root),
          None if cache_dir is None else os.fspath(cache_dir),
          _U64 if cache_budget is None else _check_int("cache_budget", cache_budget, high=_U64),
-         streams, rules, _remote_timeout(remote_timeout))
+         streams, rules, _remote_timeout(remote_timeout), _media.decode_specs(decode))
     return _LoaderArgs(c, output, dev, on_error == 1, batch_size, rank, world_size, split,
                        order[2], streams, rank_source)
 
@@ -726,6 +726,16 @@ class Loader:
             ``TLSError``, a host that does not resolve ``HostNotFound``, a
             4xx ``HTTPError`` (or ``NotFound``, ``AccessDenied``), a wrong
             Content-Range ``BadRange``: the five are ``RemoteError``s.
+        decode: Media fields the loader's threads decode into the batch:
+            ``{"image": stoker.DecodeImage(224, flip=True)}`` delivers an
+            image field (JPEG, PNG, WebP) as uint8 [batch, 224, 224, 3]
+            with random-resized crops; ``{"audio":
+            stoker.DecodeAudio(64000, sample_rate=16000,
+            random_offset=True)}`` an audio field (FLAC, MP3, Vorbis,
+            Opus) as float32 [batch, 64000, 1]. Crops, flips and window
+            starts are functions of (seed, epoch, record): the same with
+            any thread count, and after a resume. A record that does not
+            decode raises ``MediaError`` naming its file and record.
 
     Given a list of sources instead of a path (paths, dicts of
     ``stoker.Source`` arguments, or Sources), it makes a ``stoker.Mixture``
@@ -792,7 +802,8 @@ class Loader:
                  cache_dir: Optional[PathLike] = None, cache_budget: Optional[int] = None,
                  streams: Optional[int] = None,
                  strings: Literal["list", "numpy", "arrow"] = "list",
-                 remote_timeout: Optional[float] = None) -> None: ...
+                 remote_timeout: Optional[float] = None,
+                 decode: Optional[Mapping[str, _media.Decode]] = None) -> None: ...
 
     # A list of sources makes a mixture (__new__ above): its options are
     # stoker.Mixture's.
@@ -843,7 +854,8 @@ class Loader:
                  cache_dir: Optional[PathLike] = None, cache_budget: Optional[int] = None,
                  streams: Optional[int] = None,
                  strings: Literal["list", "numpy", "arrow"] = "list",
-                 remote_timeout: Optional[float] = None):
+                 remote_timeout: Optional[float] = None,
+                 decode: Optional[Mapping[str, _media.Decode]] = None):
         a = _loader_args(path=path, batch_size=batch_size, fields=fields, window=window,
                          stride=stride, valid_field=valid_field, valid=valid, period=period,
                          order_by=order_by, calendar=calendar, shuffle=shuffle,
@@ -856,7 +868,7 @@ class Loader:
                          max_open_files=max_open_files, device=device, gpu_slots=gpu_slots,
                          resident_budget=resident_budget, warm_up=warm_up, split=split,
                          root=root, cache_dir=cache_dir, cache_budget=cache_budget,
-                         streams=streams, remote_timeout=remote_timeout)
+                         streams=streams, remote_timeout=remote_timeout, decode=decode)
         if strings not in _STRINGS:
             raise InvalidArgument(f"strings must be one of {_STRINGS}, not {strings!r}")
         if strings == "numpy" and not hasattr(getattr(np, "dtypes", None), "StringDType"):

@@ -9,7 +9,7 @@ from typing import (Any, Dict, Iterable, Literal, Mapping, Optional, Sequence, S
 
 import numpy as np
 
-from . import _hf, _progress, _stoker
+from . import _hf, _media, _progress, _stoker
 from ._errors import InvalidArgument, StokerError
 from ._types import PathLike
 
@@ -382,7 +382,7 @@ def _field_spec(name, arr, ragged, compress, type=None):
     shape = list(arr.shape)
     if ragged and shape:
         shape[0] = -1
-    dtype = "bytes" if type in ("string", "binary") else _stk_dtype(name, arr)
+    dtype = "bytes" if type in ("string", "binary", "image", "audio") else _stk_dtype(name, arr)
     return (name, dtype, tuple(shape), codec, level, type)
 
 
@@ -455,7 +455,8 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
           compress: Optional[Mapping[str, Union[bool, str, int]]] = None,
           ragged: Optional[Iterable[str]] = None, group_by: Optional[str] = None,
           order_by: Optional[str] = None,
-          fields: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
+          fields: Optional[Mapping[str, Union[str, Sequence[str], _media.Image,
+                                              _media.Audio]]] = None,
           static: Optional[Union[str, Sequence[str]]] = None,
           part: Optional[Tuple[int, Optional[int]]] = None, resume: bool = False,
           inputs: Optional[str] = None, split: Optional[str] = None,
@@ -526,7 +527,12 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
         order_by: Arrow with group_by: the column each record's rows are
             sorted by (``"date"``).
         fields: Arrow: stacks columns into fields, ``{"x": ["f1", "f2"],
-            "y": ["q"]}`` (default: one field per column).
+            "y": ["q"]}`` (default: one field per column). Records or a
+            dict of columns: ``{"image": stoker.Image()}`` or
+            ``stoker.Audio()`` makes a bytes field a media field (typed
+            "image" or "audio"), which ``Loader(decode=...)`` decodes;
+            each record's header is read as it is written, and a file that
+            is not such media is refused, naming the record.
         static: Arrow with group_by: by default a field whose rows are equal
             within every group (a basin's area, its attributes) is static:
             stored once per record, [k] or a scalar, and delivered once per
@@ -587,6 +593,13 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
         source = source[split]
     # Rows of an Arrow source, for the progress display, while the source
     # is still what the caller passed.
+    media = _media.media_types(fields)
+    if media and len(media) == len(fields or {}) and not hasattr(source, "__arrow_c_stream__"):
+        fields = None  # (media fields only: records or a dict of columns)
+    elif media:
+        raise TypeError("stoker.Image() / stoker.Audio() fields are written from records (an "
+                        "iterable of dicts) or a dict of columns, not with other fields= "
+                        "entries or an Arrow source")
     rows = _arrow_rows(source) if _progress.wanted(progress) else None
     if _hf.is_hf(source):
         source = _hf.arrow(source)
@@ -628,6 +641,13 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
         cols, types, specs = {}, {}, []
         for k, v in source.items():
             text = _text_column(v)
+            if k in media:
+                if text is None or text[0] != "binary":
+                    raise TypeError(f"field '{k}' is a {media[k]} field: give it a list of the "
+                                    "files' bytes")
+                for i, x in enumerate(text[1]):
+                    _media.check_record(k, media[k], x, i)
+                text = (media[k], text[1])
             if text is not None:
                 types[k], cols[k] = text
                 specs.append(_field_spec(k, np.zeros(0, np.uint8), True, compress, types[k]))
@@ -686,7 +706,8 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
             if batches is not None:
                 batches.display.close()
     if group_by is not None or order_by is not None or fields is not None or static is not None:
-        raise TypeError("group_by, order_by, fields and static apply to Arrow sources (objects with "
+        raise TypeError("group_by, order_by, fields (other than stoker.Image() and "
+                        "stoker.Audio()) and static apply to Arrow sources (objects with "
                         "__arrow_c_stream__: pyarrow tables and readers, polars frames)")
     if isinstance(source, (str, bytes, os.PathLike)) or not hasattr(source, "__iter__"):
         raise TypeError(_not_data_hint(source))
@@ -712,7 +733,13 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
                   if v.ndim and second is not None and k in second and second[k].ndim
                   and second[k].shape[0] != v.shape[0]}
     ragged = set(ragged) | {k for k, t in types.items() if t in ("string", "binary")}
-    specs = [_field_spec(k, v, k in ragged, compress, types[k]) for k, v in first.items()]
+    for k in media:
+        if k not in types or types[k] != "binary":
+            raise TypeError(f"field '{k}' is a {media[k]} field: each record must give the "
+                            f"file's bytes" + ("" if k in types else " (the first has no such "
+                                                                      "field)"))
+    specs = [_field_spec(k, v, k in ragged, compress, media.get(k, types[k]))
+             for k, v in first.items()]
     names = [s[0] for s in specs]
     schema = {k: (v.dtype, v.shape, k in ragged and v.ndim > 0, types[k])
               for k, v in first.items()}
@@ -724,6 +751,8 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
             count = 0
             for rec in itertools.chain(raw, it):
                 values = _values(rec, names, count, schema)
+                for k, kind in media.items():
+                    _media.check_record(k, kind, rec[k], count)
                 w.append(values)
                 count += 1
                 if shown:

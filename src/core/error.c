@@ -33,6 +33,7 @@ const char *stk_strerror(int code) {
     case STK_ETLS: return "TLS failed";
     case STK_EHTTP: return "the server refused the request (HTTP 4xx)";
     case STK_ERANGE: return "the server answered another range than asked";
+    case STK_EMEDIA: return "encoded media that does not decode";
     default: break;
     }
     if (code < 0 && code > -4096) {

@@ -77,6 +77,20 @@ static int post_chunk(stk_loader *ld, worker *w, const post *p, stk_error *err) 
 /* Runs the copies, decodes and conversions planned for a batch, their
  * sources prefetched AHEAD posts before they are needed (copies out of a
  * group buffer or the mapping land in random order). */
+/* Decodes a media field's record into the sample's place. */
+static int post_media(stk_loader *ld, worker *w, const post *p, stk_error *err) {
+    const lfield *lf = &ld->f[p->conv];
+    char why[STK__WHY] = "";
+    uint64_t key = stk_decode_key(w->seed, w->epoch, p->rec);
+    int rc = stk__media_decode(&w->media, lf->dec, p->src, (size_t)p->len, key, p->dst, NULL,
+                               NULL, why);
+    if (rc == 0) return 0;
+    size_t s = stk__dataset_shard_of(ld->ds, p->rec);
+    return stk__err(err, rc, "%s: record %llu field '%s': %s", ld->ds->shards[s].path,
+                    (unsigned long long)p->rec, ld->ds->fields[p->field].name,
+                    why[0] ? why : stk_strerror(rc));
+}
+
 int stk__ld_do_posts(stk_loader *ld, worker *w, size_t np, stk_error *err) {
     for (size_t i = 0; i < STK__MIN(np, (size_t)AHEAD); i++)
         if (w->posts[i].src) stk__ld_prefetch(w->posts[i].src, w->posts[i].len);
@@ -91,6 +105,9 @@ int stk__ld_do_posts(stk_loader *ld, worker *w, size_t np, stk_error *err) {
         } else if (p->kind == POST_CONV) {
             const stk__fieldinfo *fi = &ld->ds->info[p->field];
             stk__conv_run(p->conv, p->dst, p->src, p->raw / fi->itemsize);
+        } else if (p->kind == POST_MEDIA) {
+            int rc = post_media(ld, w, p, err);
+            if (rc) return rc;
         } else if (p->kind == POST_ZSTD) {
             size_t r = ZSTD_decompressDCtx(w->dctx, p->dst, (size_t)p->raw, p->src, (size_t)p->len);
             if (ZSTD_isError(r) || r != p->raw) {
@@ -215,6 +232,14 @@ static STK__ALWAYS_INLINE int plan_read(stk_loader *ld, worker *w, reads *r, con
             return 0;
         }
         dst = NULL; /* read into staging below */
+    } else if (lf->dec) {
+        post *p = &w->posts[r->np++];
+        *p = (post){POST_MEDIA, NULL, dst, len, raw, rec, lf->dsf, NULL, 0, (int)(lf - ld->f)};
+        if (r->mm) {
+            p->src = sh->map + off;
+            return 0;
+        }
+        dst = NULL; /* read into staging below */
     } else if (lf->f->codec == STK_CODEC_ZSTD || lf->fi->chunks) {
         post *p = &w->posts[r->np++];
         *p = (post){lf->fi->chunks ? POST_CHUNK : POST_ZSTD, NULL, dst, len, raw, rec,
@@ -232,7 +257,7 @@ static STK__ALWAYS_INLINE int plan_read(stk_loader *ld, worker *w, reads *r, con
     }
     const uint8_t *src = read_to_stage(w, r, si, off, len, rec);
     if (!src) return stk__err(err, -ENOMEM, "staging area too small");
-    if (lf->f->codec == STK_CODEC_ZSTD || lf->fi->chunks || narrow)
+    if (lf->f->codec == STK_CODEC_ZSTD || lf->fi->chunks || narrow || lf->dec)
         w->posts[r->np - 1].src = src;
     else
         w->posts[r->np++] = (post){POST_COPY, src, dst, len, len, rec, lf->dsf, NULL, 0, 0};
@@ -819,6 +844,7 @@ void *stk__ld_worker_main(void *arg) {
         w->order = ld->order;
         w->deal = ld->deal;
         w->epoch = ld->epoch;
+        w->seed = ld->seed;
         pthread_mutex_unlock(&ld->mu);
         stk_error err = {0};
         int depth = ld->nvtx ? stk__nvtx_depth() : 0;

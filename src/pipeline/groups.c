@@ -621,11 +621,13 @@ static int fill_run(stk_loader *ld, worker *w, stk_batch *s, const group *gr, ui
                 stk__ld_place(ld, lf, s, j, sh, e, ts[j], &rows_done[fi], &off, &len, &raw);
             const uint8_t *src = mm ? sh->map + off : gr->buf + sp->buf_off + (off - sp->base);
             int cv = stk__shard_conv(lf->fi, sh);
-            int kind = lf->f->codec == STK_CODEC_ZSTD ? POST_ZSTD
-                       : lf->fi->chunks               ? POST_CHUNK
-                       : cv                           ? POST_CONV
-                                                      : POST_COPY;
+            int kind = lf->dec                         ? POST_MEDIA
+                       : lf->f->codec == STK_CODEC_ZSTD ? POST_ZSTD
+                       : lf->fi->chunks                 ? POST_CHUNK
+                       : cv                             ? POST_CONV
+                                                        : POST_COPY;
             uint64_t skip = lf->kind == F_TIME && lf->fi->chunks ? ts[j] * lf->fi->row_bytes : 0;
+            if (lf->dec) cv = (int)fi; /* (POST_MEDIA: the loader field) */
             w->posts[np++] = (post){kind, src, dst, len, raw, rec, lf->dsf, NULL, skip, cv};
         }
     }

@@ -56,6 +56,7 @@
 #include "../sample/sample.h"
 #include "../trace/trace.h"
 #include "../cuda/cuda.h"
+#include "../media/media.h"
 #include "pipeline.h"
 
 #include <pthread.h>
@@ -78,7 +79,7 @@
 enum { F_TIME, F_DENSE, F_RAGGED };
 enum { S_FREE, S_FILLING, S_READY, S_HELD };
 enum { G_EMPTY, G_LOADING, G_READY, G_FAILED };
-enum { POST_NONE, POST_COPY, POST_ZSTD, POST_CONV, POST_CHUNK };
+enum { POST_NONE, POST_COPY, POST_ZSTD, POST_CONV, POST_CHUNK, POST_MEDIA };
 
 typedef struct lfield {
     size_t dsf;
@@ -90,6 +91,8 @@ typedef struct lfield {
     uint64_t data_off;     /* in slot memory */
     uint64_t offs_off;     /* F_RAGGED: offsets array in slot memory */
     uint64_t max_stored;   /* compressed: largest stored size */
+    const stk_decode *dec; /* a media field decoded into the batch (F_DENSE
+                            * of the decoded shape), or NULL */
 } lfield;
 
 struct stk_batch {
@@ -150,7 +153,8 @@ typedef struct post {
     size_t field;
     const uint8_t **srcp; /* where src will be known after the read */
     uint64_t skip;    /* POST_CHUNK: bytes of the record before the sample's */
-    int conv;         /* POST_CONV: the conversion (the shard's) */
+    int conv;         /* POST_CONV: the conversion (the shard's);
+                       * POST_MEDIA: the loader field (its decode) */
 } post;
 
 /* (On cache lines of its own: each worker writes its own every batch.) */
@@ -192,6 +196,8 @@ typedef struct worker {
     stk__order order;
     stk__deal deal;
     uint64_t epoch;
+    uint64_t seed;
+    stk__media_ctx media; /* media fields: the decoders' state */
 } worker;
 
 struct stk_loader {
@@ -204,6 +210,8 @@ struct stk_loader {
     void *hook_ctx;
     bool want_sources; /* its batches carry sources (a mixture's) */
     stk_field *own_fields;
+    stk_decode *decs; /* media fields' decodes (opts.decode), one per lfield
+                       * with one (lfield.dec points here) */
     void *mix;
     /* The loaders that read for a hooked one (its mixture's sources): their
      * statistics count as its own (stats.c); consumed: the consumer takes
@@ -428,6 +436,7 @@ static STK__ALWAYS_INLINE uint8_t *stk__ld_place(const stk_loader *ld, const lfi
         return s->mem + lf->data_off + j * lf->sample_bytes;
     }
     if (lf->kind == F_DENSE) {
+        /* (A media field's stored bytes are its record's, whole.) */
         *raw = lf->sample_bytes;
         return s->mem + lf->data_off + j * lf->sample_bytes;
     }

@@ -651,6 +651,7 @@ int stk_loader_count(stk_dataset *ds, const stk_loader_options *opts, uint64_t *
     if (ld->own_fields)
         for (size_t i = 0; i < ld->nf; i++) stk__free((void *)ld->own_fields[i].name);
     stk__free(ld->own_fields);
+    stk__free(ld->decs);
     stk__free(ld);
     return rc;
 }
@@ -715,6 +716,7 @@ void stk__loader_close(stk_loader *ld) {
         stk__free(w->blockbuf);
         stk__free(w->draw_rows);
         ZSTD_freeDCtx(w->dctx);
+        stk__media_ctx_free(&w->media);
     }
     for (int i = 0; i < ld->ngroups; i++) {
         if (!ld->groups[i]) continue;
@@ -741,6 +743,7 @@ void stk__loader_close(stk_loader *ld) {
     if (ld->own_fields)
         for (size_t i = 0; i < ld->nf; i++) stk__free((void *)ld->own_fields[i].name);
     stk__free(ld->own_fields);
+    stk__free(ld->decs);
     stk__free(ld->lf_of);
     stk__trace_free(&ld->trace);
     stk__free(ld->series);

@@ -282,6 +282,55 @@ static int rename_fields(stk_loader *ld, const char *const *names, stk_error *er
     return 0;
 }
 
+/* opts.decode: each names a selected media field, which the workers
+ * decode into a fixed shape; the loader's schema entry for it says that
+ * shape (an entry of own_fields, made here when no rename made them). */
+static int media_fields(stk_loader *ld, const stk_loader_options *o, stk_error *err) {
+    if (!o->ndecode) return 0;
+    if (!o->decode) return stk__err(err, -EINVAL, "decode: NULL with ndecode %zu", o->ndecode);
+    if (!ld->own_fields) {
+        ld->own_fields = stk__calloc(ld->nf, sizeof *ld->own_fields);
+        if (!ld->own_fields) return stk__err(err, -ENOMEM, "out of memory");
+        for (size_t i = 0; i < ld->nf; i++) {
+            ld->own_fields[i] = *ld->f[i].f;
+            if (!(ld->own_fields[i].name = stk__strdup(ld->f[i].f->name)))
+                return stk__err(err, -ENOMEM, "out of memory");
+            ld->f[i].f = &ld->own_fields[i];
+        }
+    }
+    ld->decs = stk__calloc(ld->nf, sizeof *ld->decs);
+    if (!ld->decs) return stk__err(err, -ENOMEM, "out of memory");
+    const stk_dataset *ds = ld->ds;
+    for (size_t k = 0; k < o->ndecode; k++) {
+        const stk_decode *d = &o->decode[k];
+        size_t i = 0;
+        int dsf = d->field ? stk_dataset_find_field(ds, d->field) : -1;
+        while (i < ld->nf && (dsf < 0 || ld->f[i].dsf != (size_t)dsf)) i++;
+        if (i == ld->nf)
+            return stk__err(err, -EINVAL, "decode: '%s' is not a selected field of %s",
+                            d->field ? d->field : "(null)", ds->origin ? ds->origin : ds->dir);
+        lfield *lf = &ld->f[i];
+        if (lf->dec)
+            return stk__err(err, -EINVAL, "decode: field '%s' is named twice", d->field);
+        int rc = stk__media_check(d, &ds->fields[dsf], err);
+        if (rc) return rc;
+        if (ds->fields[dsf].codec != STK_CODEC_NONE)
+            return stk__err(err, -EINVAL,
+                            "decode: field '%s' is compressed (zstd); encoded media is stored "
+                            "plain (repack it without --compress)",
+                            d->field);
+        ld->decs[i] = *d;
+        ld->decs[i].field = NULL; /* (the caller's string is not kept) */
+        lf->dec = &ld->decs[i];
+        lf->kind = F_DENSE;
+        lf->sample_bytes = stk__media_sample_bytes(d);
+        stk_field *f = &ld->own_fields[i];
+        if ((rc = stk_decode_shape(d, &f->dtype, &f->ndim, f->shape, err))) return rc;
+        f->type = NULL; /* (numbers now: the media type is the stored bytes') */
+    }
+    return 0;
+}
+
 int stk__ld_pick_fields(stk_loader *ld, const stk_loader_options *o, stk_error *err) {
     const stk_dataset *ds = ld->ds;
     size_t n = o->fields ? o->nfields : ds->nfields;
@@ -308,7 +357,8 @@ int stk__ld_pick_fields(stk_loader *ld, const stk_loader_options *o, stk_error *
         lf->fi = &ds->info[k];
         if ((rc = field_kind(lf, o, err))) return rc;
     }
-    return o->names ? rename_fields(ld, o->names, err) : 0;
+    int rc = o->names ? rename_fields(ld, o->names, err) : 0;
+    return rc ? rc : media_fields(ld, o, err);
 }
 
 /* Largest stored size and rows per field, over the whole dataset. */
@@ -459,7 +509,7 @@ uint64_t stk__ld_budget(const stk_loader *ld, const stk_loader_options *o) {
 
 /* Whether field i is stored plain: no codec, chunk filters or conversion. */
 static bool stored_plain(const stk_loader *ld, size_t i) {
-    return !(ld->f[i].f->codec != STK_CODEC_NONE || ld->f[i].fi->chunks || ld->f[i].fi->conv ||
+    return !(ld->f[i].dec || ld->f[i].f->codec != STK_CODEC_NONE || ld->f[i].fi->chunks || ld->f[i].fi->conv ||
              ld->f[i].fi->conv_varies);
 }
 
@@ -489,7 +539,7 @@ int stk__ld_choose_paths(stk_loader *ld, const stk_loader_options *o, stk_error 
 uint64_t stk__ld_stage_bytes(const stk_loader *ld, const stk_loader_options *o) {
     uint64_t B = o->batch_size, stage_cap = 0;
     for (size_t i = 0; i < ld->nf; i++)
-        if (ld->f[i].f->codec == STK_CODEC_ZSTD || ld->f[i].fi->chunks) {
+        if (ld->f[i].f->codec == STK_CODEC_ZSTD || ld->f[i].fi->chunks || ld->f[i].dec) {
             stage_cap += B * stk__align_up(ld->f[i].max_stored + 2 * DIRECT_ALIGN, 64);
         } else if (ld->f[i].fi->conv_varies ||
                    stk__conv_in_size(ld->f[i].fi->conv) > ld->f[i].fi->itemsize) {

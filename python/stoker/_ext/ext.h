@@ -169,7 +169,19 @@ typedef struct {
     stk_loader_options lo;
     const char *field_names[256];  /* lo.fields points here */
     stk_valid_rule rules[64];      /* lo.valid_rules points here */
+    stk_decode decodes[64];        /* lo.decode points here */
 } loader_config;
+
+/* ---- media.c ---- */
+
+/* A decode spec tuple (see media.c) as `d`; its field name is borrowed
+ * from the tuple.  Returns 0, or -1 with an exception set. */
+int decode_spec_parse(PyObject *t, stk_decode *d);
+PyObject *py_decode_one(PyObject *mod, PyObject *args);
+PyObject *py_decode_box(PyObject *mod, PyObject *args);
+PyObject *py_decode_key(PyObject *mod, PyObject *args);
+PyObject *py_media_probe(PyObject *mod, PyObject *args);
+PyObject *py_media_formats(PyObject *mod, PyObject *unused);
 
 /* Parses Loader(path, batch_size, fields, window, ...) (see options.c for
  * the order) into `c`.  Returns 0, or -1 with an exception set. */

@@ -10,7 +10,7 @@
 
 PyObject *StokerError, *InvalidArgument, *NotFound, *AccessDenied, *OutOfMemory, *Timeout;
 static PyObject *DataChanged, *RedirectLoop, *HostNotFound, *TLSError, *HTTPError, *BadRange;
-static PyObject *RemoteError, *ConnectionRefused;
+static PyObject *RemoteError, *ConnectionRefused, *MediaError;
 
 PyObject *raise_stk(int rc, const stk_error *e) {
     const char *msg = e && e->message[0] ? e->message : stk_strerror(rc);
@@ -25,6 +25,7 @@ PyObject *raise_stk(int rc, const stk_error *e) {
                      : rc == STK_ETLS ? TLSError
                      : rc == STK_EHTTP ? HTTPError
                      : rc == STK_ERANGE ? BadRange
+                     : rc == STK_EMEDIA ? MediaError
                      : rc == -ECONNREFUSED ? ConnectionRefused
                      : rc == -EHOSTUNREACH || rc == -ENETUNREACH ? RemoteError
                                      : StokerError;
@@ -157,6 +158,16 @@ static PyMethodDef module_methods[] = {
     {"report_html", py_report_html, METH_VARARGS,
      "report_html(path, report): writes stoker.profile's report as a page "
      "(stk_report_write_html)."},
+    {"decode_one", py_decode_one, METH_VARARGS,
+     "decode_one(spec, data, key) -> (sample bytes, (x, y, w, h), flipped) (stk_decode_one)."},
+    {"decode_box", py_decode_box, METH_VARARGS,
+     "decode_box(spec, width, height, key) -> ((x, y, w, h), flipped) (stk_decode_box)."},
+    {"decode_key", py_decode_key, METH_VARARGS,
+     "decode_key(seed, epoch, record) -> the key of a sample's random choices."},
+    {"media_probe", py_media_probe, METH_VARARGS,
+     "media_probe(data) -> what an encoded image or clip is (stk_media_probe)."},
+    {"media_formats", py_media_formats, METH_NOARGS,
+     "media_formats() -> the formats this build decodes, comma-separated."},
     {"write_arrow", py_write_arrow, METH_VARARGS,
      "Packs an Arrow C stream (capsule) into a dataset; returns the record count."},
     {NULL, NULL, 0, NULL}};
@@ -182,10 +193,11 @@ static int import_errors(void) {
     BadRange = PyObject_GetAttrString(errors, "BadRange");
     RemoteError = PyObject_GetAttrString(errors, "RemoteError");
     ConnectionRefused = PyObject_GetAttrString(errors, "ConnectionRefused");
+    MediaError = PyObject_GetAttrString(errors, "MediaError");
     Py_DECREF(errors);
     return StokerError && InvalidArgument && NotFound && AccessDenied && OutOfMemory && Timeout &&
                    DataChanged && RedirectLoop && HostNotFound && TLSError && HTTPError &&
-                   BadRange && RemoteError && ConnectionRefused
+                   BadRange && RemoteError && ConnectionRefused && MediaError
                ? 0
                : -1;
 }

@@ -10,7 +10,7 @@
  * are libstoker's. */
 typedef struct {
     const char *path, *root, *cache_dir;
-    PyObject *fields, *valid_field, *valid_rules;
+    PyObject *fields, *valid_field, *valid_rules, *decode;
     unsigned int batch, block_group, rank, world, prefetch, qd, max_open, gpu_slots;
     unsigned int split_index, split_count, streams;
     unsigned long long window, stride, seed, epoch, bb, bs, budget, max_skips, resident;
@@ -28,21 +28,21 @@ static int loader_args_parse(PyObject *args, PyObject *kw, loader_args *a) {
                              "verify", "on_error", "max_skips", "max_open_files", "device",
                              "gpu_slots", "resident_budget", "warm_up", "split_index",
                              "split_count", "root", "cache_dir", "cache_budget", "streams",
-                             "valid_rules", "remote_timeout", NULL};
+                             "valid_rules", "remote_timeout", "decode", NULL};
     *a = (loader_args){.batch = 32, .fields = Py_None, .stride = 1, .valid_field = Py_None,
                        .order = 2, .bb = 4u << 20, .block_group = 16, .world = 1, .qd = 64,
                        .budget = 1ull << 30, .verify = 1, .max_skips = 100, .device = -1,
                        .gpu_slots = 3, .split_count = 1, .cache_budget = STK_CACHE_BUDGET_AUTO,
-                       .valid_rules = Py_None};
+                       .valid_rules = Py_None, .decode = Py_None};
     return PyArg_ParseTupleAndKeywords(
-               args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiKIiIKiIIzzKIOd", kwlist, &a->path, &a->batch,
+               args, kw, "s|IOKKOiiKKKKIIIppipiIIKpiKIiIKiIIzzKIOdO", kwlist, &a->path, &a->batch,
                &a->fields, &a->window, &a->stride, &a->valid_field, &a->valid, &a->order,
                &a->seed, &a->epoch, &a->bb, &a->bs, &a->block_group, &a->rank, &a->world,
                &a->pad, &a->drop_last, &a->backend, &a->direct, &a->threads, &a->prefetch,
                &a->qd, &a->budget, &a->verify, &a->on_error, &a->max_skips, &a->max_open,
                &a->device, &a->gpu_slots, &a->resident, &a->warm_up, &a->split_index,
                &a->split_count, &a->root, &a->cache_dir, &a->cache_budget, &a->streams,
-               &a->valid_rules, &a->remote_timeout)
+               &a->valid_rules, &a->remote_timeout, &a->decode)
                ? 0
                : -1;
 }
@@ -111,6 +111,30 @@ static int config_rules(loader_config *c, PyObject *rules) {
     return 0;
 }
 
+/* `decode` (None, or a sequence of decode spec tuples, as stoker/_media.py
+ * builds them) as c->lo.decode.  The field names stay alive while `decode`
+ * does.  Returns 0 or -1. */
+static int config_decode(loader_config *c, PyObject *decode) {
+    if (decode == Py_None) return 0;
+    PyObject *seq = PySequence_Fast(decode, "decode must be a sequence of specs");
+    if (!seq) return -1;
+    Py_ssize_t n = fast_size(seq);
+    if (n > (Py_ssize_t)(sizeof c->decodes / sizeof *c->decodes)) {
+        Py_DECREF(seq);
+        PyErr_SetString(InvalidArgument, "decode: at most 64 fields");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (decode_spec_parse(fast_item(seq, i), &c->decodes[i])) {
+            Py_DECREF(seq);
+            return -1;
+        }
+    c->lo.decode = c->decodes;
+    c->lo.ndecode = (size_t)n;
+    Py_DECREF(seq); /* the names stay alive: `decode` holds them */
+    return 0;
+}
+
 static void config_loader_options(stk_loader_options *o, const loader_args *a) {
     stk_loader_options_init(o);
     o->split_index = a->split_index;
@@ -158,6 +182,7 @@ int loader_config_parse(PyObject *args, PyObject *kw, loader_config *c) {
         return -1;
     if (config_fields(c, a.fields)) return -1;
     if (config_rules(c, a.valid_rules)) return -1;
+    if (config_decode(c, a.decode)) return -1;
     c->lo.device = a.device;
     c->lo.device_buffers = a.gpu_slots;
     c->lo.device_resident_budget = a.resident;

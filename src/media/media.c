@@ -1,0 +1,468 @@
+/*
+ * media.c: what every media format shares: the checks of a decode spec,
+ * its sample's shape, the random draws, the crop box, the resize and the
+ * public calls.  The decoders themselves are image.c's and audio.c's.
+ */
+#include "media.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+void stk__media_ctx_free(stk__media_ctx *c) {
+    if (!c) return;
+    stk__free(c->pix);
+    stk__free(c->row);
+    stk__audio_ctx_free(c->audio);
+    memset(c, 0, sizeof *c);
+}
+
+stk__fmt stk__media_sniff(const uint8_t *p, size_t n) {
+    if (n >= 3 && p[0] == 0xFF && p[1] == 0xD8 && p[2] == 0xFF) return STK__FMT_JPEG;
+    if (n >= 8 && !memcmp(p, "\x89PNG\r\n\x1a\n", 8)) return STK__FMT_PNG;
+    if (n >= 12 && !memcmp(p, "RIFF", 4) && !memcmp(p + 8, "WEBP", 4)) return STK__FMT_WEBP;
+    if (n >= 4 && !memcmp(p, "fLaC", 4)) return STK__FMT_FLAC;
+    if (n >= 36 && !memcmp(p, "OggS", 4)) {
+        /* The first page's first packet says the codec. */
+        size_t segs = p[26], body = 27 + segs;
+        if (body + 8 <= n && !memcmp(p + body, "OpusHead", 8)) return STK__FMT_OPUS;
+        if (body + 7 <= n && !memcmp(p + body, "\x01vorbis", 7)) return STK__FMT_VORBIS;
+        return STK__FMT_UNKNOWN;
+    }
+    if (n >= 3 && !memcmp(p, "ID3", 3)) return STK__FMT_MP3;
+    /* An MPEG audio frame header: 11 sync bits, layer III. */
+    if (n >= 4 && p[0] == 0xFF && (p[1] & 0xE0) == 0xE0 && (p[1] & 0x06) == 0x02 &&
+        (p[2] & 0xF0) != 0xF0 && (p[1] & 0x18) != 0x08)
+        return STK__FMT_MP3;
+    return STK__FMT_UNKNOWN;
+}
+
+const char *stk__fmt_name(stk__fmt f) {
+    static const char *const names[] = {"unknown", "jpeg", "png", "webp",
+                                        "flac",    "mp3",  "vorbis", "opus"};
+    return (unsigned)f < sizeof names / sizeof *names ? names[f] : "unknown";
+}
+
+static stk_media fmt_media(stk__fmt f) {
+    return f >= STK__FMT_FLAC ? STK_MEDIA_AUDIO : STK_MEDIA_IMAGE;
+}
+
+/* ---- random draws ---- */
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+uint64_t stk_decode_key(uint64_t seed, uint64_t epoch, uint64_t record) {
+    return splitmix64(splitmix64(splitmix64(seed) ^ epoch) ^ record);
+}
+
+double stk__media_uniform(uint64_t key, unsigned k) {
+    return (double)(splitmix64(key + (uint64_t)(k + 1) * 0x9E3779B97F4A7C15ull) >> 11) *
+           0x1.0p-53;
+}
+
+/* ---- specs ---- */
+
+void stk_decode_init(stk_decode *d, stk_media media) {
+    if (!d) return;
+    memset(d, 0, sizeof *d);
+    d->media = media;
+    d->crop = STK_CROP_RANDOM_RESIZED;
+    d->scale[0] = 0.08;
+    d->scale[1] = 1.0;
+    d->ratio[0] = 3.0 / 4.0;
+    d->ratio[1] = 4.0 / 3.0;
+    d->center_fraction = 0.875;
+    d->channels = 1;
+}
+
+static int check_spec(const stk_decode *d, stk_error *err) {
+    const char *f = d->field ? d->field : "(no field)";
+    if (d->media == STK_MEDIA_IMAGE) {
+        if (d->height < 1 || d->width < 1 || d->height > 65535 || d->width > 65535)
+            return stk__err(err, -EINVAL, "decode: '%s': an image size of %ux%u (1 to 65535 each)",
+                            f, d->width, d->height);
+        if (d->crop != STK_CROP_NONE && d->crop != STK_CROP_CENTER &&
+            d->crop != STK_CROP_RANDOM_RESIZED)
+            return stk__err(err, -EINVAL, "decode: '%s': unknown crop %d", f, (int)d->crop);
+        if (d->crop == STK_CROP_RANDOM_RESIZED &&
+            !(d->scale[0] > 0 && d->scale[0] <= d->scale[1] && d->scale[1] <= 1))
+            return stk__err(err, -EINVAL,
+                            "decode: '%s': scale (%g, %g) must satisfy 0 < low <= high <= 1", f,
+                            d->scale[0], d->scale[1]);
+        if (d->crop == STK_CROP_RANDOM_RESIZED &&
+            !(d->ratio[0] > 0 && d->ratio[0] <= d->ratio[1] && isfinite(d->ratio[1])))
+            return stk__err(err, -EINVAL,
+                            "decode: '%s': ratio (%g, %g) must satisfy 0 < low <= high", f,
+                            d->ratio[0], d->ratio[1]);
+        if (d->crop == STK_CROP_CENTER && !(d->center_fraction > 0 && d->center_fraction <= 1))
+            return stk__err(err, -EINVAL, "decode: '%s': center_fraction %g must be in (0, 1]",
+                            f, d->center_fraction);
+        return 0;
+    }
+    if (d->media == STK_MEDIA_AUDIO) {
+        if (d->samples < 1 || d->samples > (1ull << 32))
+            return stk__err(err, -EINVAL,
+                            "decode: '%s': samples %llu: a window of 1 to 2^32 frames", f,
+                            (unsigned long long)d->samples);
+        if (d->channels < 1 || d->channels > 64)
+            return stk__err(err, -EINVAL, "decode: '%s': channels %u (1 to 64)", f, d->channels);
+        if (d->sample_rate > 768000)
+            return stk__err(err, -EINVAL, "decode: '%s': sample_rate %u is above 768000", f,
+                            d->sample_rate);
+        return 0;
+    }
+    return stk__err(err, -EINVAL, "decode: '%s': media %d is neither image (1) nor audio (2)", f,
+                    (int)d->media);
+}
+
+int stk_decode_shape(const stk_decode *d, stk_dtype *dtype, int *ndim,
+                     int64_t shape[STK_MAX_DIMS], stk_error *err) {
+    if (!d || !dtype || !ndim || !shape) return stk__err(err, -EINVAL, "a NULL argument");
+    int rc = check_spec(d, err);
+    if (rc) return rc;
+    memset(shape, 0, sizeof(int64_t) * STK_MAX_DIMS);
+    if (d->media == STK_MEDIA_IMAGE) {
+        *dtype = STK_U8;
+        *ndim = 3;
+        int64_t h = d->height, w = d->width;
+        if (d->chw) shape[0] = 3, shape[1] = h, shape[2] = w;
+        else shape[0] = h, shape[1] = w, shape[2] = 3;
+    } else {
+        *dtype = STK_F32;
+        *ndim = 2;
+        shape[0] = (int64_t)d->samples;
+        shape[1] = d->channels;
+    }
+    return 0;
+}
+
+uint64_t stk__media_sample_bytes(const stk_decode *d) {
+    if (d->media == STK_MEDIA_IMAGE) return (uint64_t)d->height * d->width * 3;
+    return d->samples * d->channels * sizeof(float);
+}
+
+int stk__media_check(const stk_decode *d, const stk_field *f, stk_error *err) {
+    int rc = check_spec(d, err);
+    if (rc) return rc;
+    const char *want = d->media == STK_MEDIA_IMAGE ? "image" : "audio";
+    if (f->dtype != STK_BYTES || f->ndim != 1 || f->shape[0] != STK_RAGGED || !f->type ||
+        strcmp(f->type, want))
+        return stk__err(err, -EINVAL,
+                        "decode: field '%s' is %s%s%s, not %s: a media field is ragged bytes "
+                        "of type \"%s\" (stoker.Image() / stoker.Audio() when writing)",
+                        f->name, stk_dtype_name(f->dtype), f->type ? " of type " : "",
+                        f->type ? f->type : "", want, want);
+    return 0;
+}
+
+/* ---- crop boxes ---- */
+
+/* Python's round(): halves to even, as the reference computations use. */
+static double round_even(double x) {
+    double r = floor(x), diff = x - r;
+    if (diff > 0.5 || (diff == 0.5 && fmod(r, 2.0) != 0)) r += 1;
+    return r;
+}
+
+static void box_random_resized(const stk_decode *d, uint32_t W, uint32_t H, uint64_t key,
+                               uint32_t box[4]) {
+    double area = (double)W * H;
+    double lr0 = log(d->ratio[0]), lr1 = log(d->ratio[1]);
+    for (unsigned t = 0; t < 10; t++) {
+        double target = area * (d->scale[0] + stk__media_uniform(key, 4 * t) *
+                                                  (d->scale[1] - d->scale[0]));
+        double ar = exp(lr0 + stk__media_uniform(key, 4 * t + 1) * (lr1 - lr0));
+        double w = round_even(sqrt(target * ar)), h = round_even(sqrt(target / ar));
+        if (w > 0 && w <= W && h > 0 && h <= H) {
+            uint32_t bw = (uint32_t)w, bh = (uint32_t)h;
+            uint32_t y = (uint32_t)(stk__media_uniform(key, 4 * t + 2) * (double)(H - bh + 1));
+            uint32_t x = (uint32_t)(stk__media_uniform(key, 4 * t + 3) * (double)(W - bw + 1));
+            box[0] = x, box[1] = y, box[2] = bw, box[3] = bh;
+            return;
+        }
+    }
+    /* The whole image, its ratio clamped to the range, centred. */
+    double in_ratio = (double)W / H;
+    uint32_t bw = W, bh = H;
+    if (in_ratio < d->ratio[0]) bh = (uint32_t)round_even(W / d->ratio[0]);
+    else if (in_ratio > d->ratio[1]) bw = (uint32_t)round_even(H * d->ratio[1]);
+    bw = STK__MAX(1u, STK__MIN(bw, W));
+    bh = STK__MAX(1u, STK__MIN(bh, H));
+    box[0] = (W - bw) / 2, box[1] = (H - bh) / 2, box[2] = bw, box[3] = bh;
+}
+
+static void box_center(const stk_decode *d, uint32_t W, uint32_t H, uint32_t box[4]) {
+    double ar = (double)d->width / d->height;
+    double bw = STK__MIN((double)W, H * ar), bh = STK__MIN((double)H, W / ar);
+    uint32_t w = (uint32_t)round_even(bw * d->center_fraction);
+    uint32_t h = (uint32_t)round_even(bh * d->center_fraction);
+    w = STK__MAX(1u, STK__MIN(w, W));
+    h = STK__MAX(1u, STK__MIN(h, H));
+    box[0] = (W - w) / 2, box[1] = (H - h) / 2, box[2] = w, box[3] = h;
+}
+
+/* The draw that decides the flip: after the crop's 40. */
+#define FLIP_DRAW 40
+
+static void choose_box(const stk_decode *d, uint32_t W, uint32_t H, uint64_t key,
+                       uint32_t box[4], int *flipped) {
+    if (d->crop == STK_CROP_RANDOM_RESIZED) box_random_resized(d, W, H, key, box);
+    else if (d->crop == STK_CROP_CENTER) box_center(d, W, H, box);
+    else box[0] = 0, box[1] = 0, box[2] = W, box[3] = H;
+    *flipped = d->flip && stk__media_uniform(key, FLIP_DRAW) < 0.5;
+}
+
+int stk_decode_box(const stk_decode *d, uint32_t width, uint32_t height, uint64_t key,
+                   uint32_t box[4], int *flipped, stk_error *err) {
+    if (!d || !box || !flipped) return stk__err(err, -EINVAL, "a NULL argument");
+    int rc = check_spec(d, err);
+    if (rc) return rc;
+    if (d->media != STK_MEDIA_IMAGE)
+        return stk__err(err, -EINVAL, "decode: crop boxes are for images");
+    if (width < 1 || height < 1)
+        return stk__err(err, -EINVAL, "an image of %ux%u", width, height);
+    choose_box(d, width, height, key, box, flipped);
+    return 0;
+}
+
+/* ---- the resize ---- */
+
+/* Weights of a triangle filter mapping `in` source pixels starting at
+ * source coordinate `x0` (a real number: the box's edge, in the pixels
+ * held) over `span` pixels onto `out` pixels.  For each output pixel:
+ * first[i], count[i] and count[i] weights at w + i * maxc. */
+typedef struct taps {
+    int32_t *first, *count;
+    float *w;
+    int maxc;
+} taps;
+
+static int make_taps(taps *t, double x0, double span, uint32_t in, uint32_t out) {
+    double scale = span / out;
+    double support = scale > 1 ? scale : 1.0; /* the filter's half-width */
+    int maxc = (int)ceil(support) * 2 + 2;
+    t->maxc = maxc;
+    t->first = stk__malloc(sizeof(int32_t) * out * 2);
+    t->w = stk__malloc(sizeof(float) * out * (size_t)maxc);
+    if (!t->first || !t->w) {
+        stk__free(t->first);
+        stk__free(t->w);
+        return -ENOMEM;
+    }
+    t->count = t->first + out;
+    for (uint32_t i = 0; i < out; i++) {
+        double c = x0 + (i + 0.5) * scale - 0.5; /* the centre, in source pixels */
+        int lo = (int)ceil(c - support), hi = (int)floor(c + support);
+        if (lo < 0) lo = 0;
+        if (hi > (int)in - 1) hi = (int)in - 1;
+        if (hi < lo) hi = lo = c < 0 ? 0 : (int)in - 1;
+        if (hi - lo + 1 > maxc) hi = lo + maxc - 1;
+        double sum = 0;
+        float *w = t->w + (size_t)i * maxc;
+        for (int k = lo; k <= hi; k++) {
+            double v = 1.0 - fabs((k - c) / support);
+            w[k - lo] = (float)(v > 0 ? v : 0);
+            sum += w[k - lo];
+        }
+        if (sum <= 0) { /* a centre exactly between pixels at an edge */
+            w[0] = 1, sum = 1, hi = lo;
+        }
+        for (int k = lo; k <= hi; k++) w[k - lo] = (float)(w[k - lo] / sum);
+        t->first[i] = lo;
+        t->count[i] = hi - lo + 1;
+    }
+    return 0;
+}
+
+static void free_taps(taps *t) {
+    stk__free(t->first);
+    stk__free(t->w);
+}
+
+static uint8_t clamp8(float v) {
+    v = v + 0.5f;
+    return v <= 0 ? 0 : v >= 255 ? 255 : (uint8_t)v;
+}
+
+/* Resizes box `fb` (x, y, w, h in the scaled image's pixels, reals) of
+ * `px` to d's size, flipped or not, into `dst` (HWC or CHW). */
+static int resize(stk__media_ctx *c, const stk__pixels *px, const double fb[4],
+                  const stk_decode *d, int flipped, uint8_t *dst) {
+    uint32_t ow = d->width, oh = d->height;
+    double bx = fb[0] - px->x0, by = fb[1] - px->y0;
+    /* A box of exactly the output's size on whole pixels: a copy. */
+    bool copy = fb[2] == ow && fb[3] == oh && bx == floor(bx) && by == floor(by) && bx >= 0 &&
+                by >= 0 && bx + ow <= px->w && by + oh <= px->h;
+    taps tx = {0}, ty = {0};
+    if (!copy && (make_taps(&tx, bx, fb[2], px->w, ow) || make_taps(&ty, by, fb[3], px->h, oh))) {
+        free_taps(&tx);
+        return -ENOMEM;
+    }
+    /* Rows: the vertical pass into float rows, then the horizontal one. */
+    size_t need = (size_t)px->w * 3;
+    if (!copy && c->row_cap < need) {
+        float *r = stk__realloc(c->row, need * sizeof(float));
+        if (!r) {
+            free_taps(&tx);
+            free_taps(&ty);
+            return -ENOMEM;
+        }
+        c->row = r;
+        c->row_cap = need;
+    }
+    size_t plane = (size_t)ow * oh;
+    for (uint32_t y = 0; y < oh; y++) {
+        const uint8_t *srow = NULL;
+        if (copy) {
+            srow = px->rgb + (size_t)(by + y) * px->stride + (size_t)bx * 3;
+        } else {
+            /* Only the columns the horizontal taps reach. */
+            int c0 = tx.first[0], c1 = tx.first[ow - 1] + tx.count[ow - 1];
+            if (c0 > tx.first[ow - 1]) c0 = tx.first[ow - 1];
+            float *row = c->row;
+            const float *wy = ty.w + (size_t)y * ty.maxc;
+            int fy = ty.first[y], ny = ty.count[y];
+            for (int xx = c0 * 3; xx < c1 * 3; xx++) row[xx] = 0;
+            for (int k = 0; k < ny; k++) {
+                const uint8_t *s = px->rgb + (size_t)(fy + k) * px->stride;
+                float wk = wy[k];
+                for (int xx = c0 * 3; xx < c1 * 3; xx++) row[xx] += wk * s[xx];
+            }
+        }
+        for (uint32_t x = 0; x < ow; x++) {
+            uint32_t ox = flipped ? ow - 1 - x : x;
+            uint8_t rgb[3];
+            if (copy) {
+                rgb[0] = srow[3 * x], rgb[1] = srow[3 * x + 1], rgb[2] = srow[3 * x + 2];
+            } else {
+                const float *wx = tx.w + (size_t)x * tx.maxc;
+                const float *r = c->row + (size_t)tx.first[x] * 3;
+                float a = 0, b = 0, g = 0;
+                for (int k = 0; k < tx.count[x]; k++) {
+                    a += wx[k] * r[3 * k];
+                    g += wx[k] * r[3 * k + 1];
+                    b += wx[k] * r[3 * k + 2];
+                }
+                rgb[0] = clamp8(a), rgb[1] = clamp8(g), rgb[2] = clamp8(b);
+            }
+            if (d->chw) {
+                size_t at = (size_t)y * ow + ox;
+                dst[at] = rgb[0], dst[plane + at] = rgb[1], dst[2 * plane + at] = rgb[2];
+            } else {
+                uint8_t *o = dst + ((size_t)y * ow + ox) * 3;
+                o[0] = rgb[0], o[1] = rgb[1], o[2] = rgb[2];
+            }
+        }
+    }
+    free_taps(&tx);
+    free_taps(&ty);
+    return 0;
+}
+
+/* ---- decoding ---- */
+
+static int decode_image(stk__media_ctx *c, const stk_decode *d, stk__fmt f, const uint8_t *src,
+                        size_t len, uint64_t key, uint8_t *dst, uint32_t box[4], int *flipped,
+                        char *why) {
+    stk_media_info info;
+    int rc = stk__image_probe(f, src, len, &info, why);
+    if (rc) return rc;
+    uint32_t b[4];
+    int fl;
+    choose_box(d, info.width, info.height, key, b, &fl);
+    /* The filter reaches up to its support (at least a pixel) past the box
+     * edge, in the scaled image: two pixels more than the widest support
+     * the chosen scale can need. */
+    uint32_t margin = 2 + (uint32_t)ceil(STK__MAX((double)b[2] / d->width,
+                                                   (double)b[3] / d->height));
+    stk__pixels px;
+    rc = stk__image_decode(c, f, src, len, b, d->width, d->height, margin, &px, why);
+    if (rc) return rc;
+    double fb[4] = {b[0] * px.scale, b[1] * px.scale, b[2] * px.scale, b[3] * px.scale};
+    rc = resize(c, &px, fb, d, fl, dst);
+    if (rc) {
+        snprintf(why, STK__WHY, "out of memory resizing");
+        return rc;
+    }
+    if (box) memcpy(box, b, sizeof b);
+    if (flipped) *flipped = fl;
+    return 0;
+}
+
+int stk__media_decode(stk__media_ctx *c, const stk_decode *d, const uint8_t *src, size_t len,
+                      uint64_t key, void *dst, uint32_t box[4], int *flipped, char *why) {
+    stk__fmt f = stk__media_sniff(src, len);
+    if (f == STK__FMT_UNKNOWN || fmt_media(f) != d->media) {
+        if (len == 0) snprintf(why, STK__WHY, "an empty record");
+        else if (f == STK__FMT_UNKNOWN)
+            snprintf(why, STK__WHY, "not %s: its first bytes are no format stoker decodes (%s)",
+                     d->media == STK_MEDIA_IMAGE ? "an image" : "audio",
+                     d->media == STK_MEDIA_IMAGE ? "JPEG, PNG, WebP" : "FLAC, MP3, Vorbis, Opus");
+        else
+            snprintf(why, STK__WHY, "%s data in an %s field", stk__fmt_name(f),
+                     d->media == STK_MEDIA_IMAGE ? "image" : "audio");
+        return STK_EMEDIA;
+    }
+    if (d->media == STK_MEDIA_IMAGE)
+        return decode_image(c, d, f, src, len, key, dst, box, flipped, why);
+    if (box) memset(box, 0, 4 * sizeof *box);
+    if (flipped) *flipped = 0;
+    return stk__audio_decode(c, d, f, src, len, key, dst, why);
+}
+
+/* ---- public calls ---- */
+
+int stk_media_probe(const void *data, size_t len, stk_media_info *out, stk_error *err) {
+    if (!data && len) return stk__err(err, -EINVAL, "a NULL buffer");
+    if (!out) return stk__err(err, -EINVAL, "a NULL argument");
+    memset(out, 0, sizeof *out);
+    stk__fmt f = stk__media_sniff(data, len);
+    char why[STK__WHY] = "";
+    if (f == STK__FMT_UNKNOWN)
+        return stk__err(err, STK_EMEDIA,
+                        "not a format stoker decodes (JPEG, PNG, WebP, FLAC, MP3, Vorbis, Opus)");
+    int rc = fmt_media(f) == STK_MEDIA_IMAGE ? stk__image_probe(f, data, len, out, why)
+                                             : stk__audio_probe(f, data, len, out, why);
+    if (rc) return stk__err(err, rc, "%s", why);
+    out->media = fmt_media(f);
+    snprintf(out->format, sizeof out->format, "%s", stk__fmt_name(f));
+    return 0;
+}
+
+int stk_decode_one(const stk_decode *d, const void *data, size_t len, uint64_t key, void *out,
+                   size_t cap, uint32_t box[4], int *flipped, stk_error *err) {
+    if (!d || !out || (!data && len)) return stk__err(err, -EINVAL, "a NULL argument");
+    int rc = check_spec(d, err);
+    if (rc) return rc;
+    uint64_t need = stk__media_sample_bytes(d);
+    if (cap < need)
+        return stk__err(err, -EINVAL, "decode: %zu bytes of room for a sample of %llu", cap,
+                        (unsigned long long)need);
+    stk__media_ctx c = {0};
+    char why[STK__WHY] = "";
+    rc = stk__media_decode(&c, d, data, len, key, out, box, flipped, why);
+    stk__media_ctx_free(&c);
+    if (rc) return stk__err(err, rc, "%s", why[0] ? why : stk_strerror(rc));
+    return 0;
+}
+
+static char formats[64];
+
+static void list_formats(void) {
+    const char *a = stk__image_formats(), *b = stk__audio_formats();
+    snprintf(formats, sizeof formats, "%s%s", a, b);
+    size_t n = strlen(formats);
+    if (n && formats[n - 1] == ',') formats[n - 1] = 0;
+}
+
+const char *stk_media_formats(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, list_formats);
+    return formats;
+}
