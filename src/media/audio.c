@@ -947,8 +947,8 @@ static int window(audio_state *st, const stk_decode *d, clip *c, uint64_t key, f
                   char *why) {
     uint32_t D = d->channels ? d->channels : 1;
     if (D != 1 && c->channels != D) {
-        snprintf(why, STK__WHY, "the clip has %u channels, the decode asks for %u", c->channels,
-                 D);
+        snprintf(why, STK__WHY, "the clip has %u channel%s, the decode asks for %u", c->channels,
+                 c->channels == 1 ? "" : "s", D);
         return STK_EMEDIA;
     }
     uint32_t R = c->rate, O = d->sample_rate ? d->sample_rate : c->rate;
