@@ -1886,7 +1886,12 @@ typedef enum stk_source {
     STK_SOURCE_NPY,      /* .npy: a file per record, or rows along axis 0 */
     STK_SOURCE_WAV,      /* .wav: a clip per record, windows over frames */
     STK_SOURCE_HDF5,     /* .h5/.hdf5: one dataset, a record per row of axis 0 */
-    STK_SOURCE_RAW       /* any file: its bytes are one record */
+    STK_SOURCE_RAW,      /* any file: its bytes are one record */
+    STK_SOURCE_IMAGE,    /* .jpg/.jpeg/.png/.webp: a file per record, a
+                          * ragged bytes field typed "image" (see "Media") */
+    STK_SOURCE_AUDIO     /* .flac/.mp3/.ogg/.opus: a file per record, typed
+                          * "audio"; every file's header is read and checked
+                          * as it is indexed */
 } stk_source;
 
 typedef struct stk_index_options {
@@ -1901,12 +1906,12 @@ typedef struct stk_index_options {
      * 8/16 bits as u8/i16, 24/32 bits as i32 scaled to the full range,
      * float as stored). */
     int wav_float32;
-    /* The field's name; NULL: "data" (npy, hdf5), "audio" (wav), "bytes"
-     * (raw). */
+    /* The field's name; NULL: "data" (npy, hdf5), "audio" (wav, audio),
+     * "bytes" (raw), "image" (image). */
     const char *field;
     /* Directories are walked recursively for files whose name ends in this
-     * (case-insensitive); NULL: ".npy", ".wav", ".h5" and ".hdf5", or every
-     * file for raw. */
+     * (case-insensitive); NULL: ".npy", ".wav", ".h5" and ".hdf5", the
+     * image or audio extensions above, or every file for raw. */
     const char *extension;
     /* Called from the calling thread after each file is indexed, with the
      * files indexed so far and the records they hold (how many files there

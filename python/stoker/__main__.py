@@ -7,6 +7,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
 import time
 
@@ -359,10 +360,174 @@ def read_mixture(argv, doctor):
               " (give --step-ms, the model's time per batch, to judge a training run)"))
     return 0
 
+MEDIA_HELP = """\
+Usage: stoker pack --from images DIR -o DATASET [options]
+       stoker pack --from audio DIR -o DATASET [options]
+
+Packs a folder of images (.jpg .jpeg .png .webp) or audio clips (.flac .mp3
+.ogg .opus), each file one record stored as it is (never re-encoded), for
+Loader(decode=...) to decode.  Every file's header is read as it is packed:
+one that is not such media stops the pack, named.  Records:
+  image | audio   the file's bytes (a field typed "image" or "audio")
+  label           int64: the index of the file's class, its first sub-folder
+                  under DIR in sorted order (as torchvision's ImageFolder);
+                  the class names are the dataset's attrs["classes"]
+  path            the file's path under DIR (a string)
+Files come in the byte order of their paths.
+
+  -o, --output DATASET  the dataset to write
+  --labels TABLE        labels from a CSV (header: file,label) or Parquet
+                        table of file (a path under DIR) and label (an int,
+                        or a class name: names are numbered in sorted
+                        order); files it does not list are refused
+  --no-labels           no label field (and no classes)
+  --field NAME          the media field's name (default image or audio)
+  --shard-size SIZE     bytes per shard (default 256M)
+  --force               replace an existing dataset
+  --no-sync             do not fsync the shards
+  -q, --quiet           no progress or summary
+
+Example:
+  stoker pack --from images imagenet/train -o train.stk
+  stoker read train.stk --help   # and in Python:
+  stoker.Loader("train.stk", 256, decode={"image": stoker.DecodeImage(224, flip=True)})
+"""
+
+_MEDIA_EXT = {"images": (".jpg", ".jpeg", ".png", ".webp"),
+              "audio": (".flac", ".mp3", ".ogg", ".opus")}
+
+
+def _media_files(root, exts):
+    out = []
+    for dirpath, dirs, names in os.walk(root, followlinks=True):
+        dirs.sort()
+        for n in names:
+            if n.lower().endswith(exts):
+                out.append(os.path.join(dirpath, n))
+    return sorted(out, key=lambda p: os.fsencode(p))
+
+
+def _label_table(path):
+    """{file: label} from a CSV (file,label) or Parquet table."""
+    if path.lower().endswith((".parquet", ".pq")):
+        import pyarrow.parquet as pq
+        t = pq.read_table(path)
+        if t.num_columns < 2:
+            raise ValueError(f"{path}: a labels table needs two columns, file and label")
+        files, labels = t.column(0).to_pylist(), t.column(1).to_pylist()
+    else:
+        import csv
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+        if not rows or len(rows[0]) < 2:
+            raise ValueError(f"{path}: a labels table needs a header and two columns, "
+                             "file and label")
+        files, labels = [r[0] for r in rows[1:]], [r[1] for r in rows[1:]]
+        if all(x.lstrip("-").isdigit() for x in labels):
+            labels = [int(x) for x in labels]
+    return dict(zip((os.path.normpath(f) for f in files), labels))
+
+
+def pack_media(argv):
+    if any(a in ("-h", "--help") for a in argv):
+        print(MEDIA_HELP, end="")
+        return 0
+    ap = argparse.ArgumentParser(prog="stoker pack --from images|audio", add_help=False)
+    ap.add_argument("--from", dest="fmt", required=True)
+    ap.add_argument("paths", nargs=1)
+    ap.add_argument("-o", "--output", required=True)
+    ap.add_argument("--labels")
+    ap.add_argument("--no-labels", action="store_true")
+    ap.add_argument("--field")
+    ap.add_argument("--shard-size", default="256M")
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--no-sync", action="store_true")
+    ap.add_argument("-q", "--quiet", action="store_true")
+    a = ap.parse_args(argv)
+    import numpy as np
+    import stoker
+    root = a.paths[0]
+    kind = "image" if a.fmt == "images" else "audio"
+    field = a.field or kind
+    if not os.path.isdir(root):
+        print(f"stoker: error: {root}: not a directory (pack --from {a.fmt} takes a folder)",
+              file=sys.stderr)
+        return 2
+    files = _media_files(root, _MEDIA_EXT[a.fmt])
+    if not files:
+        print(f"stoker: error: {root}: no {' '.join(_MEDIA_EXT[a.fmt])} files found",
+              file=sys.stderr)
+        return 2
+    rel = [os.path.relpath(f, root) for f in files]
+    attrs = {"source": a.fmt, "files": len(files)}
+    labels = None
+    try:
+        if a.labels:
+            table = _label_table(a.labels)
+            missing = [r for r in rel if os.path.normpath(r) not in table]
+            if missing:
+                raise ValueError(f"{a.labels}: no label for {missing[0]}"
+                                 + (f" (and {len(missing) - 1} more files)" if len(missing) > 1
+                                    else ""))
+            raw = [table[os.path.normpath(r)] for r in rel]
+            if all(isinstance(x, int) for x in raw):
+                labels = raw
+            else:
+                classes = sorted({str(x) for x in raw})
+                attrs["classes"] = classes
+                idx = {c: i for i, c in enumerate(classes)}
+                labels = [idx[str(x)] for x in raw]
+        elif not a.no_labels:
+            tops = [r.split(os.sep)[0] if os.sep in r else "" for r in rel]
+            if all(tops):
+                classes = sorted(set(tops))
+                attrs["classes"] = classes
+                idx = {c: i for i, c in enumerate(classes)}
+                labels = [idx[t] for t in tops]
+            else:
+                flat = next(r for r, t in zip(rel, tops) if not t)
+                raise ValueError(f"{root}: {flat} is not in a class sub-folder; give --labels "
+                                 "TABLE or --no-labels")
+    except (OSError, ValueError) as e:
+        print(f"stoker: error: {e}", file=sys.stderr)
+        return 2
+
+    def records():
+        for i, (f, r) in enumerate(zip(files, rel)):
+            with open(f, "rb") as fh:
+                rec = {field: fh.read()}
+            if labels is not None:
+                rec["label"] = np.int64(labels[i])
+            rec["path"] = r
+            yield rec
+
+    t0 = time.perf_counter()
+    try:
+        n = stoker.write(a.output, records(), fields={field: getattr(stoker, kind.title())()},
+                         shard_bytes=_size(a.shard_size), overwrite=a.force,
+                         sync=not a.no_sync, attrs=attrs,
+                         progress=None if not a.quiet else False)
+    except (stoker.StokerError, ValueError, TypeError, OSError) as e:
+        msg = str(e)
+        # (A record number is a file: say which.)
+        m = re.match(r".*record (\d+)", msg)
+        if m and int(m.group(1)) < len(files):
+            msg = f"{files[int(m.group(1))]}: {msg}"
+        print(f"stoker: error: {msg}", file=sys.stderr)
+        return 2
+    if not a.quiet:
+        print(f"packed {n} {kind} files from {root} into {a.output} in "
+              f"{time.perf_counter() - t0:.2f} s"
+              + (f" ({len(attrs['classes'])} classes)" if "classes" in attrs else ""))
+    return 0
+
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["pack"]:
+        fmt = argv[argv.index("--from") + 1] if "--from" in argv[:-1] else None
+        if fmt in ("images", "audio"):
+            return pack_media(argv[1:])
         return pack_parquet(argv[1:])
     if argv[:1] in (["read"], ["doctor"]):
         return read_mixture(argv[1:], argv[0] == "doctor")

@@ -386,11 +386,11 @@ def _field_spec(name, arr, ragged, compress, type=None):
     return (name, dtype, tuple(shape), codec, level, type)
 
 
-_SOURCES = {None: 0, "npy": 1, "wav": 2, "hdf5": 3, "raw": 4}
+_SOURCES = {None: 0, "npy": 1, "wav": 2, "hdf5": 3, "raw": 4, "image": 5, "audio": 6}
 
 
 def index(paths: Union[PathLike, Iterable[PathLike]], output: PathLike, *,
-          source: Optional[Literal["npy", "wav", "hdf5", "raw"]] = None,
+          source: Optional[Literal["npy", "wav", "hdf5", "raw", "image", "audio"]] = None,
           split_axis0: bool = False, dataset: Optional[str] = None, float32: bool = False,
           field: Optional[str] = None, extension: Optional[str] = None,
           progress: Optional[bool] = None) -> int:
@@ -406,8 +406,11 @@ def index(paths: Union[PathLike, Iterable[PathLike]], output: PathLike, *,
             at any depth, come in the byte order of their full paths (as
             sorted() gives: "site0.npy" before "site0/a.npy").
         output: The index file to write (replaced atomically).
-        source: ``"npy"``, ``"wav"``, ``"hdf5"`` or ``"raw"`` (default: from
-            the first file's extension).
+        source: ``"npy"``, ``"wav"``, ``"hdf5"``, ``"raw"``, ``"image"``
+            (.jpg, .jpeg, .png, .webp) or ``"audio"`` (.flac, .mp3, .ogg,
+            .opus) (default: from the first file's extension). Image and
+            audio files are a record each, stored as they are, for
+            ``Loader(decode=...)``; each one's header is checked here.
         split_axis0: npy: every row along axis 0 is a record (default: a file
             is a record).
         dataset: hdf5: the dataset to read (default: the file's only one).

@@ -100,6 +100,8 @@ static const char *source_name(stk_source s) {
     case STK_SOURCE_WAV: return "wav";
     case STK_SOURCE_HDF5: return "hdf5";
     case STK_SOURCE_RAW: return "raw";
+    case STK_SOURCE_IMAGE: return "image";
+    case STK_SOURCE_AUDIO: return "audio";
     default: return "auto";
     }
 }
@@ -113,6 +115,12 @@ static stk_source source_of(const char *path) {
     if (ends_with(path, ".npy")) return STK_SOURCE_NPY;
     if (ends_with(path, ".wav")) return STK_SOURCE_WAV;
     if (ends_with(path, ".h5") || ends_with(path, ".hdf5")) return STK_SOURCE_HDF5;
+    if (ends_with(path, ".jpg") || ends_with(path, ".jpeg") || ends_with(path, ".png") ||
+        ends_with(path, ".webp"))
+        return STK_SOURCE_IMAGE;
+    if (ends_with(path, ".flac") || ends_with(path, ".mp3") || ends_with(path, ".ogg") ||
+        ends_with(path, ".opus"))
+        return STK_SOURCE_AUDIO;
     return STK_SOURCE_AUTO;
 }
 
@@ -326,6 +334,46 @@ static int add_hdf5(builder *b, ifile *f, stk_error *err) {
     return rc;
 }
 
+
+/* An image or an audio clip: the whole file is the record, whose header
+ * is read now (the file's first HEAD_BYTES, or all of it where those do
+ * not hold the header), so that a file that is not such media is refused
+ * here, named, rather than at its first batch. */
+static int add_media(builder *b, ifile *f, stk_source s, stk_error *err) {
+    int fd = stk__open(f->path, O_RDONLY, 0);
+    if (fd < 0) return stk__err(err, fd, "%s: cannot open: %s", f->path, stk_strerror(fd));
+    size_t cap = (size_t)STK__MIN(f->size, (uint64_t)HEAD_BYTES), n = 0;
+    uint8_t *buf = stk__malloc(cap ? cap : 1);
+    int rc = buf ? read_head(fd, f->path, buf, cap, &n, err) : stk__err(err, -ENOMEM, "out of memory");
+    stk_media_info info;
+    stk_error perr = {0};
+    if (rc == 0 && stk_media_probe(buf, n, &info, &perr) != 0 && f->size > n) {
+        /* (A header beyond the first bytes: large metadata first.) */
+        uint8_t *all = stk__realloc(buf, (size_t)f->size);
+        if (!all) rc = stk__err(err, -ENOMEM, "out of memory");
+        else {
+            buf = all;
+            rc = read_head(fd, f->path, buf, (size_t)f->size, &n, err);
+        }
+    }
+    close(fd);
+    stk_media want = s == STK_SOURCE_IMAGE ? STK_MEDIA_IMAGE : STK_MEDIA_AUDIO;
+    if (rc == 0 && (rc = stk_media_probe(buf, n, &info, &perr)) != 0)
+        rc = stk__err(err, perr.code ? perr.code : rc, "%s: %s", f->path, perr.message);
+    else if (rc == 0 && info.media != want)
+        rc = stk__err(err, STK_ESCHEMA, "%s: %s %s among %s files", f->path, info.format,
+                      info.media == STK_MEDIA_IMAGE ? "image" : "audio",
+                      want == STK_MEDIA_IMAGE ? "image" : "audio");
+    stk__free(buf);
+    if (rc) return rc;
+    stk_field fs = {NULL, STK_BYTES, 1, {STK_RAGGED}, STK_CODEC_NONE, 0,
+                    want == STK_MEDIA_IMAGE ? "image" : "audio"};
+    if ((rc = settle(b, f->path, &fs, STK_BYTES, STK__CONV_NONE, true, err))) return rc;
+    if ((rc = add_run(f, 0, 1, 0, f->size, err))) return rc;
+    b->records++;
+    return 0;
+}
+
 static int add_file(builder *b, const char *path, const struct stat *st, stk_error *err) {
     stk_source s = b->src;
     if (s == STK_SOURCE_AUTO) {
@@ -339,6 +387,7 @@ static int add_file(builder *b, const char *path, const struct stat *st, stk_err
     }
     ifile *f = new_file(b, path, st, err);
     if (!f) return err ? err->code : -ENOMEM;
+    if (s == STK_SOURCE_IMAGE || s == STK_SOURCE_AUDIO) return add_media(b, f, s, err);
     if (s == STK_SOURCE_RAW) {
         stk_field fs = {NULL, STK_BYTES, 1, {(int64_t)f->size}, STK_CODEC_NONE, 0, NULL};
         int rc = settle(b, path, &fs, STK_BYTES, STK__CONV_NONE, true, err);
@@ -566,7 +615,7 @@ int stk_index_build(const char *const *paths, size_t npaths, const char *index_p
     }
     if (!paths || !npaths || !index_path)
         return stk__err(err, -EINVAL, "stk_index_build: paths and an index path are needed");
-    if (opts->source < STK_SOURCE_AUTO || opts->source > STK_SOURCE_RAW)
+    if (opts->source < STK_SOURCE_AUTO || opts->source > STK_SOURCE_AUDIO)
         return stk__err(err, -EINVAL, "source: unknown value %d", (int)opts->source);
     builder b;
     memset(&b, 0, sizeof b);
@@ -588,7 +637,10 @@ int stk_index_build(const char *const *paths, size_t npaths, const char *index_p
                       b.src == STK_SOURCE_AUTO ? ".npy, .wav or HDF5" : source_name(b.src));
         goto out;
     }
-    const char *def = b.src == STK_SOURCE_WAV ? "audio" : b.src == STK_SOURCE_RAW ? "bytes" : "data";
+    const char *def = b.src == STK_SOURCE_WAV || b.src == STK_SOURCE_AUDIO ? "audio"
+                      : b.src == STK_SOURCE_IMAGE                     ? "image"
+                      : b.src == STK_SOURCE_RAW                       ? "bytes"
+                                                                      : "data";
     snprintf(b.fname, sizeof b.fname, "%s", opts->field ? opts->field : def);
     b.f.name = b.fname;
     if ((rc = stk__schema_check(&b.f, 1, NULL, err))) goto out;

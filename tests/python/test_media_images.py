@@ -357,3 +357,91 @@ def test_write_refuses_what_is_not_an_image_naming_the_record(files, tmp_path):
         stoker.write(str(tmp_path / "w3.stk"), [{"image": np.zeros(3, np.float32)}],
                      fields={"image": stoker.Image()})
     assert not os.path.exists(str(tmp_path / "w.stk" / "manifest.json"))
+
+
+# ---- a folder of images: packed, or indexed in place ----
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory, files):
+    root = tmp_path_factory.mktemp("folder") / "train"
+    names = {"cat": ["jpeg", "png", "webp_lossy"], "dog": ["jpeg_gray", "jpeg_cmyk"],
+             "zebra": ["png_rgba", "jpeg_q75_progressive"]}
+    ext = {"jpeg": ".jpg", "png": ".png", "webp": ".webp"}
+    made = {}
+    for c, kinds in names.items():
+        (root / c).mkdir(parents=True)
+        for i, k in enumerate(kinds):
+            p = root / c / f"{i}{ext[k.split('_')[0]]}"
+            p.write_bytes(files[k])
+            made[f"{c}/{p.name}"] = (c, files[k])
+    (root / "README.txt").write_text("not an image: skipped")
+    return root, made
+
+
+def run_cli(*args):
+    import subprocess
+    import sys
+    from conftest import stoker_exe
+    env = dict(os.environ, STOKER_PYTHON=sys.executable)
+    return subprocess.run([str(stoker_exe()), *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+def test_pack_from_images_labels_by_sub_folder_as_imagefolder(folder, tmp_path):
+    root, made = folder
+    out = str(tmp_path / "train.stk")
+    r = run_cli("pack", "--from", "images", str(root), "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert "packed 7 image files" in r.stdout and "3 classes" in r.stdout
+    ds_classes = ["cat", "dog", "zebra"]
+    spec = stoker.DecodeImage((375, 500), crop="none")
+    ld = stoker.Loader(out, 7, decode={"image": spec}, shuffle="sequential")
+    b = next(iter(ld))
+    paths = list(b["path"])
+    assert paths == sorted(made, key=os.fsencode)
+    for path, label, img in zip(paths, b["label"], b["image"]):
+        c, data = made[path]
+        assert ds_classes[label] == c
+        np.testing.assert_array_equal(img, np.asarray(pil_rgb(data)))
+    ld.close()
+    # A table of labels instead (names numbered in sorted order).
+    table = tmp_path / "labels.csv"
+    table.write_text("file,label\n" + "".join(f"{p},{'odd' if i % 2 else 'even'}\n"
+                                              for i, p in enumerate(sorted(made))))
+    r = run_cli("pack", "--from", "images", str(root), "-o", out, "--force", "--labels",
+                str(table))
+    assert r.returncode == 0, r.stderr
+    ld = stoker.Loader(out, 7, shuffle="sequential")
+    b = next(iter(ld))
+    assert list(b["label"]) == [0 if i % 2 == 0 else 1 for i in range(7)]  # even, odd
+    ld.close()
+
+
+def test_pack_from_images_names_a_file_that_is_not_an_image(folder, tmp_path):
+    root, _ = folder
+    bad = root / "dog" / "broken.jpg"
+    bad.write_bytes(b"<html>not found</html>")
+    try:
+        r = run_cli("pack", "--from", "images", str(root), "-o", str(tmp_path / "x.stk"))
+    finally:
+        bad.unlink()
+    assert r.returncode == 2
+    assert "broken.jpg" in r.stderr and "not a format stoker decodes" in r.stderr, r.stderr
+
+
+def test_an_image_folder_indexed_in_place(folder, tmp_path):
+    root, made = folder
+    idx = str(root.parent / "train.idx")  # (beside the folder: files under its directory)
+    assert stoker.index(str(root), idx) == 7
+    spec = stoker.DecodeImage(40, flip=True)
+    ld = stoker.Loader(idx, 7, decode={"image": spec}, shuffle="sequential", seed=2)
+    b = next(iter(ld))
+    for rec, (path, img) in enumerate(zip(sorted(made, key=os.fsencode), b["image"])):
+        np.testing.assert_array_equal(img, spec.decode(made[path][1], seed=2, record=rec))
+    ld.close()
+    (root / "cat" / "9.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(30))
+    try:
+        with pytest.raises(stoker.MediaError, match="9.png: PNG"):
+            stoker.index(str(root), idx)
+    finally:
+        (root / "cat" / "9.png").unlink()

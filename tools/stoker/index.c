@@ -21,22 +21,24 @@ static const char index_help[] =
     "of their full paths (as `LC_ALL=C sort`: site0.npy before site0/a.npy).\n"
     "\n"
     "  -o, --output INDEX   the index file to write (replaced atomically)\n"
-    "  --from SOURCE        npy, wav, hdf5 or raw (default: from the first\n"
-    "                       file's extension)\n"
+    "  --from SOURCE        npy, wav, hdf5, raw, image or audio (default: from\n"
+    "                       the first file's extension)\n"
     "  --split-axis0        npy: every row along axis 0 is a record (default:\n"
     "                       each file is one record)\n"
     "  --dataset NAME       hdf5: the dataset to read (default: the only one);\n"
     "                       records are its rows along axis 0\n"
     "  --float32            wav: deliver float32 in [-1, 1) (default: PCM 16 as\n"
     "                       i16, 24 and 32 as i32, float as stored)\n"
-    "  --field NAME         the field's name (default data, audio or bytes)\n"
+    "  --field NAME         the field's name (default data, audio, bytes or image)\n"
     "  --ext SUFFIX         in directories, only files ending in SUFFIX\n"
     "\n"
     "Sources: .npy (C order, little-endian); WAV PCM 8/16/24/32-bit and float,\n"
     "any channel count (a clip is a record; windows run over frames); HDF5\n"
     "contiguous or chunked datasets, plain or filtered by shuffle, gzip and\n"
     "Fletcher-32 (any of them), whose chunks hold whole rows; raw files (each\n"
-    "file's bytes are one record).  An HDF5 dataset that cannot be read in place\n"
+    "file's bytes are one record); images (.jpg .jpeg .png .webp) and compressed\n"
+    "audio (.flac .mp3 .ogg .opus), a file per record stored as it is, which\n"
+    "Loader(decode=...) decodes (each file's header is checked here).  An HDF5 dataset that cannot be read in place\n"
     "(another filter, layout or byte order) is packed with `stoker pack --from hdf5`.\n"
     "\n"
     "Examples:\n"
@@ -56,7 +58,9 @@ static stk_source index_source(const char *v) {
     if (!strcmp(v, "wav")) return STK_SOURCE_WAV;
     if (!strcmp(v, "hdf5") || !strcmp(v, "h5")) return STK_SOURCE_HDF5;
     if (!strcmp(v, "raw")) return STK_SOURCE_RAW;
-    die_usage("index", "--from: '%s' is not npy, wav, hdf5 or raw", v);
+    if (!strcmp(v, "image")) return STK_SOURCE_IMAGE;
+    if (!strcmp(v, "audio")) return STK_SOURCE_AUDIO;
+    die_usage("index", "--from: '%s' is not npy, wav, hdf5, raw, image or audio", v);
 }
 
 /* Fills `o`, *out and paths[] (*np of them) from the command line; returns
@@ -72,7 +76,7 @@ static bool index_args(int argc, char **argv, stk_index_options *o, const char *
         if (!strcmp(a, "-o") || !strcmp(a, "--output"))
             *out = index_value(argc, argv, &i, "a path");
         else if (!strcmp(a, "--from"))
-            o->source = index_source(index_value(argc, argv, &i, "npy, wav, hdf5 or raw"));
+            o->source = index_source(index_value(argc, argv, &i, "npy, wav, hdf5, raw, image or audio"));
         else if (!strcmp(a, "--split-axis0")) o->split_axis0 = 1;
         else if (!strcmp(a, "--dataset")) o->hdf5_dataset = index_value(argc, argv, &i, "a name");
         else if (!strcmp(a, "--float32")) o->wav_float32 = 1;

@@ -27,13 +27,17 @@ static const char pack_help[] =
     "       save_to_disk directory's .arrow files, or Arrow IPC / Feather files)\n"
     "       stoker pack --from hdf5 FILE... --dataset NAME... -o DATASET  (the rows of HDF5\n"
     "       datasets, read through libhdf5; see stoker pack --from hdf5 --help)\n"
-    "       (Parquet and Arrow go through the Python package; see stoker pack --from parquet --help)\n"
+    "       stoker pack --from images DIR -o DATASET [--labels TABLE]  (JPEG, PNG, WebP\n"
+    "              files stored as they are, a label per class sub-folder; see --help there)\n"
+    "       stoker pack --from audio DIR -o DATASET  (FLAC, MP3, Ogg Vorbis, Opus)\n"
+    "       (Parquet, Arrow, images and audio go through the Python package; see\n"
+    "       stoker pack --from parquet --help)\n"
     "\n"
     "Packs files into a stoker dataset: indexed shard files and a manifest.\n"
     "A PATH that is a directory contributes every .npy file below it, in the\n"
     "byte order of their full paths (as `LC_ALL=C sort`: a.npy before a/b.npy).\n"
     "\n"
-    "  --from FORMAT      input format: npy, parquet, arrow or hdf5\n"
+    "  --from FORMAT      input format: npy, parquet, arrow, hdf5, images or audio\n"
     "  -o, --output DIR   the dataset directory to create\n"
     "  --field NAME       name of the single field (default x)\n"
     "  --split-axis0      cut each array into records along axis 0, instead of\n"
@@ -241,7 +245,7 @@ static bool pack_args(int argc, char **argv, pack_job *j) {
     }
     if (!j->from) die_usage("pack", "--from is required (npy)");
     if (strcmp(j->from, "npy") != 0)
-        die_usage("pack", "--from %s is not supported (npy, parquet, arrow and hdf5 are)",
+        die_usage("pack", "--from %s is not supported (npy, parquet, arrow, hdf5, images and audio are)",
                   j->from);
     if (!j->output) die_usage("pack", "-o DATASET is required");
     if (!j->inputs.n) die_usage("pack", "no input paths given");
@@ -491,9 +495,13 @@ int cmd_pack(int argc, char **argv) {
             return cmd_pack_hdf5(argc, argv);
     for (int i = 0; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--from") &&
-            (!strcmp(argv[i + 1], "parquet") || !strcmp(argv[i + 1], "arrow")))
+            (!strcmp(argv[i + 1], "parquet") || !strcmp(argv[i + 1], "arrow") ||
+             !strcmp(argv[i + 1], "images") || !strcmp(argv[i + 1], "audio")))
             return pack_via_python(argc, argv,
-                                   argv[i + 1][0] == 'p' ? "--from parquet" : "--from arrow");
+                                   !strcmp(argv[i + 1], "parquet") ? "--from parquet"
+                                   : !strcmp(argv[i + 1], "arrow") ? "--from arrow"
+                                   : !strcmp(argv[i + 1], "images") ? "--from images"
+                                                                     : "--from audio");
     pack_job j;
     memset(&j, 0, sizeof j);
     j.field = "x";
