@@ -157,6 +157,9 @@ _STK_ESCHEMA = -1008
 
 def _args(path, batch_size, **options):
     """A Loader's extension arguments for these options (checked)."""
+    if options.get("decode"):
+        raise InvalidArgument("decode: media fields are not decoded in mixtures yet; give "
+                              "each source's Loader its own decode= and mix the batches")
     bound = inspect.signature(Loader.__init__).bind(None, path, batch_size, **options)
     bound.apply_defaults()
     del bound.arguments["self"]

@@ -12,6 +12,8 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* The bitmaps of checked (and, under on_error = skip, damaged) blocks:
  * one bit per checksum block of every shard. */
@@ -26,6 +28,11 @@ int stk__ld_checks_init(stk_loader *ld, const stk_loader_options *o, stk_error *
     if (o->on_error == STK_ON_ERROR_SKIP)
         ld->bad = stk__calloc(ld->verified_words + 1, sizeof *ld->bad);
     if (!ld->verified || (o->on_error == STK_ON_ERROR_SKIP && !ld->bad))
+        return stk__err(err, -ENOMEM, "out of memory");
+    bool media = false;
+    for (size_t i = 0; i < ld->nf; i++) media |= ld->f[i].dec != NULL;
+    if (media && o->on_error == STK_ON_ERROR_SKIP &&
+        !(ld->media_bad = stk__calloc(ds->nrec / 64 + 1, sizeof *ld->media_bad)))
         return stk__err(err, -ENOMEM, "out of memory");
     return 0;
 }
@@ -188,6 +195,18 @@ int stk__ld_verify_samples(stk_loader *ld, worker *w, uint32_t n, const uint64_t
 
 /* Checks (once per epoch) the blocks sample (rec, t) uses. */
 int stk__ld_sample_ok(stk_loader *ld, worker *w, uint64_t rec, uint64_t t, stk_error *err) {
+    if (ld->media_bad && (atomic_load(&ld->media_bad[rec / 64]) >> (rec % 64) & 1)) {
+        pthread_mutex_lock(&ld->mu);
+        if (strstr(ld->media_err.message, "record ") &&
+            strtoull(strstr(ld->media_err.message, "record ") + 7, NULL, 10) == rec)
+            *err = ld->media_err;
+        else
+            stk__err(err, STK_EMEDIA, "%s: record %llu: media that does not decode",
+                     ld->ds->shards[stk__dataset_shard_of(ld->ds, rec)].path,
+                     (unsigned long long)rec);
+        pthread_mutex_unlock(&ld->mu);
+        return STK_ECHECKSUM; /* (replaced as a damaged sample is) */
+    }
     size_t si;
     uint64_t lo, hi;
     stk__ld_sample_span(ld, rec, t, ld->space.windows ? t + ld->space.L : 0, &si, &lo, &hi);
@@ -220,6 +239,7 @@ int stk__ld_substitute(stk_loader *ld, worker *w, uint64_t p, uint64_t gstart, u
             pthread_mutex_lock(&ld->mu);
             ld->last_skip = first;
             ld->st_skipped++;
+            w->skips++;
             pthread_mutex_unlock(&ld->mu);
             return 0;
         }

@@ -86,9 +86,17 @@ static int post_media(stk_loader *ld, worker *w, const post *p, stk_error *err) 
                                NULL, why);
     if (rc == 0) return 0;
     size_t s = stk__dataset_shard_of(ld->ds, p->rec);
-    return stk__err(err, rc, "%s: record %llu field '%s': %s", ld->ds->shards[s].path,
-                    (unsigned long long)p->rec, ld->ds->fields[p->field].name,
-                    why[0] ? why : stk_strerror(rc));
+    rc = stk__err(err, rc, "%s: record %llu field '%s': %s", ld->ds->shards[s].path,
+                  (unsigned long long)p->rec, ld->ds->fields[p->field].name,
+                  why[0] ? why : stk_strerror(rc));
+    if (rc == STK_EMEDIA && ld->media_bad) {
+        pthread_mutex_lock(&ld->mu);
+        ld->media_err = *err;
+        pthread_mutex_unlock(&ld->mu);
+        atomic_fetch_or(&ld->media_bad[p->rec / 64], 1ull << (p->rec % 64));
+        return REFILL_MEDIA;
+    }
+    return rc;
 }
 
 int stk__ld_do_posts(stk_loader *ld, worker *w, size_t np, stk_error *err) {
@@ -849,10 +857,21 @@ void *stk__ld_worker_main(void *arg) {
         stk_error err = {0};
         int depth = ld->nvtx ? stk__nvtx_depth() : 0;
         uint64_t t_batch = stk__ld_span_open(ld, STK__EV_BATCH);
-        int rc = ld->hook ? ld->hook(ld->hook_ctx, s, (int)(w - ld->w), &err)
+        int rc;
+        uint64_t refills = 0;
+        do {
+            if (refills) { /* (the replacements of the attempt that met it) */
+                pthread_mutex_lock(&ld->mu);
+                ld->st_skipped -= w->skips;
+                pthread_mutex_unlock(&ld->mu);
+            }
+            w->skips = 0;
+            rc = ld->hook ? ld->hook(ld->hook_ctx, s, (int)(w - ld->w), &err)
                  : ld->backend == STK_BACKEND_MMAP && !ld->use_groups && !ld->plan_only
                      ? fill_guarded(ld, w, s, gen, &err)
                      : fill(ld, w, s, gen, &err);
+        } while (rc == REFILL_MEDIA && ++refills <= ld->opt.max_skips * (uint64_t)s->n);
+        if (rc == REFILL_MEDIA) rc = err.code;
         uint64_t t_done = stk__now_ns();
         stk__ld_span_add(ld, w, STK__EV_BATCH, t_batch, t_done, s->b, s->n);
         if (ld->nvtx) stk__nvtx_pop_to(depth); /* the batch, and any a failure left */

@@ -80,6 +80,9 @@ enum { F_TIME, F_DENSE, F_RAGGED };
 enum { S_FREE, S_FILLING, S_READY, S_HELD };
 enum { G_EMPTY, G_LOADING, G_READY, G_FAILED };
 enum { POST_NONE, POST_COPY, POST_ZSTD, POST_CONV, POST_CHUNK, POST_MEDIA };
+/* A batch met a record whose media does not decode, under on_error = skip:
+ * it is filled again (the record is now known to be damaged). */
+#define REFILL_MEDIA (-100000)
 
 typedef struct lfield {
     size_t dsf;
@@ -198,6 +201,8 @@ typedef struct worker {
     uint64_t epoch;
     uint64_t seed;
     stk__media_ctx media; /* media fields: the decoders' state */
+    uint64_t skips;       /* samples this fill of a batch replaced (undone
+                           * when the batch is filled again: REFILL_MEDIA) */
 } worker;
 
 struct stk_loader {
@@ -212,6 +217,12 @@ struct stk_loader {
     stk_field *own_fields;
     stk_decode *decs; /* media fields' decodes (opts.decode), one per lfield
                        * with one (lfield.dec points here) */
+    /* on_error = skip with media fields: a bit per record whose media did
+     * not decode (found as batches decode them), and the last such error;
+     * a batch that meets a new one is filled again, the record now failing
+     * its checks (stk__ld_sample_ok) and replaced as a damaged one is. */
+    _Atomic uint64_t *media_bad;
+    stk_error media_err; /* under mu */
     void *mix;
     /* The loaders that read for a hooked one (its mixture's sources): their
      * statistics count as its own (stats.c); consumed: the consumer takes

@@ -738,6 +738,7 @@ void stk__loader_close(stk_loader *ld) {
     stk__space_free(&ld->space);
     stk__free((void *)ld->verified);
     stk__free((void *)ld->bad);
+    stk__free((void *)ld->media_bad);
     stk__free(ld->verified_off);
     stk__free(ld->f);
     if (ld->own_fields)

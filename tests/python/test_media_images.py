@@ -445,3 +445,33 @@ def test_an_image_folder_indexed_in_place(folder, tmp_path):
             stoker.index(str(root), idx)
     finally:
         (root / "cat" / "9.png").unlink()
+
+
+@pytest.mark.parametrize("shuffle", ["block", "random", "sequential"])
+def test_on_error_skip_replaces_a_sample_whose_image_does_not_decode(files, tmp_path, shuffle):
+    rng = np.random.default_rng(3)
+    images = [encode(photo(rng, 40, 50), "JPEG", quality=85) for _ in range(30)]
+    bad = {7, 8, 21}  # two in a row: the replacement of 7 is damaged too
+    recs = [{"image": images[i][: len(images[i]) // 2] if i in bad else images[i],
+             "label": np.int64(i)} for i in range(30)]
+    path = str(tmp_path / "skip.stk")
+    stoker.write(path, recs, fields={"image": stoker.Image()})
+    spec = stoker.DecodeImage(24, flip=True)
+    runs = []
+    for threads in (1, 2):
+        ld = stoker.Loader(path, 5, decode={"image": spec}, on_error="skip", shuffle=shuffle,
+                           seed=1, threads=threads, block_samples=10)
+        got = [(b["label"].copy(), b["image"].copy()) for b in ld]
+        skipped = ld.stats()["skipped"]
+        ld.close()
+        labels = np.concatenate([la for la, _ in got])
+        assert len(labels) == 30 and not (set(labels.tolist()) & bad)
+        for la, ia in got:  # every image is its own label's record, decoded
+            for rec, img in zip(la, ia):
+                np.testing.assert_array_equal(img, spec.decode(images[rec], seed=1, record=rec))
+        assert skipped == 3
+        runs.append(labels)
+    np.testing.assert_array_equal(runs[0], runs[1])
+    with pytest.raises(stoker.MediaError, match="record 7 field 'image'"):
+        for _ in stoker.Loader(path, 5, decode={"image": spec}, shuffle="sequential"):
+            pass
