@@ -495,6 +495,7 @@ static const char *ogg_text(int rc, int opus) {
 #endif
 #ifdef STK_HAVE_VORBIS
     switch (rc) {
+    case OV_FALSE: return "no data where the pages say (damaged pages)";
     case OV_HOLE: return "a hole in the data (missing or damaged pages)";
     case OV_EREAD: return "a read failed";
     case OV_EFAULT: return "an internal error (damaged data)";
@@ -538,7 +539,8 @@ static int ogg_check_end(const char *fmt, const uint8_t *p, size_t len, int64_t 
         } else {
             for (size_t k = 0; k < nseg; k++) end += p[at + 27 + k];
             if (end > len) what = "its last page is cut";
-            else if (end < len) what = "bytes follow its last whole page (truncated, or junk)";
+            else if (end < len)
+                what = "bytes follow the last whole page found (damaged or cut pages, or junk)";
             else if (!(p[at + 5] & 4)) what = "its last page does not end the stream (truncated)";
         }
     }
@@ -603,7 +605,8 @@ static int vorbis_open(audio_state *st, clip *c, char *why) {
 
 static int vorbis_read_frames(audio_state *st, const clip *c, uint64_t start, float *dst,
                               uint64_t n, uint64_t *got, char *why) {
-    int rc = ov_pcm_seek(&st->vf, (ogg_int64_t)start);
+    /* Opened, the stream stands at its first frame. */
+    int rc = start ? ov_pcm_seek(&st->vf, (ogg_int64_t)start) : 0;
     if (rc < 0) return ogg_fail("Vorbis", "cannot seek", rc, 0, why);
     uint64_t have = 0;
     while (have < n) {
@@ -813,7 +816,8 @@ static int read_known(audio_state *st, const clip *c, uint64_t start, uint64_t n
     if (rc) return rc;
     if (got < n) {
         snprintf(why, STK__WHY,
-                 "%s: the clip ends after frame %llu of the %llu its header gives (truncated)",
+                 "%s: the clip ends after frame %llu of the %llu its header gives (truncated or "
+                 "damaged)",
                  stk__fmt_name(c->fmt), (unsigned long long)(start + got),
                  (unsigned long long)c->frames);
         return STK_EMEDIA;
