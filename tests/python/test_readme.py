@@ -192,6 +192,20 @@ def make_inputs(d, s3_root):
         with h5py.File(d / name, "w") as f:
             f["x"] = rng.standard_normal((20, 5)).astype(np.float32)
             f["y"] = np.arange(20, dtype=np.int64)
+    # Images in class sub-folders, and speech clips as FLAC (the media
+    # example): small photographs of noise, a tone a clip.
+    from PIL import Image
+    for c in ("cat", "dog"):
+        (d / "photos" / c).mkdir(parents=True)
+        for i in range(3):
+            Image.fromarray(rng.integers(0, 255, (60 + 10 * i, 80, 3), np.uint8)).save(
+                d / "photos" / c / f"{i}.jpg", quality=85)
+    import soundfile
+    (d / "speech").mkdir()
+    for i in range(3):
+        t = np.arange(16000 * (2 + i)) / 16000
+        soundfile.write(d / "speech" / f"utt{i}.flac",
+                        (0.3 * np.sin(2 * np.pi * (200 + 50 * i) * t)).astype(np.float32), 16000)
     # The sources of the mixture: daily series, one with its discharge
     # named otherwise.
     for path, q in (("camels-us.stk", "q"), ("camels-gb.stk", "discharge"),
