@@ -765,6 +765,7 @@ static int clip_open(audio_state *st, stk__fmt f, const uint8_t *src, size_t len
 }
 
 static void clip_close(audio_state *st, const clip *c) {
+    STK__UNUSED(st);
     switch (c->fmt) {
 #ifdef STK_HAVE_FLAC
     case STK__FMT_FLAC: flac_close(st); break;
@@ -786,6 +787,7 @@ static void clip_close(audio_state *st, const clip *c) {
  * channels, interleaved); *got is short only where the clip ends. */
 static int clip_read(audio_state *st, const clip *c, uint64_t start, float *dst, uint64_t n,
                      uint64_t *got, char *why) {
+    STK__UNUSED(st), STK__UNUSED(start), STK__UNUSED(dst);
     *got = 0;
     if (n == 0) return 0;
     switch (c->fmt) {
@@ -854,7 +856,7 @@ static void mix(float *p, uint64_t n, uint32_t channels, uint32_t out) {
     }
 }
 
-static uint64_t gcd64(uint64_t a, uint64_t b) {
+static __attribute__((unused)) uint64_t gcd64(uint64_t a, uint64_t b) {
     while (b) {
         uint64_t t = a % b;
         a = b;

@@ -32,14 +32,14 @@ static int unsupported(stk__fmt f, char *why) {
     return STK_EUNSUPPORTED;
 }
 
-static int too_large(uint32_t w, uint32_t h, char *why) {
+static __attribute__((unused)) int too_large(uint32_t w, uint32_t h, char *why) {
     if ((uint64_t)w * h <= MAX_PIXELS && w && h) return 0;
     snprintf(why, STK__WHY, "an image of %ux%u pixels (stoker decodes up to %llu)", w, h,
              (unsigned long long)MAX_PIXELS);
     return STK_EMEDIA;
 }
 
-static int grow_pix(stk__media_ctx *c, size_t need, char *why) {
+static __attribute__((unused)) int grow_pix(stk__media_ctx *c, size_t need, char *why) {
     if (c->pix_cap >= need) return 0;
     uint8_t *p = stk__realloc(c->pix, need);
     if (!p) {
