@@ -6,11 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # chromium: the tests render the report's HTML page in it, headless
-# (tests/python/test_report_html.py).
+# (tests/python/test_report_html.py).  nasm: libjpeg-turbo's x86-64 SIMD
+# code in the wheel (scripts/wheel-deps.sh).
 PKGS=(gcc g++ make pkg-config ninja-build libzstd-dev liburing-dev libxxhash-dev
       libjansson-dev zlib1g-dev libhdf5-dev libcurl4-openssl-dev python3-venv chromium
       libjpeg62-turbo-dev libspng-dev libwebp-dev libflac-dev libmpg123-dev libvorbis-dev
-      libopusfile-dev libsoxr-dev sox ffmpeg espeak-ng)
+      libopusfile-dev libsoxr-dev sox ffmpeg espeak-ng nasm)
 command -v cmake >/dev/null 2>&1 || PKGS+=(cmake)
 
 missing=()
