@@ -1546,8 +1546,8 @@ STK_API int stk_report_write_html(const stk_report *r, const char *path, stk_err
  * The box is then resized to height x width with a triangle (bilinear)
  * filter widened when shrinking, so that it averages rather than skips
  * pixels (antialiased, like Pillow's BILINEAR).  A JPEG is decoded only as
- * far as the box needs: at the smallest DCT scale (1/8 .. 8/8) whose image
- * of the box still covers the output, only the rows of the box, and only the
+ * far as the box needs: at the smallest DCT scale (1/8, 2/8, 4/8, 8/8) whose
+ * image of the box still covers the output, only the rows of the box, and only the
  * columns of its iMCUs.  A box of exactly the output's size is copied
  * without filtering: STK_CROP_NONE on an image of the output's size gives
  * the decoder's own pixels.  Grayscale becomes RGB; CMYK is converted as

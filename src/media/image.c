@@ -122,9 +122,15 @@ static int jpeg_decode(stk__media_ctx *c, const uint8_t *src, size_t len, const 
     jpeg_read_header(&ci, TRUE);
     uint32_t W = ci.image_width, H = ci.image_height;
     if (too_large(W, H, why)) longjmp(e.jump, 1);
-    /* The smallest scale num/8 at which the box still covers the output. */
+    /* The smallest scale num/8 at which the box still covers the output,
+     * among 1/8, 2/8, 4/8 and 8/8: libjpeg-turbo has SIMD IDCTs for those
+     * only.  The others (3/8, 5/8, 6/8, 7/8; and 12x12 or 14x14 IDCTs for
+     * subsampled chroma) are plain C, and decoding at 6/8 or 7/8 took
+     * longer than at 8/8: with these four scales only, 17% more 224x224
+     * random crops a second (one thread, 40 photos of 300-500 x 375-600
+     * pixels, quality 75-95, medians of 8 alternating runs). */
     unsigned num = 8;
-    for (unsigned n = 1; n < 8; n++)
+    for (unsigned n = 1; n < 8; n *= 2)
         if ((double)box[2] * n / 8 >= ow && (double)box[3] * n / 8 >= oh) {
             num = n;
             break;
