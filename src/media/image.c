@@ -106,22 +106,49 @@ static int jpeg_probe(const uint8_t *src, size_t len, stk_media_info *out, char 
     return too_large(out->width, out->height, why);
 }
 
-static int jpeg_decode(stk__media_ctx *c, const uint8_t *src, size_t len, const uint32_t box[4],
-                       uint32_t ow, uint32_t oh, uint32_t margin, stk__pixels *out, char *why) {
+/* The filter reaches up to its support (at least a pixel) past the box
+ * edge: two pixels more than the widest support any scale can need. */
+static uint32_t box_margin(const uint32_t box[4], const stk_decode *d) {
+    return 2 + (uint32_t)ceil(STK__MAX((double)box[2] / d->width, (double)box[3] / d->height));
+}
+
+/* A worker's JPEG decompressor, made once and reset after each image
+ * (jpeg_abort_decompress keeps its memory pools). */
+typedef struct jstate {
     struct jpeg_decompress_struct ci;
     jerr e;
-    jpeg_setup(&ci, &e, why);
+    bool made;
+} jstate;
+
+static int jpeg_decode(stk__media_ctx *c, const uint8_t *src, size_t len, const stk_decode *d,
+                       uint64_t key, uint32_t box[4], int *flipped, stk__pixels *out,
+                       char *why) {
+    uint32_t ow = d->width, oh = d->height;
+    if (!c->image && !(c->image = stk__calloc(1, sizeof(jstate)))) {
+        snprintf(why, STK__WHY, "out of memory");
+        return -ENOMEM;
+    }
+    jstate *const js = c->image;
+    struct jpeg_decompress_struct *ci = &js->ci;
     /* (volatile: read after a longjmp.) */
     volatile int rc = STK_EMEDIA;
-    if (setjmp(e.jump)) {
-        jpeg_destroy_decompress(&ci);
+    if (!js->made) {
+        jpeg_setup(ci, &js->e, why);
+        if (setjmp(js->e.jump)) return STK_EMEDIA; /* (cannot fail: no memory) */
+        jpeg_create_decompress(ci);
+        js->made = true;
+    }
+    js->e.why = why;
+    if (setjmp(js->e.jump)) {
+        jpeg_abort_decompress(ci);
         return rc;
     }
-    jpeg_create_decompress(&ci);
-    jpeg_mem_src(&ci, src, (unsigned long)len);
-    jpeg_read_header(&ci, TRUE);
-    uint32_t W = ci.image_width, H = ci.image_height;
-    if (too_large(W, H, why)) longjmp(e.jump, 1);
+    jpeg_mem_src(ci, src, (unsigned long)len);
+    jpeg_read_header(ci, TRUE);
+    uint32_t W = ci->image_width, H = ci->image_height;
+    if (too_large(W, H, why)) longjmp(js->e.jump, 1);
+    stk__media_box(d, W, H, key, box, flipped);
+    uint32_t margin = box_margin(box, d);
     /* The smallest scale num/8 at which the box still covers the output,
      * among 1/8, 2/8, 4/8 and 8/8: libjpeg-turbo has SIMD IDCTs for those
      * only.  The others (3/8, 5/8, 6/8, 7/8; and 12x12 or 14x14 IDCTs for
@@ -135,14 +162,14 @@ static int jpeg_decode(stk__media_ctx *c, const uint8_t *src, size_t len, const 
             num = n;
             break;
         }
-    ci.scale_num = num;
-    ci.scale_denom = 8;
-    bool cmyk = ci.jpeg_color_space == JCS_CMYK || ci.jpeg_color_space == JCS_YCCK;
-    bool adobe = ci.saw_Adobe_marker;
-    ci.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
-    jpeg_start_decompress(&ci);
+    ci->scale_num = num;
+    ci->scale_denom = 8;
+    bool cmyk = ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK;
+    bool adobe = ci->saw_Adobe_marker;
+    ci->out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+    jpeg_start_decompress(ci);
     double s = num / 8.0;
-    uint32_t SW = ci.output_width, SH = ci.output_height;
+    uint32_t SW = ci->output_width, SH = ci->output_height;
     int64_t x0 = (int64_t)floor(box[0] * s) - margin, x1 = (int64_t)ceil((box[0] + box[2]) * s) + margin;
     int64_t y0 = (int64_t)floor(box[1] * s) - margin, y1 = (int64_t)ceil((box[1] + box[3]) * s) + margin;
     if (x0 < 0) x0 = 0;
@@ -150,28 +177,30 @@ static int jpeg_decode(stk__media_ctx *c, const uint8_t *src, size_t len, const 
     if (x1 > SW) x1 = SW;
     if (y1 > SH) y1 = SH;
     JDIMENSION xoff = (JDIMENSION)x0, cw = (JDIMENSION)(x1 - x0);
-    if (xoff > 0 || cw < SW) jpeg_crop_scanline(&ci, &xoff, &cw); /* to iMCU columns */
-    size_t comps = (size_t)ci.output_components;
+    if (xoff > 0 || cw < SW) jpeg_crop_scanline(ci, &xoff, &cw); /* to iMCU columns */
+    size_t comps = (size_t)ci->output_components;
     size_t stride = (size_t)cw * comps;
     uint32_t rows = (uint32_t)(y1 - y0);
     if (grow_pix(c, stride * rows, why)) {
         rc = -ENOMEM;
-        longjmp(e.jump, 1);
+        longjmp(js->e.jump, 1);
     }
     if (y0 > 0) {
-        JDIMENSION skipped = jpeg_skip_scanlines(&ci, (JDIMENSION)y0);
+        JDIMENSION skipped = jpeg_skip_scanlines(ci, (JDIMENSION)y0);
         if (skipped != (JDIMENSION)y0) {
             snprintf(why, STK__WHY, "JPEG: skipped %u rows of %lld", skipped, (long long)y0);
-            longjmp(e.jump, 1);
+            longjmp(js->e.jump, 1);
         }
     }
     for (uint32_t r = 0; r < rows;) {
-        JSAMPROW row = c->pix + (size_t)r * stride;
-        JDIMENSION got = jpeg_read_scanlines(&ci, &row, 1);
-        if (got != 1) {
+        JSAMPROW row[4];
+        int want = (int)STK__MIN(4u, rows - r);
+        for (int k = 0; k < want; k++) row[k] = c->pix + (size_t)(r + (uint32_t)k) * stride;
+        JDIMENSION got = jpeg_read_scanlines(ci, row, (JDIMENSION)want);
+        if (got == 0) {
             snprintf(why, STK__WHY, "JPEG: the data ends at row %u of %u",
                      (unsigned)(y0 + r), SH);
-            longjmp(e.jump, 1);
+            longjmp(js->e.jump, 1);
         }
         r += got;
     }
@@ -187,8 +216,7 @@ static int jpeg_decode(stk__media_ctx *c, const uint8_t *src, size_t len, const 
         }
         stride = (size_t)cw * 3;
     }
-    jpeg_abort_decompress(&ci);
-    jpeg_destroy_decompress(&ci);
+    jpeg_abort_decompress(ci);
     *out = (stk__pixels){c->pix, stride, cw, rows, xoff, (uint32_t)y0, s};
     return 0;
 }
@@ -227,11 +255,13 @@ static int png_probe(const uint8_t *src, size_t len, stk_media_info *out, char *
 }
 
 static int png_decode(stk__media_ctx *c, const uint8_t *src, size_t len, stk__pixels *out,
+                      const stk_decode *d, uint64_t key, uint32_t box[4], int *flipped,
                       char *why) {
     struct spng_ihdr ihdr;
     spng_ctx *ctx = png_open(src, len, &ihdr, why);
     if (!ctx) return STK_EMEDIA;
     int rc = too_large(ihdr.width, ihdr.height, why);
+    if (!rc) stk__media_box(d, ihdr.width, ihdr.height, key, box, flipped);
     size_t size = 0;
     int e = rc ? 0 : spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &size);
     if (!rc && !e && !(rc = grow_pix(c, size, why)))
@@ -262,10 +292,12 @@ static int webp_probe(const uint8_t *src, size_t len, stk_media_info *out, char 
 }
 
 static int webp_decode(stk__media_ctx *c, const uint8_t *src, size_t len, stk__pixels *out,
+                       const stk_decode *d, uint64_t key, uint32_t box[4], int *flipped,
                        char *why) {
     stk_media_info info;
     int rc = webp_probe(src, len, &info, why);
     if (rc) return rc;
+    stk__media_box(d, info.width, info.height, key, box, flipped);
     size_t stride = (size_t)info.width * 3;
     if ((rc = grow_pix(c, stride * info.height, why))) return rc;
     if (!WebPDecodeRGBInto(src, len, c->pix, stride * info.height, (int)stride)) {
@@ -297,21 +329,29 @@ int stk__image_probe(stk__fmt f, const uint8_t *src, size_t len, stk_media_info 
 }
 
 int stk__image_decode(stk__media_ctx *c, stk__fmt f, const uint8_t *src, size_t len,
-                      const uint32_t box[4], uint32_t out_w, uint32_t out_h, uint32_t margin,
+                      const stk_decode *d, uint64_t key, uint32_t box[4], int *flipped,
                       stk__pixels *out, char *why) {
-    (void)box, (void)out_w, (void)out_h, (void)margin, (void)c, (void)out;
+    (void)c, (void)d, (void)key, (void)box, (void)flipped, (void)out;
     switch (f) {
 #ifdef STK_HAVE_JPEG
-    case STK__FMT_JPEG: return jpeg_decode(c, src, len, box, out_w, out_h, margin, out, why);
+    case STK__FMT_JPEG: return jpeg_decode(c, src, len, d, key, box, flipped, out, why);
 #endif
 #ifdef STK_HAVE_SPNG
-    case STK__FMT_PNG: return png_decode(c, src, len, out, why);
+    case STK__FMT_PNG: return png_decode(c, src, len, out, d, key, box, flipped, why);
 #endif
 #ifdef STK_HAVE_WEBP
-    case STK__FMT_WEBP: return webp_decode(c, src, len, out, why);
+    case STK__FMT_WEBP: return webp_decode(c, src, len, out, d, key, box, flipped, why);
 #endif
     default: (void)src, (void)len; return unsupported(f, why);
     }
+}
+
+void stk__image_ctx_free(void *image) {
+#ifdef STK_HAVE_JPEG
+    jstate *js = image;
+    if (js && js->made) jpeg_destroy_decompress(&js->ci);
+#endif
+    stk__free(image);
 }
 
 const char *stk__image_formats(void) {

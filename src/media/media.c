@@ -14,6 +14,7 @@ void stk__media_ctx_free(stk__media_ctx *c) {
     if (!c) return;
     stk__free(c->pix);
     stk__free(c->row);
+    stk__image_ctx_free(c->image);
     stk__audio_ctx_free(c->audio);
     memset(c, 0, sizeof *c);
 }
@@ -210,8 +211,8 @@ static void box_center(const stk_decode *d, uint32_t W, uint32_t H, uint32_t box
 /* The draw that decides the flip: after the crop's 40. */
 #define FLIP_DRAW 40
 
-static void choose_box(const stk_decode *d, uint32_t W, uint32_t H, uint64_t key,
-                       uint32_t box[4], int *flipped) {
+void stk__media_box(const stk_decode *d, uint32_t W, uint32_t H, uint64_t key, uint32_t box[4],
+                    int *flipped) {
     if (d->crop == STK_CROP_RANDOM_RESIZED) box_random_resized(d, W, H, key, box);
     else if (d->crop == STK_CROP_CENTER) box_center(d, W, H, box);
     else box[0] = 0, box[1] = 0, box[2] = W, box[3] = H;
@@ -227,7 +228,7 @@ int stk_decode_box(const stk_decode *d, uint32_t width, uint32_t height, uint64_
         return stk__err(err, -EINVAL, "decode: crop boxes are for images");
     if (width < 1 || height < 1)
         return stk__err(err, -EINVAL, "an image of %ux%u", width, height);
-    choose_box(d, width, height, key, box, flipped);
+    stk__media_box(d, width, height, key, box, flipped);
     return 0;
 }
 
@@ -406,19 +407,10 @@ static int resize(stk__media_ctx *c, const stk__pixels *px, const double fb[4],
 static int decode_image(stk__media_ctx *c, const stk_decode *d, stk__fmt f, const uint8_t *src,
                         size_t len, uint64_t key, uint8_t *dst, uint32_t box[4], int *flipped,
                         char *why) {
-    stk_media_info info;
-    int rc = stk__image_probe(f, src, len, &info, why);
-    if (rc) return rc;
     uint32_t b[4];
     int fl;
-    choose_box(d, info.width, info.height, key, b, &fl);
-    /* The filter reaches up to its support (at least a pixel) past the box
-     * edge, in the scaled image: two pixels more than the widest support
-     * the chosen scale can need. */
-    uint32_t margin = 2 + (uint32_t)ceil(STK__MAX((double)b[2] / d->width,
-                                                   (double)b[3] / d->height));
     stk__pixels px;
-    rc = stk__image_decode(c, f, src, len, b, d->width, d->height, margin, &px, why);
+    int rc = stk__image_decode(c, f, src, len, d, key, b, &fl, &px, why);
     if (rc) return rc;
     double fb[4] = {b[0] * px.scale, b[1] * px.scale, b[2] * px.scale, b[3] * px.scale};
     rc = resize(c, &px, fb, d, fl, dst);

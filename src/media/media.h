@@ -21,6 +21,7 @@ typedef struct stk__media_ctx {
     size_t pix_cap;
     float *row;        /* image: the resize's intermediate rows */
     size_t row_cap;
+    void *image;       /* image.c's state (a JPEG decompressor kept) */
     void *audio;       /* audio.c's state (its decoders, buffers) */
 } stk__media_ctx;
 
@@ -77,13 +78,20 @@ typedef struct stk__pixels {
     double scale;
 } stk__pixels;
 
-/* Decodes the part of an image that covers box [bx, bx + bw) x [by, by +
- * bh) of the original's pixels, plus `margin` scaled pixels around it, at
- * the smallest scale (JPEG: num / 8) at which the box is at least out_w x
- * out_h, or at scale 1.  The pixels live in c->pix. */
+/* The crop box (x, y, w, h) and flip that d gives the sample of `key` in
+ * an image of W x H (media.c). */
+void stk__media_box(const stk_decode *d, uint32_t W, uint32_t H, uint64_t key, uint32_t box[4],
+                    int *flipped);
+
+/* Decodes the part of an image that the sample of `key` needs: having
+ * read the header, chooses the box (stk__media_box, into box and
+ * *flipped), then decodes the box plus a margin for the resize filter, at
+ * the smallest scale (JPEG: 1/8, 2/8, 4/8, 8/8) at which the box is at
+ * least d's output size, or at scale 1.  The pixels live in c->pix. */
 int stk__image_decode(stk__media_ctx *c, stk__fmt f, const uint8_t *src, size_t len,
-                      const uint32_t box[4], uint32_t out_w, uint32_t out_h, uint32_t margin,
+                      const stk_decode *d, uint64_t key, uint32_t box[4], int *flipped,
                       stk__pixels *out, char *why);
+void stk__image_ctx_free(void *image);
 
 /* ---- audio (audio.c) ---- */
 
