@@ -362,3 +362,63 @@ def test_probe_refuses_damaged_headers(clips):
         stoker.media_probe(data[:len(data) // 2])
     with pytest.raises(stoker.StokerError):
         stoker.media_probe(b"fLaC\0\0\0\x22" + bytes(20))
+
+
+# ---- in the loader: packed and in place ----
+
+@pytest.mark.parametrize("shuffle", ["random", "block"])
+def test_loader_windows_equal_each_records_decode_packed_and_in_place(clips, tmp_path, shuffle):
+    names = [n for n in CLIPS if CLIPS[n][2] == 1]  # mono clips of every format
+    d = tmp_path / "clips"
+    d.mkdir()
+    for n in names:
+        (d / os.path.basename(clips[n][0])).write_bytes(clips[n][1])
+    files = sorted(os.listdir(d), key=os.fsencode)
+    data = [(d / f).read_bytes() for f in files]
+    packed = str(tmp_path / "clips.stk")
+    stoker.write(packed, [{"audio": x, "label": np.int64(i)} for i, x in enumerate(data)],
+                 fields={"audio": stoker.Audio()})
+    idx = str(tmp_path / "clips.idx")
+    assert stoker.index(str(d), idx) == len(files)
+    spec = stoker.DecodeAudio(16000, sample_rate=16000, random_offset=True)
+    for path in (packed, idx):
+        epochs = []
+        for threads in (1, 3):
+            ld = stoker.Loader(path, 2, decode={"audio": spec}, shuffle=shuffle, seed=5,
+                               epoch=1, threads=threads)
+            got = []
+            for b in ld:
+                ids = ld.sample_ids()
+                for rec, x in zip(ids, b["audio"]):
+                    np.testing.assert_array_equal(
+                        x, spec.decode(data[rec], seed=5, epoch=1, record=int(rec)))
+                    got.append((int(rec), x.copy()))
+            ld.close()
+            assert sorted(r for r, _ in got) == list(range(len(files)))
+            epochs.append(got)
+        for (ra, xa), (rb, xb) in zip(*epochs):
+            assert ra == rb
+            np.testing.assert_array_equal(xa, xb)
+
+
+def test_loader_resume_gives_the_same_windows(clips, tmp_path):
+    data = [clips[n][1] for n in CLIPS if CLIPS[n][0] == "flac"] * 3
+    path = str(tmp_path / "r.stk")
+    stoker.write(path, [{"audio": x} for x in data], fields={"audio": stoker.Audio()})
+    spec = stoker.DecodeAudio(8000, channels=1, random_offset=True)
+    ld = stoker.Loader(path, 2, decode={"audio": spec}, shuffle="random", seed=2)
+    whole = [b["audio"].copy() for b in ld]
+    ld.close()
+    ld = stoker.Loader(path, 2, decode={"audio": spec}, shuffle="random", seed=2)
+    it = iter(ld)
+    next(it)
+    next(it)
+    state = ld.state_dict()
+    ld.close()
+    ld = stoker.Loader(path, 2, decode={"audio": spec}, shuffle="random", seed=2, threads=2)
+    ld.load_state_dict(state)
+    rest = [b["audio"].copy() for b in ld]
+    ld.close()
+    assert len(rest) == len(whole) - 2
+    for a, b in zip(whole[2:], rest):
+        np.testing.assert_array_equal(a, b)
