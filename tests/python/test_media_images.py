@@ -475,3 +475,19 @@ def test_on_error_skip_replaces_a_sample_whose_image_does_not_decode(files, tmp_
     with pytest.raises(stoker.MediaError, match="record 7 field 'image'"):
         for _ in stoker.Loader(path, 5, decode={"image": spec}, shuffle="sequential"):
             pass
+
+
+def test_stoker_read_decodes_with_image_and_names_bad_options(dataset):
+    path, _ = dataset
+    r = run_cli("read", path, "--batch", "16", "--image", "image=32x48,flip,chw,crop=center",
+                "--json")
+    assert r.returncode == 0, r.stderr
+    import json
+    out = json.loads(r.stdout)
+    assert out["samples"] == 60
+    # 60 samples of 3 x 32 x 48 bytes, and the labels' 8 bytes each.
+    assert out["bytes"] == 60 * (3 * 32 * 48 + 8)
+    r = run_cli("read", path, "--image", "image=32,sharpen")
+    assert r.returncode != 0 and "unknown option 'sharpen'" in r.stderr
+    r = run_cli("read", path, "--image", "label=32")
+    assert r.returncode != 0 and "field 'label' is i64, not image" in r.stderr

@@ -53,6 +53,12 @@ static const char read_help[] =
     "  --trace FILE         write a Chrome trace of the run (opens in ui.perfetto.dev)\n"
     "  --root DIR           an in-place index's files may lie under DIR (default:\n"
     "                       the index's own directory; only for an index you trust)\n"
+    "  --image F=SIZE[,OPT...]  decode image field F (JPEG, PNG, WebP) in the workers\n"
+    "                       to SIZE or HxW pixels; OPTs: crop=random_resized (default),\n"
+    "                       crop=center, crop=none, flip, chw\n"
+    "  --audio F=N[,OPT...] decode audio field F (FLAC, MP3, Vorbis, Opus) to windows\n"
+    "                       of N frames; OPTs: rate=R (resample), channels=C (default\n"
+    "                       1: mono), random (a random window of each clip)\n"
     "\n"
     "MIXTURE.json describes several sources read as one stream (stoker.Mixture,\n"
     "run by the Python package): {\"sources\": [{\"path\": \"a.stk\", \"weight\": 2},\n"
@@ -60,11 +66,13 @@ static const char read_help[] =
     "it takes --batch, --shuffle, --seed, --epoch(s), --rank, --world-size, --streams,\n"
     "--threads, --budget, --prefetch, --backend, --no-verify, --max-batches, --json.\n"
     "\n"
-    "Example:\n"
-    "  stoker read basins.stk --window 365 --batch 256 --shuffle random\n";
+    "Examples:\n"
+    "  stoker read basins.stk --window 365 --batch 256 --shuffle random\n"
+    "  stoker read photos.stk --batch 256 --image image=224,flip --shuffle random\n";
 
-/* The most names --fields takes. */
+/* The most names --fields takes, and --image/--audio options. */
 #define MAX_FIELDS 64
+#define MAX_DECODES 8
 
 /* One run of read or doctor, as its options set it. */
 typedef struct read_run {
@@ -76,7 +84,47 @@ typedef struct read_run {
     bool max_given, stats, json;
     double step_ms; /* doctor: busy CPU time after each batch */
     const char *fields[MAX_FIELDS];
+    stk_decode decodes[MAX_DECODES];
 } read_run;
+
+/* --image F=SIZE[,OPT...] and --audio F=N[,OPT...] (the string is kept:
+ * the field's name points into it). */
+static void parse_decode(read_run *r, const char *opt, char *v) {
+    if (r->o.ndecode == MAX_DECODES) die_usage("read", "at most %d --image/--audio", MAX_DECODES);
+    bool image = !strcmp(opt, "--image");
+    stk_decode *d = &r->decodes[r->o.ndecode++];
+    stk_decode_init(d, image ? STK_MEDIA_IMAGE : STK_MEDIA_AUDIO);
+    char *eq = strchr(v, '=');
+    if (!eq || eq == v) die_usage("read", "%s wants FIELD=%s, not '%s'", opt, image ? "SIZE" : "N", v);
+    *eq = 0;
+    d->field = v;
+    char *save = NULL;
+    char *tok = strtok_r(eq + 1, ",", &save);
+    char *end;
+    unsigned long long a = tok ? strtoull(tok, &end, 10) : 0;
+    if (!tok || end == tok || (*end && !(image && *end == 'x')))
+        die_usage("read", "%s %s: a size first, not '%s'", opt, v, tok ? tok : "");
+    if (image) {
+        d->height = d->width = (uint32_t)a;
+        if (*end == 'x') d->width = (uint32_t)strtoull(end + 1, NULL, 10);
+    } else {
+        d->samples = a;
+    }
+    while ((tok = strtok_r(NULL, ",", &save))) {
+        if (image && !strcmp(tok, "flip")) d->flip = 1;
+        else if (image && !strcmp(tok, "chw")) d->chw = 1;
+        else if (image && !strcmp(tok, "crop=none")) d->crop = STK_CROP_NONE;
+        else if (image && !strcmp(tok, "crop=center")) d->crop = STK_CROP_CENTER;
+        else if (image && !strcmp(tok, "crop=random_resized")) d->crop = STK_CROP_RANDOM_RESIZED;
+        else if (!image && !strcmp(tok, "random")) d->random_offset = 1;
+        else if (!image && !strncmp(tok, "rate=", 5))
+            d->sample_rate = (uint32_t)opt_u64("read", "rate", tok + 5, 0, 768000);
+        else if (!image && !strncmp(tok, "channels=", 9))
+            d->channels = (uint32_t)opt_u64("read", "channels", tok + 9, 1, 64);
+        else die_usage("read", "%s %s: unknown option '%s'", opt, v, tok);
+    }
+    r->o.decode = r->decodes;
+}
 
 /* What a run delivered. */
 typedef struct read_totals {
@@ -189,6 +237,14 @@ static bool read_args(int argc, char **argv, read_run *r) {
         else if (r->doctor && !strcmp(a, "--step-ms"))
             r->step_ms = step_ms_value(opt_value("read", argc, argv, &i));
         else if (!strcmp(a, "--json")) r->json = true;
+        else if (!strcmp(a, "--image") || !strcmp(a, "--audio")) {
+            char *v = strdup(opt_value("read", argc, argv, &i));
+            if (!v) {
+                perror("strdup");
+                exit(EXIT_ERROR);
+            }
+            parse_decode(r, a, v);
+        }
         else if (!strcmp(a, "--trace")) r->trace = opt_value("read", argc, argv, &i);
         else if (r->doctor && !strcmp(a, "--html")) r->html = opt_value("doctor", argc, argv, &i);
         else if (a[0] == '-') die_usage("read", "unknown option '%s'", a);
