@@ -1285,6 +1285,9 @@ typedef struct stk_loader_stats {
     uint64_t warm_up_bytes;   /* bytes the warm-up set out to bring in
                                * (0: no warm-up) */
     int warm_up_done;         /* 1: the warm-up has finished (or none ran) */
+    stk_stage_stats decode;   /* media fields (stk_decode): samples decoded,
+                               * their encoded bytes, the time (a part of
+                               * assemble's) */
 } stk_loader_stats;
 
 /* Copies the counters.  Safe at any time from the consumer thread. */

@@ -1213,7 +1213,9 @@ class Loader:
 
         Returns:
             A dict: plan, io, assemble, verify, wait (the consumer's data
-            stall) and warm_up, each ``{"count", "bytes", "seconds"}``; and
+            stall), warm_up and decode (media fields: samples decoded, their
+            encoded bytes, the time, a part of assemble's), each
+            ``{"count", "bytes", "seconds"}``; and
             batches, samples, elapsed, ready_mean, ring_slots, threads,
             groups_loaded, max_inflight, backend, skipped, warm_up_bytes,
             warm_up_done.

@@ -82,8 +82,12 @@ static int post_media(stk_loader *ld, worker *w, const post *p, stk_error *err) 
     const lfield *lf = &ld->f[p->conv];
     char why[STK__WHY] = "";
     uint64_t key = stk_decode_key(w->seed, w->epoch, p->rec);
+    uint64_t t0 = stk__now_ns();
     int rc = stk__media_decode(&w->media, lf->dec, p->src, (size_t)p->len, key, p->dst, NULL,
                                NULL, why);
+    ld->st_dec_ns += stk__now_ns() - t0;
+    ld->st_dec_n++;
+    ld->st_dec_bytes += p->len;
     if (rc == 0) return 0;
     size_t s = stk__dataset_shard_of(ld->ds, p->rec);
     rc = stk__err(err, rc, "%s: record %llu field '%s': %s", ld->ds->shards[s].path,

@@ -352,7 +352,8 @@ struct stk_loader {
      * back from the consumer's CPU. */
     _Alignas(64) _Atomic uint64_t st_plan_n;
     _Atomic uint64_t st_plan_ns, st_io_n, st_io_bytes, st_io_ns, st_asm_n, st_asm_bytes,
-        st_asm_ns, st_ver_n, st_ver_bytes, st_ver_ns, st_groups;
+        st_asm_ns, st_ver_n, st_ver_bytes, st_ver_ns, st_groups, st_dec_n, st_dec_bytes,
+        st_dec_ns;
     _Alignas(64) _Atomic uint64_t st_wait_n;
     _Atomic uint64_t st_wait_ns, st_batches, st_samples, st_ready_sum, st_inflight;
     uint64_t st_t0;

@@ -144,6 +144,7 @@ static void add_parts(const stk_loader *ld, stk_loader_stats *o) {
         stage_add(&o->io, &p.io);
         stage_add(&o->assemble, &p.assemble);
         stage_add(&o->verify, &p.verify);
+        stage_add(&o->decode, &p.decode);
         stage_add(&o->warm_up, &p.warm_up);
         o->warm_up_bytes += p.warm_up_bytes;
         o->warm_up_done = o->warm_up_done && p.warm_up_done;
@@ -168,6 +169,7 @@ void stk_loader_stats_get(const stk_loader *ld, stk_loader_stats *o) {
     o->assemble = (stk_stage_stats){ld->st_asm_n, ld->st_asm_bytes, ld->st_asm_ns};
     o->wait = (stk_stage_stats){ld->st_wait_n, 0, ld->st_wait_ns};
     o->verify = (stk_stage_stats){ld->st_ver_n, ld->st_ver_bytes, ld->st_ver_ns};
+    o->decode = (stk_stage_stats){ld->st_dec_n, ld->st_dec_bytes, ld->st_dec_ns};
     o->skipped = ld->st_skipped;
     o->batches = ld->st_batches;
     o->samples = ld->st_samples;
@@ -200,6 +202,7 @@ void stk_loader_stats_reset(stk_loader *ld) {
     if (!ld) return;
     ld->st_plan_n = ld->st_plan_ns = ld->st_io_n = ld->st_io_bytes = ld->st_io_ns = 0;
     ld->st_asm_n = ld->st_asm_bytes = ld->st_asm_ns = ld->st_wait_n = ld->st_wait_ns = 0;
+    ld->st_dec_n = ld->st_dec_bytes = ld->st_dec_ns = 0;
     ld->st_batches = ld->st_samples = ld->st_ready_sum = ld->st_groups = 0;
     ld->st_ver_n = ld->st_ver_bytes = ld->st_ver_ns = 0;
     ld->st_skipped = 0;

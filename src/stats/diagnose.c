@@ -315,8 +315,11 @@ void stk_diagnose(const stk_loader_stats *st, stk_backend backend, uint64_t byte
         }
         if (d->share_assemble > top) {
             top = d->share_assemble;
-            next = "assembly dominates (decompression, conversions): more worker threads, or "
-                   "store the fields uncompressed";
+            next = st->decode.busy_ns * 2 > st->assemble.busy_ns
+                       ? "decoding images or audio dominates: more worker threads (one per "
+                         "core), or smaller outputs"
+                       : "assembly dominates (decompression, conversions): more worker "
+                         "threads, or store the fields uncompressed";
         }
         if (d->share_plan > top) next = "planning dominates: larger batches amortise it";
     }

@@ -491,3 +491,19 @@ def test_stoker_read_decodes_with_image_and_names_bad_options(dataset):
     assert r.returncode != 0 and "unknown option 'sharpen'" in r.stderr
     r = run_cli("read", path, "--image", "label=32")
     assert r.returncode != 0 and "field 'label' is i64, not image" in r.stderr
+
+
+def test_stats_count_the_decode(dataset):
+    path, images = dataset
+    ld = stoker.Loader(path, 10, decode={"image": stoker.DecodeImage(16)}, threads=2)
+    n = sum(len(b["label"]) for b in ld)
+    st = ld.stats()
+    ld.close()
+    assert st["decode"]["count"] == n == 60
+    assert st["decode"]["bytes"] == sum(len(x) for x in images)
+    assert 0 < st["decode"]["seconds"] <= st["assemble"]["seconds"]
+    ld = stoker.Loader(path, 10)  # no decode: nothing counted
+    for _ in ld:
+        pass
+    assert ld.stats()["decode"]["count"] == 0
+    ld.close()

@@ -339,6 +339,10 @@ static void print_stats(const stk_loader_stats *st) {
            st->max_inflight);
     printf("  assemble  %12" PRIu64 " batches  %9.3f s busy  %.3f GB\n", st->assemble.count,
            (double)st->assemble.busy_ns / 1e9, (double)st->assemble.bytes / 1e9);
+    if (st->decode.count)
+        printf("   decode   %12" PRIu64 " samples  %9.3f s busy  %.3f GB encoded\n",
+               st->decode.count, (double)st->decode.busy_ns / 1e9,
+               (double)st->decode.bytes / 1e9);
     printf("  wait      %12" PRIu64 " calls    %9.3f s blocked, %.2f batches ready on "
            "average\n",
            st->wait.count, (double)st->wait.busy_ns / 1e9,

@@ -24,7 +24,7 @@ PyObject *loader_stats(LoaderObject *self, PyObject *unused) {
     stk_loader_stats s;
     stk_loader_stats_get(self->ld, &s);
     return Py_BuildValue(
-        "{sNsNsNsNsNsKsKsdsdsIsIsKsKsssKsNsKsO}", "plan", stage(&s.plan), "io", stage(&s.io),
+        "{sNsNsNsNsNsKsKsdsdsIsIsKsKsssKsNsKsOsN}", "plan", stage(&s.plan), "io", stage(&s.io),
         "assemble", stage(&s.assemble), "wait", stage(&s.wait), "verify", stage(&s.verify),
         "batches", s.batches, "samples", s.samples, "elapsed", (double)s.elapsed_ns / 1e9,
         "ready_mean", s.wait.count ? (double)s.ready_sum / (double)s.wait.count : 0.0,
@@ -32,7 +32,7 @@ PyObject *loader_stats(LoaderObject *self, PyObject *unused) {
         "max_inflight", s.max_inflight, "backend",
         stk_backend_name(stk_loader_backend(self->ld)), "skipped", s.skipped, "warm_up",
         stage(&s.warm_up), "warm_up_bytes", s.warm_up_bytes, "warm_up_done",
-        s.warm_up_done ? Py_True : Py_False);
+        s.warm_up_done ? Py_True : Py_False, "decode", stage(&s.decode));
 }
 
 PyObject *loader_stats_reset(LoaderObject *self, PyObject *unused) {
