@@ -45,7 +45,7 @@ _MASK63 = (1 << 63) - 1
 # Options of a source's own Loader that a Source may set.
 _SOURCE_OPTIONS = ("fields", "window", "stride", "valid_field", "valid", "period", "order_by",
                    "calendar", "shuffle", "seed", "block_bytes", "block_samples", "block_group",
-                   "root", "cache_dir", "cache_budget", "max_open_files")
+                   "root", "cache_dir", "cache_budget", "max_open_files", "decode")
 # Options of the mixture handed to every source's Loader.
 _SHARED_OPTIONS = ("backend", "direct", "queue_depth", "verify", "on_error", "max_skips",
                    "warm_up")
@@ -70,7 +70,9 @@ class Source:
             (default: the mixture's), seed
             (default: one derived from the mixture's seed and the source's
             place), block_bytes, block_samples, block_group, root,
-            cache_dir, cache_budget, max_open_files.
+            cache_dir, cache_budget, max_open_files, decode (its media
+            fields decoded by its loader's threads; every source must
+            decode a field to the same shape).
     """
 
     def __init__(self, path: PathLike, weight: Optional[float] = None,
@@ -157,9 +159,6 @@ _STK_ESCHEMA = -1008
 
 def _args(path, batch_size, **options):
     """A Loader's extension arguments for these options (checked)."""
-    if options.get("decode"):
-        raise InvalidArgument("decode: media fields are not decoded in mixtures yet; give "
-                              "each source's Loader its own decode= and mix the batches")
     bound = inspect.signature(Loader.__init__).bind(None, path, batch_size, **options)
     bound.apply_defaults()
     del bound.arguments["self"]

@@ -507,3 +507,34 @@ def test_stats_count_the_decode(dataset):
         pass
     assert ld.stats()["decode"]["count"] == 0
     ld.close()
+
+
+def test_mixtures_decode_each_sources_media(tmp_path):
+    rng = np.random.default_rng(8)
+    data = {}
+    for name, n in (("a", 12), ("b", 18)):
+        data[name] = [encode(photo(rng, 40 + i, 50), "JPEG", quality=85) for i in range(n)]
+        stoker.write(str(tmp_path / f"{name}.stk"),
+                     [{"image": x, "label": np.int64(i)} for i, x in enumerate(data[name])],
+                     fields={"image": stoker.Image()})
+    center = stoker.DecodeImage(16, crop="center")
+    srcs = [stoker.Source(str(tmp_path / f"{n}.stk"), decode={"image": center}) for n in "ab"]
+    n = 0
+    for b in stoker.Loader(srcs, batch_size=8, seed=1):
+        for s, label, img in zip(b["source"], b["label"], b["image"]):
+            np.testing.assert_array_equal(img, center.decode(data["ab"[s]][label]))
+            n += 1
+    assert n == 24  # 12 of each at weights 1:1
+    rr = stoker.DecodeImage(16, flip=True)
+    runs = []
+    for threads in (1, 2):
+        srcs = [stoker.Source(str(tmp_path / f"{n}.stk"), decode={"image": rr}) for n in "ab"]
+        runs.append([(b["source"].copy(), b["label"].copy(), b["image"].copy())
+                     for b in stoker.Loader(srcs, batch_size=8, seed=1, threads=threads)])
+    for x, y in zip(*runs):
+        for u, v in zip(x, y):
+            np.testing.assert_array_equal(u, v)
+    with pytest.raises(stoker.InvalidArgument, match="differs from source 0's"):
+        stoker.Loader([stoker.Source(str(tmp_path / "a.stk"), decode={"image": rr}),
+                       stoker.Source(str(tmp_path / "b.stk"), decode={"image": center.__class__(8)})],
+                      batch_size=4)
