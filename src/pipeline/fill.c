@@ -295,6 +295,34 @@ static int run_reads(stk_loader *ld, worker *w, const reads *r, stk_error *err) 
     return rc;
 }
 
+/* Media fields read through staging: the worker's area holds what the
+ * other fields need (stage_fixed) and this batch's encoded records, grown
+ * (before anything is planned into it) when they are larger than it. */
+static int media_stage(stk_loader *ld, worker *w, const stk_batch *s, const uint64_t *recs,
+                       stk_error *err) {
+    const stk_dataset *ds = ld->ds;
+    uint64_t need = ld->stage_fixed;
+    for (size_t fi = 0; fi < ld->nf; fi++) {
+        if (!ld->f[fi].dec) continue;
+        for (uint32_t j = 0; j < s->n; j++) {
+            size_t si = stk__dataset_shard_of(ds, recs[j]);
+            const stk__shard *sh = &ds->shards[si];
+            const uint64_t *e = stk__entry(ds, sh, recs[j] - sh->first);
+            need += stk__align_up(e[2 + 3 * ld->f[fi].dsf] + 2 * DIRECT_ALIGN, 64);
+        }
+    }
+    need = stk__align_up(need, DIRECT_ALIGN);
+    if (need <= w->stage_cap) return 0;
+    uint8_t *p = stk__aligned_alloc(DIRECT_ALIGN, (size_t)need);
+    if (!p)
+        return stk__err(err, -ENOMEM, "out of memory for %llu bytes of encoded media a batch",
+                        (unsigned long long)need);
+    stk__free(w->stage);
+    w->stage = p;
+    w->stage_cap = need;
+    return 0;
+}
+
 /* Plans and executes the reads of samples that come straight from files. */
 static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *recs,
                        const uint64_t *ts, stk_error *err) {
@@ -309,6 +337,10 @@ static int fill_direct(stk_loader *ld, worker *w, stk_batch *s, const uint64_t *
         return 0;
     }
     reads r = {0, 0, 0, ld->files.direct, ld->backend == STK_BACKEND_MMAP};
+    if (!r.mm && ld->decs) {
+        int rc = media_stage(ld, w, s, recs, err);
+        if (rc) return rc;
+    }
     for (size_t fi = 0; fi < ld->nf; fi++) {
         const lfield *lf = &ld->f[fi];
         int64_t *offs = lf->kind == F_RAGGED ? (int64_t *)(s->mem + lf->offs_off) : NULL;

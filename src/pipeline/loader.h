@@ -94,6 +94,8 @@ typedef struct lfield {
     uint64_t data_off;     /* in slot memory */
     uint64_t offs_off;     /* F_RAGGED: offsets array in slot memory */
     uint64_t max_stored;   /* compressed: largest stored size */
+    uint64_t sum_stored;   /* stored bytes of every record (media: their mean
+                            * sizes the staging area) */
     const stk_decode *dec; /* a media field decoded into the batch (F_DENSE
                             * of the decoded shape), or NULL */
 } lfield;
@@ -259,6 +261,9 @@ struct stk_loader {
     stk_batch *slots;
     uint32_t R;
     uint64_t slot_bytes;
+    uint64_t stage_fixed; /* a worker's staging for all but media fields (a
+                           * media field's is its batch's records' sizes:
+                           * the area grows to them, fill.c) */
     uint8_t *slot_mem;
     uint32_t slots_cap; /* room for buffers added while the consumer holds many */
     uint64_t next_fill, next_take;
@@ -478,7 +483,7 @@ uint64_t stk__ld_mean_sample_bytes(const stk_loader *ld);
 int stk__ld_choose_backend(stk_loader *ld, const stk_loader_options *o, stk_error *err);
 uint64_t stk__ld_budget(const stk_loader *ld, const stk_loader_options *o);
 int stk__ld_choose_paths(stk_loader *ld, const stk_loader_options *o, stk_error *err);
-uint64_t stk__ld_stage_bytes(const stk_loader *ld, const stk_loader_options *o);
+uint64_t stk__ld_stage_bytes(stk_loader *ld, const stk_loader_options *o);
 int stk__ld_ring_size(const stk_loader *ld, const stk_loader_options *o, uint64_t budget,
                       uint64_t groups_bytes, uint64_t stage_cap, uint64_t *R, stk_error *err);
 

@@ -372,6 +372,7 @@ void stk__ld_field_maxima(stk_loader *ld, uint64_t *max_rows) {
             for (size_t i = 0; i < ld->nf; i++) {
                 lfield *lf = &ld->f[i];
                 lf->max_stored = STK__MAX(lf->max_stored, e[2 + 3 * lf->dsf]);
+                lf->sum_stored += e[2 + 3 * lf->dsf];
                 max_rows[i] = STK__MAX(max_rows[i], e[3 + 3 * lf->dsf]);
             }
         }
@@ -536,10 +537,17 @@ int stk__ld_choose_paths(stk_loader *ld, const stk_loader_options *o, stk_error 
 
 /* Bytes of a worker's staging area: compressed and narrowed fields, and
  * O_DIRECT reads outside block order. */
-uint64_t stk__ld_stage_bytes(const stk_loader *ld, const stk_loader_options *o) {
-    uint64_t B = o->batch_size, stage_cap = 0;
+uint64_t stk__ld_stage_bytes(stk_loader *ld, const stk_loader_options *o) {
+    uint64_t B = o->batch_size, stage_cap = 0, media = 0;
     for (size_t i = 0; i < ld->nf; i++)
-        if (ld->f[i].f->codec == STK_CODEC_ZSTD || ld->f[i].fi->chunks || ld->f[i].dec) {
+        if (ld->f[i].dec) {
+            /* Encoded media: sizes run from a few KiB to tens of MiB, so
+             * a batch of the largest would be far beyond what batches
+             * need.  Twice the mean to start with; a batch that needs more
+             * grows its worker's area first (fill.c, media_stage). */
+            uint64_t mean = ld->ds->nrec ? ld->f[i].sum_stored / ld->ds->nrec : 0;
+            media += B * stk__align_up(2 * mean + 2 * DIRECT_ALIGN, 64);
+        } else if (ld->f[i].f->codec == STK_CODEC_ZSTD || ld->f[i].fi->chunks) {
             stage_cap += B * stk__align_up(ld->f[i].max_stored + 2 * DIRECT_ALIGN, 64);
         } else if (ld->f[i].fi->conv_varies ||
                    stk__conv_in_size(ld->f[i].fi->conv) > ld->f[i].fi->itemsize) {
@@ -551,7 +559,8 @@ uint64_t stk__ld_stage_bytes(const stk_loader *ld, const stk_loader_options *o) 
             stage_cap += B * stk__align_up(per + 2 * DIRECT_ALIGN, 64);
         }
     if (o->direct && !ld->use_groups) stage_cap += ld->slot_bytes + B * ld->nf * 2 * DIRECT_ALIGN;
-    return stk__align_up(stage_cap, DIRECT_ALIGN);
+    ld->stage_fixed = stage_cap;
+    return stk__align_up(stage_cap + media, DIRECT_ALIGN);
 }
 
 /* Ring size from what the budget leaves after the group buffers and the

@@ -538,3 +538,27 @@ def test_mixtures_decode_each_sources_media(tmp_path):
         stoker.Loader([stoker.Source(str(tmp_path / "a.stk"), decode={"image": rr}),
                        stoker.Source(str(tmp_path / "b.stk"), decode={"image": center.__class__(8)})],
                       batch_size=4)
+
+
+@pytest.mark.parametrize("backend", ["pool", "mmap"])
+def test_one_large_image_does_not_size_every_batchs_staging(tmp_path, backend):
+    # A 3 MB image among 6 KB ones: staging sized for batches of the largest
+    # would take 64 x 3 MB, beyond the budget; the batch that holds it grows
+    # its worker's area instead.
+    rng = np.random.default_rng(2)
+    big = encode(rng.integers(0, 255, (1000, 1000, 3), np.uint8), "PNG")
+    assert len(big) > 2_900_000
+    small = [encode(photo(rng, 60, 80), "JPEG", quality=90) for _ in range(100)]
+    recs = [{"image": big if i == 37 else small[i], "label": np.int64(i)} for i in range(100)]
+    path = str(tmp_path / "bigsmall.stk")
+    stoker.write(path, recs, fields={"image": stoker.Image()})
+    spec = stoker.DecodeImage(24, crop="center")
+    ld = stoker.Loader(path, 64, decode={"image": spec}, backend=backend, shuffle="random",
+                       memory_budget=32 << 20)
+    seen = 0
+    for b in ld:
+        for label, img in zip(b["label"], b["image"]):
+            np.testing.assert_array_equal(img, spec.decode(recs[label]["image"]))
+            seen += 1
+    ld.close()
+    assert seen == 100
