@@ -10,6 +10,7 @@
 #include "loader.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 
 #define SPAN_CHUNK (4u << 20) /* group reads are cut into pieces this big */
@@ -95,28 +96,47 @@ uint64_t stk__ld_block_samples(const stk_loader *ld, const stk_loader_options *o
     return STK__MIN(block_samples_for(ld, o), STK__MAX(ld->space.n, (uint64_t)1));
 }
 
-/* The bytes the largest block reads, with room for alignment and, when
- * checked, the checksum blocks around its ends. */
-static int largest_block(const stk_loader *ld, const stk_loader_options *o, uint64_t *out) {
-    uint64_t nblocks = ld->order.nb, max_block = 0;
+static int cmp_desc(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The bytes the k largest blocks read together, each with room for
+ * alignment and, when checked, the checksum blocks around its ends: what
+ * a group of k blocks may need, whichever k an epoch puts together.  (Not
+ * k times the largest: one block of a 30 MB image among 4 MB ones would
+ * ask for 16 x 30 MB.) */
+static int largest_blocks(const stk_loader *ld, const stk_loader_options *o, uint64_t k,
+                          uint64_t *out) {
+    uint64_t nblocks = ld->order.nb;
     group *tmp = stk__calloc(1, sizeof *tmp);
-    if (!tmp) return -ENOMEM;
+    uint64_t *sizes = stk__malloc(sizeof *sizes * (size_t)STK__MAX(nblocks, (uint64_t)1));
+    if (!tmp || !sizes) {
+        stk__free(tmp);
+        stk__free(sizes);
+        return -ENOMEM;
+    }
     for (uint64_t b = 0; b < nblocks; b++) {
         tmp->nspans = 0;
         if (stk__ld_block_spans(ld, b, tmp)) {
             stk__free(tmp->spans);
             stk__free(tmp);
+            stk__free(sizes);
             return -ENOMEM;
         }
         uint64_t bytes = 0;
-        for (size_t k = 0; k < tmp->nspans; k++)
-            bytes += tmp->spans[k].hi - tmp->spans[k].lo + 2 * DIRECT_ALIGN + 64 +
+        for (size_t i = 0; i < tmp->nspans; i++)
+            bytes += tmp->spans[i].hi - tmp->spans[i].lo + 2 * DIRECT_ALIGN + 64 +
                      (o->verify ? 2 * (uint64_t)ld->ds->block_size : 0);
-        max_block = STK__MAX(max_block, bytes);
+        sizes[b] = bytes;
     }
     stk__free(tmp->spans);
     stk__free(tmp);
-    *out = max_block;
+    qsort(sizes, (size_t)nblocks, sizeof *sizes, cmp_desc);
+    uint64_t sum = 0;
+    for (uint64_t b = 0; b < STK__MIN(k, nblocks); b++) sum += sizes[b];
+    stk__free(sizes);
+    *out = sum;
     return 0;
 }
 
@@ -142,13 +162,13 @@ int stk__ld_size_groups(stk_loader *ld, const stk_loader_options *o, uint64_t bu
     ld->use_groups = !ld->plan_only;
     stk__ld_block_shape(ld, o);
     ld->ngroups = STK__MIN(MAX_GROUP_SLOTS, ld->nw + 2);
-    /* The largest group: K blocks, each as large as the largest block. */
+    /* The largest group: its K blocks the K largest. */
     stk__ld_set_epoch_locked(ld, o->seed, o->epoch, 0);
-    uint64_t nblocks = ld->order.nb, max_block;
-    if (largest_block(ld, o, &max_block)) return stk__err(err, -ENOMEM, "out of memory");
-    ld->group_cap = stk__align_up(max_block * STK__MIN((uint64_t)o->block_group,
-                                                       STK__MAX(nblocks, (uint64_t)1)),
-                                  DIRECT_ALIGN);
+    uint64_t nblocks = ld->order.nb, most;
+    if (largest_blocks(ld, o, STK__MIN((uint64_t)o->block_group, STK__MAX(nblocks, (uint64_t)1)),
+                       &most))
+        return stk__err(err, -ENOMEM, "out of memory");
+    ld->group_cap = stk__align_up(most, DIRECT_ALIGN);
     if (ld->backend != STK_BACKEND_MMAP) {
         /* Fewer group buffers (two at least: the group in use and the
          * next) where the budget cannot hold one per worker and two. */

@@ -562,3 +562,24 @@ def test_one_large_image_does_not_size_every_batchs_staging(tmp_path, backend):
             seen += 1
     ld.close()
     assert seen == 100
+
+
+def test_block_order_groups_are_sized_by_their_largest_blocks(tmp_path):
+    # One 3 MB image among 6 KB ones in 64 KB blocks, 16 blocks a group: a
+    # group needs the 16 largest blocks (about 4 MB), not 16 x 3 MB.
+    rng = np.random.default_rng(4)
+    big = encode(rng.integers(0, 255, (1000, 1000, 3), np.uint8), "PNG")
+    small = [encode(photo(rng, 60, 80), "JPEG", quality=90) for _ in range(300)]
+    recs = [{"image": big if i == 100 else small[i], "label": np.int64(i)} for i in range(300)]
+    path = str(tmp_path / "blocks.stk")
+    stoker.write(path, recs, fields={"image": stoker.Image()})
+    spec = stoker.DecodeImage(24, crop="center")
+    ld = stoker.Loader(path, 16, decode={"image": spec}, backend="pool", shuffle="block",
+                       block_bytes=64 << 10, block_group=16, memory_budget=40 << 20)
+    labels = []
+    for b in ld:
+        for label, img in zip(b["label"], b["image"]):
+            np.testing.assert_array_equal(img, spec.decode(recs[label]["image"]))
+            labels.append(int(label))
+    ld.close()
+    assert sorted(labels) == list(range(300))
