@@ -961,7 +961,9 @@ typedef struct stk_loader_options {
                                 * Block order over data that does not fit in
                                 * memory reads with O_DIRECT anyway, where the
                                 * file system allows it */
-    int threads;               /* worker threads; 0 (default): one per CPU, at most 8.
+    int threads;               /* worker threads, at most 64; 0 (default): one per
+                                * CPU, at most 8 (at most 64 where media fields
+                                * are decoded: decoding wants every core).
                                 * Fewer than the CPUs leave one to the consumer,
                                 * which then spins briefly for a batch being
                                 * filled, where batches fill in under 200 us

@@ -637,7 +637,8 @@ class Loader:
         drop_last: Drop a last, partial batch.
         backend: ``"auto"``, ``"uring"``, ``"pool"`` or ``"mmap"``.
         direct: Read with O_DIRECT.
-        threads: Worker threads (0: one per CPU, at most 8). With fewer
+        threads: Worker threads, at most 64 (0: one per CPU, at most 8, or
+            at most 64 when ``decode=`` decodes media). With fewer
             than the CPUs, the consumer spins briefly for a batch being
             filled rather than sleep (where batches fill in under 200 us;
             ``STOKER_SPIN=0`` in the environment turns it off).

@@ -63,7 +63,12 @@
 #include <stdatomic.h>
 #include <zstd.h>
 
-#define MAX_WORKERS 8
+/* Worker threads: at most MAX_WORKERS; by default one per CPU up to
+ * DEFAULT_WORKERS, which keep a device busy with reads and copies, or up
+ * to MAX_WORKERS where media fields are decoded (a JPEG a millisecond a
+ * core: decoding needs every core a machine has). */
+#define MAX_WORKERS 64
+#define DEFAULT_WORKERS 8
 #define MAX_GROUP_SLOTS (MAX_WORKERS + 2)
 #define MAX_EXTRA_SLOTS 1024
 #define DIRECT_ALIGN 4096u

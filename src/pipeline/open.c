@@ -143,12 +143,14 @@ static bool may_spin(int threads) {
     return threads < sysconf(_SC_NPROCESSORS_ONLN);
 }
 
-/* The workers (one per CPU by default, at most MAX_WORKERS) and whether a
- * reader thread joins them; the descriptors and trace buffers are shared
- * out among them. */
+/* The workers (one per CPU by default, at most DEFAULT_WORKERS, or
+ * MAX_WORKERS when media fields are decoded) and whether a reader thread
+ * joins them; the descriptors and trace buffers are shared out among
+ * them. */
 static bool plan_threads(stk_loader *ld, const stk_loader_options *o) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    ld->nw = o->threads ? o->threads : (int)STK__MIN(STK__MAX(ncpu, 1L), (long)MAX_WORKERS);
+    long cap = ld->decs ? MAX_WORKERS : DEFAULT_WORKERS;
+    ld->nw = o->threads ? o->threads : (int)STK__MIN(STK__MAX(ncpu, 1L), cap);
     /* Block order with real reads gets a thread that reads groups ahead. */
     bool reader = o->order == STK_ORDER_BLOCK && !ld->plan_only && ld->backend != STK_BACKEND_MMAP;
     ld->spin = may_spin(ld->nw + reader);

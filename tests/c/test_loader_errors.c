@@ -54,7 +54,7 @@ static void bad_options(stk_dataset *wds, stk_dataset *rds) {
     WITH(o.order = (stk_order)7, rds, -EINVAL, "order");
     WITH(o.backend = (stk_backend)9, rds, -EINVAL, "backend");
     WITH((o.backend = STK_BACKEND_MMAP, o.direct = 1), rds, -EINVAL, "direct");
-    WITH(o.threads = 9, rds, -EINVAL, "threads");
+    WITH(o.threads = 65, rds, -EINVAL, "threads");
     WITH(o.threads = -1, rds, -EINVAL, "threads");
     WITH((o.window = 5, o.stride = 0), wds, -EINVAL, "stride");
     WITH((o.order = STK_ORDER_BLOCK, o.block_group = 0), rds, -EINVAL, "block_group");

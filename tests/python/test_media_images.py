@@ -583,3 +583,17 @@ def test_block_order_groups_are_sized_by_their_largest_blocks(tmp_path):
             labels.append(int(label))
     ld.close()
     assert sorted(labels) == list(range(300))
+
+
+def test_decoding_loaders_take_every_cpu_and_up_to_64_threads(dataset):
+    path, _ = dataset
+    spec = stoker.DecodeImage(8)
+    ld = stoker.Loader(path, 4, decode={"image": spec})
+    assert ld.stats()["threads"] == min(os.cpu_count(), 64)
+    ld.close()
+    ld = stoker.Loader(path, 4, decode={"image": spec}, threads=12)
+    assert ld.stats()["threads"] == 12
+    assert sum(len(b["label"]) for b in ld) == 60
+    ld.close()
+    with pytest.raises(stoker.InvalidArgument, match="threads: 65"):
+        stoker.Loader(path, 4, decode={"image": spec}, threads=65)
