@@ -543,10 +543,13 @@ uint64_t stk__ld_stage_bytes(stk_loader *ld, const stk_loader_options *o) {
         if (ld->f[i].dec) {
             /* Encoded media: sizes run from a few KiB to tens of MiB, so
              * a batch of the largest would be far beyond what batches
-             * need.  Twice the mean to start with; a batch that needs more
-             * grows its worker's area first (fill.c, media_stage). */
+             * need.  The mean to start with; a batch that needs more grows
+             * its worker's area first (fill.c, media_stage).  Read from the
+             * mapping or out of block order's group buffers, they need
+             * none. */
+            if (ld->backend == STK_BACKEND_MMAP || ld->use_groups) continue;
             uint64_t mean = ld->ds->nrec ? ld->f[i].sum_stored / ld->ds->nrec : 0;
-            media += B * stk__align_up(2 * mean + 2 * DIRECT_ALIGN, 64);
+            media += B * stk__align_up(mean + 2 * DIRECT_ALIGN, 64);
         } else if (ld->f[i].f->codec == STK_CODEC_ZSTD || ld->f[i].fi->chunks) {
             stage_cap += B * stk__align_up(ld->f[i].max_stored + 2 * DIRECT_ALIGN, 64);
         } else if (ld->f[i].fi->conv_varies ||
