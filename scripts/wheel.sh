@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the wheel for one architecture, self-contained but for glibc:
 # the third-party libraries linked in statically (scripts/wheel-deps.sh),
+# the media decoders' among them, their symbols not exported,
 # everything compiled by zig's clang for glibc 2.28 (manylinux_2_28),
 # libcurl and libhdf5 loaded at run time when asked for (the system's, or
 # h5py's), the extension on CPython's stable ABI (one wheel for 3.11 on).
@@ -17,7 +18,8 @@ PY=$ROOT/.venv/bin/python
     2>&1 | grep -v "^WARNING: Location" || true
 W=$ROOT/build-wheel/$ARCH
 DEPS=$W/deps
-[ -f "$DEPS/lib/libzstd.a" ] && [ -d "$DEPS/curl-include/curl" ] && [ -f "$DEPS/glibc-string.h" ] ||
+[ -f "$DEPS/lib/libzstd.a" ] && [ -d "$DEPS/curl-include/curl" ] && [ -f "$DEPS/glibc-string.h" ] &&
+    [ -f "$DEPS/lib/libsoxr.a" ] ||
     scripts/wheel-deps.sh "$ARCH" "$DEPS"
 
 # The package's own files for the wheel: the licences of what it carries.
@@ -77,10 +79,20 @@ rm -rf "$W/dist" "$W/py" && mkdir -p "$W/dist" dist
 raw=$(ls "$W"/dist/stoker-*.whl)
 echo "wheel: built $raw"
 
+# Every media library found by CMake (a decoder it misses is left out of
+# the build without an error: the wheel would decode less, silently).
+media_missing=""
+for m in JPEG SPNG WEBP FLAC MPG123 VORBIS OPUS SOXR; do
+    grep -q "^STK_M_${m}_FOUND:INTERNAL=1" "$W/py/CMakeCache.txt" || media_missing+=" $m"
+done
+[ -z "$media_missing" ] || { echo "wheel: CMake did not find the media libraries:$media_missing" >&2; exit 1; }
+echo "wheel: media decoders linked in: libjpeg-turbo, libspng, libwebp, libFLAC, mpg123, libvorbis, opusfile, libsoxr"
+
 # What it asks of glibc, and of any other shared library.
 tmp=$(mktemp -d)
 "$PY" -m zipfile -e "$raw" "$tmp"
 bad=0
+MEDIA_SYMS='^(jpeg_|jinit_|jsimd_|jcopy_|jdiv_round_up|jround_up|jzero_far|spng_|WebP|VP8|FLAC_|mpg123_|INT123_|ogg_|oggpack|vorbis_|_vorbis|ov_|opus_|op_|silk_|celt_|soxr_|_soxr|lsx_)'
 for so in $(find "$tmp" -name "*.so*" -o -path "*/scripts/stoker" -type f); do
     newest=$(readelf -W --version-info "$so" 2>/dev/null | grep -o "GLIBC_[0-9.]*" | sort -Vu | tail -1)
     needed=$(readelf -d "$so" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' | tr '\n' ' ')
@@ -92,6 +104,20 @@ for so in $(find "$tmp" -name "*.so*" -o -path "*/scripts/stoker" -type f); do
     own=$(nm "$unstripped" 2>/dev/null | awk '$2 ~ /^[tTwW]$/ && $3 ~ /^(memcpy|memmove|memset|memcmp|bcmp|strlen)$/ {print $3}' | tr '\n' ' ')
     [ -n "$unstripped" ] || { echo "wheel: no unstripped $(basename "$so") to read symbols from" >&2; bad=1; }
     [ -z "$own" ] || { echo "wheel: $(basename "$so") has its own $own" >&2; bad=1; }
+    # The media libraries are inside the extension, and none of their
+    # symbols is exported: a program that loads its own libjpeg or libFLAC
+    # beside the extension keeps calling its own.
+    exported=$(nm -D --defined-only "$so" | awk '{print $3}' | grep -E "$MEDIA_SYMS" | head -5 | tr '\n' ' ' || true)
+    [ -z "$exported" ] || { echo "wheel: $(basename "$so") exports media symbols: $exported" >&2; bad=1; }
+    case "$(basename "$so")" in
+    _stoker*)
+        defined=$(nm "$unstripped" 2>/dev/null | awk '$2 ~ /^[tT]$/ {print $3}')
+        for sym in jpeg_CreateDecompress spng_decode_image WebPDecode FLAC__stream_decoder_new \
+                   mpg123_new ov_open_callbacks op_open_memory soxr_create; do
+            grep -qx "$sym" <<<"$defined" ||
+                { echo "wheel: $(basename "$so") lacks $sym" >&2; bad=1; }
+        done ;;
+    esac
     for lib in $needed; do
         case "$lib" in libc.so.6|libm.so.6|libpthread.so.0|libdl.so.2|librt.so.1|ld-linux*) ;;
         *) echo "wheel: $(basename "$so") needs $lib, which is not glibc's" >&2; bad=1 ;;
