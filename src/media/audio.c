@@ -17,7 +17,8 @@
  * The work is bounded by the record: each read loop stops when a call
  * neither delivers frames nor consumes input a few times running, and a
  * clip whose length the header does not give (a FLAC stream written
- * without it) is decoded whole up to STK__AUDIO_MAX_FRAMES.
+ * without it) is decoded whole, up to STK__AUDIO_MAX_FRAMES, to count its
+ * frames (keeping none of them), then read as any other.
  */
 #include "media.h"
 
@@ -87,7 +88,9 @@ typedef struct audio_state {
     int flac_err;                       /* first error status + 1, 0: none */
     float *flac_dst;                    /* where the write callback puts frames */
     uint64_t flac_want, flac_got;
-    int flac_grow;                      /* 1: into st->src, grown as needed */
+    int flac_grow;                      /* 1: counting frames, keeping none */
+    int flac_rewind;                    /* 1: the stream was read to its end
+                                         * (counted): the next read seeks */
 #endif
 #ifdef STK_HAVE_MPG123
     mpg123_handle *mh;
@@ -109,6 +112,7 @@ typedef struct audio_state {
 static int grow(float **p, size_t *cap, size_t n) {
     if (n <= *cap) return 0;
     size_t want = n < 4096 ? 4096 : n;
+    if (want < *cap * 2) want = *cap * 2; /* (amortised: no copy per small growth) */
     float *q = stk__realloc(*p, want * sizeof(float));
     if (!q) return -ENOMEM;
     *p = q;
@@ -182,16 +186,13 @@ static FLAC__StreamDecoderWriteStatus flac_write(const FLAC__StreamDecoder *dec,
         return FLAC__STREAM_DECODER_WRITE_STATUS_ABORT;
     }
     uint64_t n = fr->header.blocksize;
-    if (st->flac_grow) {
+    if (st->flac_grow) { /* (counting: nothing is kept) */
         if (st->flac_got + n > STK__AUDIO_MAX_FRAMES) {
             if (!st->flac_err) st->flac_err = 1001;
             return FLAC__STREAM_DECODER_WRITE_STATUS_ABORT;
         }
-        if (grow(&st->src, &st->src_cap, (size_t)((st->flac_got + n) * 2) * ch)) {
-            if (!st->flac_err) st->flac_err = 1002;
-            return FLAC__STREAM_DECODER_WRITE_STATUS_ABORT;
-        }
-        st->flac_dst = st->src;
+        st->flac_got += n;
+        return FLAC__STREAM_DECODER_WRITE_STATUS_CONTINUE;
     }
     if (!st->flac_dst) return FLAC__STREAM_DECODER_WRITE_STATUS_CONTINUE;
     if (n > st->flac_want - st->flac_got) n = st->flac_want - st->flac_got;
@@ -268,6 +269,7 @@ static int flac_open(audio_state *st, clip *c, char *why) {
     st->flac_info = 0;
     st->flac_err = 0;
     st->flac_dst = NULL;
+    st->flac_rewind = 0;
     if (FLAC__stream_decoder_init_stream(st->flac, flac_read, flac_seek, flac_tell, flac_length,
                                          flac_eof, flac_write, flac_metadata, flac_error,
                                          st) != FLAC__STREAM_DECODER_INIT_STATUS_OK) {
@@ -293,7 +295,8 @@ static int flac_read_frames(audio_state *st, const clip *c, uint64_t start, floa
     st->flac_dst = dst;
     st->flac_want = n;
     st->flac_got = 0;
-    if (start > 0) {
+    if (start > 0 || st->flac_rewind) {
+        st->flac_rewind = 0;
         if (!FLAC__stream_decoder_seek_absolute(st->flac, start)) {
             snprintf(why, STK__WHY, "FLAC: cannot seek to frame %llu (the decoder says %s)",
                      (unsigned long long)start,
@@ -827,16 +830,19 @@ static int read_known(audio_state *st, const clip *c, uint64_t start, uint64_t n
     return 0;
 }
 
-/* Decodes a clip of unknown length (only a FLAC stream's header can leave
- * it out) whole into st->src; c->frames gets its length. */
+/* Counts the frames of a clip of unknown length (only a FLAC stream's
+ * header can leave it out) by decoding it whole, keeping nothing (memory
+ * stays a frame's, whatever the clip's length), into c->frames; then
+ * rewinds, for the window to be decoded as any other clip's. */
 static int read_all(audio_state *st, clip *c, char *why) {
 #ifdef STK_HAVE_FLAC
     uint64_t got = 0;
     st->flac_grow = 1;
-    int rc = flac_read_frames(st, c, 0, st->src, UINT64_MAX, &got, why);
+    int rc = flac_read_frames(st, c, 0, NULL, UINT64_MAX, &got, why);
     st->flac_grow = 0;
     if (rc) return rc;
     c->frames = got;
+    st->flac_rewind = 1; /* (the next read seeks, to frame 0 too) */
     return 0;
 #else
     (void)st;
@@ -965,12 +971,7 @@ static int window(audio_state *st, const stk_decode *d, clip *c, uint64_t key, f
     }
 #endif
     int rc;
-    int whole = 0; /* st->src holds the whole clip (its length was unknown) */
-    if (c->frames == UINT64_MAX) {
-        rc = read_all(st, c, why);
-        if (rc) return rc;
-        whole = 1;
-    }
+    if (c->frames == UINT64_MAX && (rc = read_all(st, c, why))) return rc;
     uint64_t N = c->frames, W = d->samples;
     uint64_t T = O == R ? N : resampled_frames(N, R, O);
     uint64_t s = 0;
@@ -983,12 +984,8 @@ static int window(audio_state *st, const stk_decode *d, clip *c, uint64_t key, f
     memset(dst + n * D, 0, (size_t)(W - n) * D * sizeof(float));
     if (n == 0) return 0;
     if (O == R) {
-        if (whole) {
-            memmove(st->src, st->src + s * c->channels, (size_t)n * c->channels * sizeof(float));
-        } else {
-            rc = read_known(st, c, s, n, why);
-            if (rc) return rc;
-        }
+        rc = read_known(st, c, s, n, why);
+        if (rc) return rc;
         mix(st->src, n, c->channels, D);
         memcpy(dst, st->src, (size_t)n * D * sizeof(float));
         return 0;
@@ -1003,13 +1000,8 @@ static int window(audio_state *st, const stk_decode *d, clip *c, uint64_t key, f
     uint64_t i0 = k * P, o0 = k * Q;
     uint64_t i1 = (uint64_t)(((unsigned __int128)(e + margin) * R + O - 1) / O) + 1;
     if (i1 > N) i1 = N;
-    if (whole) {
-        memmove(st->src, st->src + i0 * c->channels,
-                (size_t)(i1 - i0) * c->channels * sizeof(float));
-    } else {
-        rc = read_known(st, c, i0, i1 - i0, why);
-        if (rc) return rc;
-    }
+    rc = read_known(st, c, i0, i1 - i0, why);
+    if (rc) return rc;
     uint32_t ch = D == 1 ? 1 : c->channels;
     mix(st->src, i1 - i0, c->channels, D);
     uint64_t made;

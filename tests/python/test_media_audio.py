@@ -422,3 +422,24 @@ def test_loader_resume_gives_the_same_windows(clips, tmp_path):
     assert len(rest) == len(whole) - 2
     for a, b in zip(whole[2:], rest):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_flac_stream_without_its_length(clips):
+    # STREAMINFO's total_samples (36 bits: the low nibble of byte 21 and
+    # bytes 22-25 of the file) set to 0, "unknown", as a stream encoder that
+    # could not seek back writes it: the clip is counted, then read as any.
+    path, data, ref = clips["flac16_stereo_44k"]
+    raw = bytearray(data)
+    assert raw[:4] == b"fLaC" and raw[4] & 0x7F == 0  # STREAMINFO first
+    raw[21] &= 0xF0
+    raw[22:26] = bytes(4)
+    raw = bytes(raw)
+    assert stoker.media_probe(raw)["frames"] == 0
+    n = len(ref)
+    out = stoker.DecodeAudio(n + 50, channels=2).decode(raw)
+    np.testing.assert_array_equal(out[:n], ref)
+    assert not out[n:].any()
+    spec = stoker.DecodeAudio(4000, channels=2, random_offset=True)
+    for rec in range(5):
+        s = window_start(n, 4000, 0, 0, rec)
+        np.testing.assert_array_equal(spec.decode(raw, record=rec), ref[s:s + 4000])
