@@ -263,6 +263,10 @@ def run_stoker(a):
     return n, time.perf_counter() - t0, tree_cpu() - c0
 
 
+# torchvision lives apart from .venv (requirements-bench.txt, "# site:").
+BENCH_SITE = Path(__file__).resolve().parents[1] / ".bench-site"
+
+
 def tv_import():
     """torchvision, also where its PyPI wheel's C++ operators do not load.
 
@@ -271,8 +275,11 @@ def tv_import():
     load, and torchvision then fails on import registering a fake kernel
     for two of those operators (nms, qnms).  ImageFolder and the transforms
     used here never call them: their schemas are declared so that the
-    import succeeds."""
+    import succeeds.  It is imported from .bench-site/ (scripts/deps.sh puts
+    it there, off .venv's path)."""
     import torch
+    if BENCH_SITE.is_dir() and str(BENCH_SITE) not in sys.path:
+        sys.path.insert(0, str(BENCH_SITE))
     try:
         import torchvision
         return torchvision

@@ -58,6 +58,12 @@ extra() {
     nodeps=$(sed -n 's/^# no-deps: *//p' "$req")
     # shellcheck disable=SC2086
     [ -z "$nodeps" ] || .venv/bin/python -m pip install -q --no-deps $nodeps
+    # "# site: PKG" lines go to .bench-site/, without their dependencies,
+    # off .venv's path: a package that must not be importable by everything
+    # (the benchmark that uses one puts the directory on its own path).
+    site=$(sed -n 's/^# site: *//p' "$req")
+    # shellcheck disable=SC2086
+    [ -z "$site" ] || .venv/bin/python -m pip install -q --no-deps --upgrade --target .bench-site $site
     .venv/bin/python -c 'import torch, sys; v = torch.__version__.split("+")[0]; sys.exit(0 if v == "2.13.0" else "deps: torch " + v + " replaced 2.13.0")'
     echo "$want" >"$stamp"
 }

@@ -68,7 +68,7 @@ def test_paths_are_stored_relative_to_the_index(stoker, tmp_path, npy_dir):
 @pytest.mark.parametrize("args,msg", [
     ([], "at least one PATH"),
     (["x"], "-o INDEX is required"),
-    (["x", "-o", "y", "--from", "tiff"], "'tiff' is not npy, wav, hdf5 or raw"),
+    (["x", "-o", "y", "--from", "tiff"], "'tiff' is not npy, wav, hdf5, raw, image or audio"),
     (["x", "-o", "y", "--bogus"], "unknown option '--bogus'"),
     (["x", "-o"], "-o needs a path"),
 ])
