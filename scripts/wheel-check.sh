@@ -5,6 +5,10 @@
 # zstd, liburing, libcurl or libhdf5), a new venv, `pip install --no-index`
 # from a folder of wheels; then runs tests/wheel/check_installed.py and the
 # part of tests/python that needs no compiler against the installed wheel.
+# The media decoders: stoker.media_formats() must name every format the
+# wheel's libraries decode, test_media_images.py runs there (Pillow from
+# its wheel), and test_media_audio.py in a fresh root given espeak-ng, sox
+# and ffmpeg (its clips are made by them) and soundfile's wheel.
 #
 # With ARCH aarch64: the aarch64 wheel in an arm64 root run under
 # qemu-user (Debian's qemu-user-static): a pack, read and verify round trip
@@ -58,7 +62,9 @@ root_fresh
 # Debian's minimal base carries libzstd and libxxhash for apt itself: taken out, so that
 # a wheel that still needed it would fail here.
 chroot "$R" /usr/bin/dpkg --purge --force-depends libzstd1 libxxhash0 >/dev/null 2>&1 || true
-for lib in libcurl.so.4 libhdf5_serial.so.103 libzstd.so.1 liburing.so.2 libjansson.so.4; do
+for lib in libcurl.so.4 libhdf5_serial.so.103 libzstd.so.1 liburing.so.2 libjansson.so.4 \
+           libjpeg.so.62 libspng.so.0 libwebp.so.7 libFLAC.so.12 libmpg123.so.0 libvorbisfile.so.3 \
+           libopusfile.so.0 libsoxr.so.0; do
     if chroot "$R" /sbin/ldconfig -p | grep -q "$lib"; then
         echo "wheel-check: the clean root has $lib" >&2
         exit 1
@@ -73,7 +79,7 @@ cp "$WHEEL" "$R/wheels/"
 PLAT=(--platform manylinux_2_28_$ARCH --platform manylinux2014_$ARCH
       --platform manylinux_2_17_$ARCH --platform any)
 "$PY" -m pip download -q --only-binary :all: --python-version 3.11 "${PLAT[@]}" \
-    -d "$W/wheels" numpy pyarrow h5py pytest 2>&1 | grep -v "^WARNING: Location" || true
+    -d "$W/wheels" numpy pyarrow h5py pytest pillow soundfile 2>&1 | grep -v "^WARNING: Location" || true
 cp "$W"/wheels/*.whl "$R/wheels/"
 # torch's CPU build is a file on this machine's disk (PyPI's torch is a
 # CUDA build of several GB); where it is not, the DataLoader checks are
@@ -97,23 +103,41 @@ mkdir -p "$R/check/tests/fuzz/crashers"
 cp -r tests/python tests/wheel "$R/check/tests/"
 cp -r tests/fuzz/crashers/hdf5 "$R/check/tests/fuzz/crashers/"
 
+# Every format the wheel's media libraries decode (scripts/wheel-deps.sh
+# builds them; scripts/wheel.sh checks that CMake found each): a wheel
+# that lost one fails here, where the media tests would skip.
+media_formats() {
+    cat <<'PY'
+import stoker
+want = {"jpeg", "png", "webp", "flac", "mp3", "vorbis", "opus"}
+have = set(stoker.media_formats())
+if want - have:
+    raise SystemExit("wheel-check: the installed wheel does not decode "
+                     + ", ".join(sorted(want - have)) + " (media_formats: "
+                     + (",".join(sorted(have)) or "none") + ")")
+print("wheel-check: media formats:", ",".join(stoker.media_formats()))
+PY
+}
+
 root_mount
 cat > "$R/check/run.sh" <<'RUN'
 set -eu
 cd /check
 python3 -m venv /v
 if ls /wheels/torch-*.whl >/dev/null 2>&1; then
-    /v/bin/pip install -q --no-index --find-links /wheels stoker numpy pyarrow h5py torch pytest
+    /v/bin/pip install -q --no-index --find-links /wheels stoker numpy pyarrow h5py torch pytest pillow
 else
-    /v/bin/pip install -q --no-index --find-links /wheels stoker numpy pyarrow h5py pytest
+    /v/bin/pip install -q --no-index --find-links /wheels stoker numpy pyarrow h5py pytest pillow
     export STK_CHECK_SMOKE=1
 fi
 /v/bin/python tests/wheel/check_installed.py
+/v/bin/python /check/media_formats.py
 if [ -n "${STK_CHECK_SMOKE:-}" ]; then
     # qemu-user does not emulate io_uring: the cases that ask for it by
     # name are left out (they get a clear "not available" error there).
     STOKER_BUILD=/v/bin /v/bin/python -m pytest -q -p no:cacheprovider -k "not uring" \
-        tests/python/test_py_values.py tests/python/test_py_verify.py tests/python/test_cli_verify.py
+        tests/python/test_py_values.py tests/python/test_py_verify.py tests/python/test_cli_verify.py \
+        tests/python/test_media_images.py
     exit 0
 fi
 # The tests that need neither a compiler nor the build tree's tools.
@@ -122,9 +146,33 @@ STOKER_BUILD=/v/bin /v/bin/python -m pytest -q -p no:cacheprovider \
     tests/python/test_py_zero_copy.py tests/python/test_py_state.py \
     tests/python/test_py_verify.py tests/python/test_py_inplace.py \
     tests/python/test_py_errors.py tests/python/test_py_threads.py \
-    tests/python/test_py_torch.py tests/python/test_cli_verify.py
+    tests/python/test_py_torch.py tests/python/test_cli_verify.py \
+    tests/python/test_media_images.py
 RUN
+media_formats > "$R/check/media_formats.py"
 chroot "$R" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 /bin/sh /check/run.sh
+
+# The audio decoders against soundfile: a fresh copy of the root given
+# the programs that make test_media_audio.py's clips (espeak-ng speaks,
+# sox and ffmpeg encode; Debian's libraries come with them, which the
+# wheel does not use: scripts/wheel.sh checks that it needs none).
+root_fresh
+root_mount
+root_apt espeak-ng sox libsox-fmt-base ffmpeg
+mkdir -p "$R/wheels" "$R/check/tests"
+cp "$WHEEL" "$W"/wheels/*.whl "$R/wheels/"
+cp -r tests/python "$R/check/tests/"
+media_formats > "$R/check/media_formats.py"
+cat > "$R/check/audio.sh" <<'RUN'
+set -eu
+cd /check
+python3 -m venv /v
+/v/bin/pip install -q --no-index --find-links /wheels stoker numpy soundfile pytest
+/v/bin/python /check/media_formats.py
+STOKER_BUILD=/v/bin /v/bin/python -m pytest -q -p no:cacheprovider tests/python/test_media_audio.py
+RUN
+chroot "$R" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 /bin/sh /check/audio.sh
+echo "wheel-check: the audio decoders against soundfile: passed"
 
 # s3:// and http:// from the wheel, with the system's libcurl: a fresh copy
 # of the root given Debian's libcurl4 (its TLS library and CA certificates
