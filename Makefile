@@ -103,6 +103,7 @@ bench: build py-install
 	STOKER_BUILD=$(BUILD) $(PY) bench/hf.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/neuralhydrology.py
 	STOKER_BUILD=$(BUILD) $(PY) bench/media_images.py $(if $(FULL),--full,)
+	STOKER_BUILD=$(BUILD) $(PY) bench/media_audio.py $(if $(FULL),--full,) --profile
 	DEMO_RECORD=1 STOKER_BUILD=$(BUILD) $(PY) scripts/demo.py
 
 # The wheels for Linux x86_64 and aarch64 (manylinux_2_28, CPython 3.11 and
