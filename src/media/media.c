@@ -246,42 +246,52 @@ typedef struct taps {
     int maxc;
 } taps;
 
+static double tri(double k, double c, double support) {
+    double f = 1.0 - fabs((k - c) / support);
+    return f > 0 ? f : 0;
+}
+
 static int make_taps(taps *t, double x0, double span, uint32_t in, uint32_t out) {
     double scale = span / out;
     double support = scale > 1 ? scale : 1.0; /* the filter's half-width */
-    int maxc = (int)ceil(support) * 2 + 1;
-    if ((uint32_t)maxc > in) maxc = (int)in;
-    t->maxc = maxc;
-    t->first = stk__malloc(sizeof(int32_t) * out);
-    t->w = stk__calloc((size_t)out * (size_t)maxc, sizeof(float));
-    if (!t->first || !t->w) {
-        stk__free(t->first);
-        stk__free(t->w);
-        t->first = NULL, t->w = NULL;
-        return -ENOMEM;
-    }
+    /* Each output pixel's taps with a weight above 0, and the most any
+     * has: every pixel gets that many (a narrower filter than the bound
+     * 2 ceil(support) + 1 where the support is not a whole number). */
+    t->first = stk__malloc(sizeof(int32_t) * out * 2);
+    if (!t->first) return -ENOMEM;
+    int32_t *lo_of = t->first, *hi_of = t->first + out;
+    int maxc = 1;
     for (uint32_t i = 0; i < out; i++) {
         double c = x0 + (i + 0.5) * scale - 0.5; /* the centre, in source pixels */
         int lo = (int)ceil(c - support), hi = (int)floor(c + support);
         if (lo < 0) lo = 0;
         if (hi > (int)in - 1) hi = (int)in - 1;
+        while (lo < hi && tri(lo, c, support) == 0) lo++;
+        while (hi > lo && tri(hi, c, support) == 0) hi--;
         if (hi < lo) hi = lo = c < 0 ? 0 : (int)in - 1;
-        if (hi - lo + 1 > maxc) hi = lo + maxc - 1;
+        lo_of[i] = lo, hi_of[i] = hi;
+        maxc = STK__MAX(maxc, hi - lo + 1);
+    }
+    if ((uint32_t)maxc > in) maxc = (int)in;
+    t->maxc = maxc;
+    t->w = stk__calloc((size_t)out * (size_t)maxc, sizeof(float));
+    if (!t->w) {
+        stk__free(t->first);
+        t->first = NULL;
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < out; i++) {
+        double c = x0 + (i + 0.5) * scale - 0.5;
+        int lo = lo_of[i], hi = hi_of[i];
         double sum = 0;
-        for (int k = lo; k <= hi; k++) {
-            double f = 1.0 - fabs((k - c) / support);
-            sum += f > 0 ? f : 0;
-        }
+        for (int k = lo; k <= hi; k++) sum += tri(k, c, support);
         /* The window moves left where it would run past the row's end. */
         int first = lo + maxc > (int)in ? (int)in - maxc : lo;
         float *w = t->w + (size_t)i * maxc;
         if (sum <= 0) { /* a centre exactly between pixels at an edge */
             w[lo - first] = 1;
         } else {
-            for (int k = lo; k <= hi; k++) {
-                double f = 1.0 - fabs((k - c) / support);
-                w[k - first] = (float)((f > 0 ? f : 0) / sum);
-            }
+            for (int k = lo; k <= hi; k++) w[k - first] = (float)(tri(k, c, support) / sum);
         }
         t->first[i] = first;
     }
@@ -360,16 +370,22 @@ static int resize(stk__media_ctx *c, const stk__pixels *px, const double fb[4],
         c1 = STK__MAX(c1, tx.first[x] + tx.maxc);
     }
     size_t len = (size_t)(c1 - c0) * 3;
-    if (c->row_cap < len + 4) { /* (+ 4: the last pixel's vector reads one past) */
-        float *r = stk__realloc(c->row, (len + 4) * sizeof(float));
+    /* c->row: the vertical pass's row (len floats, + 4: the last pixel's
+     * vector reads one past), then the horizontal pass's pixels (4 floats
+     * each), then their bytes (4 each). */
+    size_t need = len + 4 + (size_t)ow * 4 + (size_t)ow;
+    if (c->row_cap < need) {
+        float *r = stk__realloc(c->row, need * sizeof(float));
         if (!r) {
             free_taps(&tx);
             free_taps(&ty);
             return -ENOMEM;
         }
         c->row = r;
-        c->row_cap = len + 4;
+        c->row_cap = need;
     }
+    float *hrow = c->row + len + 4;
+    uint8_t *bytes = (uint8_t *)(hrow + (size_t)ow * 4);
     memset(c->row + len, 0, 4 * sizeof(float)); /* (read, never used) */
     const uint8_t *few[32], **rows = few;
     if (ty.maxc > 32 && !(rows = stk__malloc(sizeof *rows * (size_t)ty.maxc))) {
@@ -384,26 +400,52 @@ static int resize(stk__media_ctx *c, const stk__pixels *px, const double fb[4],
             rows[k] = px->rgb + (size_t)(fy + k) * px->stride + (size_t)c0 * 3;
         vertical(c->row, rows, ty.w + (size_t)y * ty.maxc, ty.maxc, len);
         const float *row = c->row;
-        for (uint32_t x = 0; x < ow; x++) {
+        /* A pixel's three channels as one vector of four lanes (the fourth,
+         * the next pixel's red, is weighted and left unused): one
+         * multiply-add a tap instead of three; two pixels at a time, whose
+         * sums do not wait on each other. */
+        uint32_t x = 0;
+        for (; x + 1 < ow; x += 2) {
+            const float *wa = tx.w + (size_t)x * K, *wb = wa + K;
+            const float *ra = row + (size_t)(tx.first[x] - c0) * 3;
+            const float *rb = row + (size_t)(tx.first[x + 1] - c0) * 3;
+            v4 a = {0, 0, 0, 0}, b = {0, 0, 0, 0};
+            for (int k = 0; k < K; k++) {
+                v4 pa, pb;
+                memcpy(&pa, ra + 3 * k, sizeof pa);
+                memcpy(&pb, rb + 3 * k, sizeof pb);
+                a += wa[k] * pa;
+                b += wb[k] * pb;
+            }
+            memcpy(hrow + 4 * (size_t)x, &a, sizeof a);
+            memcpy(hrow + 4 * (size_t)x + 4, &b, sizeof b);
+        }
+        for (; x < ow; x++) {
             const float *wx = tx.w + (size_t)x * K;
             const float *r = row + (size_t)(tx.first[x] - c0) * 3;
-            /* A pixel's three channels as one vector of four lanes (the
-             * fourth, the next pixel's red, is weighted and left unused):
-             * one multiply-add a tap instead of three. */
             v4 acc = {0, 0, 0, 0};
             for (int k = 0; k < K; k++) {
                 v4 px4;
                 memcpy(&px4, r + 3 * k, sizeof px4);
                 acc += wx[k] * px4;
             }
-            uint32_t ox = flipped ? ow - 1 - x : x;
-            if (d->chw) {
-                size_t at = (size_t)y * ow + ox;
-                dst[at] = clamp8(acc[0]), dst[plane + at] = clamp8(acc[1]);
-                dst[2 * plane + at] = clamp8(acc[2]);
-            } else {
-                uint8_t *o = dst + ((size_t)y * ow + ox) * 3;
-                o[0] = clamp8(acc[0]), o[1] = clamp8(acc[1]), o[2] = clamp8(acc[2]);
+            memcpy(hrow + 4 * (size_t)x, &acc, sizeof acc);
+        }
+        /* To bytes a whole row at a time (the vectoriser's loop), then
+         * out in the layout asked for. */
+        for (size_t i = 0; i < (size_t)ow * 4; i++) bytes[i] = clamp8(hrow[i]);
+        if (d->chw) {
+            uint8_t *R = dst + (size_t)y * ow, *G = R + plane, *B = G + plane;
+            for (uint32_t i = 0; i < ow; i++) {
+                uint32_t ox = flipped ? ow - 1 - i : i;
+                R[ox] = bytes[4 * i], G[ox] = bytes[4 * i + 1], B[ox] = bytes[4 * i + 2];
+            }
+        } else {
+            uint8_t *o = dst + (size_t)y * ow * 3;
+            for (uint32_t i = 0; i < ow; i++) {
+                uint32_t ox = flipped ? ow - 1 - i : i;
+                o[3 * ox] = bytes[4 * i], o[3 * ox + 1] = bytes[4 * i + 1];
+                o[3 * ox + 2] = bytes[4 * i + 2];
             }
         }
     }
