@@ -199,8 +199,13 @@ static FLAC__StreamDecoderWriteStatus flac_write(const FLAC__StreamDecoder *dec,
     /* Integers divided by 2^(bits - 1): exact in float32 up to 24 bits. */
     float scale = 1.0f / (float)((uint64_t)1 << (bps - 1));
     float *o = st->flac_dst + st->flac_got * ch;
-    for (uint64_t i = 0; i < n; i++)
-        for (uint32_t c = 0; c < ch; c++) *o++ = (float)buf[c][i] * scale;
+    if (ch == 1) { /* (a loop the compiler vectorises) */
+        const FLAC__int32 *b = buf[0];
+        for (uint64_t i = 0; i < n; i++) o[i] = (float)b[i] * scale;
+    } else {
+        for (uint64_t i = 0; i < n; i++)
+            for (uint32_t c = 0; c < ch; c++) *o++ = (float)buf[c][i] * scale;
+    }
     st->flac_got += n;
     return FLAC__STREAM_DECODER_WRITE_STATUS_CONTINUE;
 }
@@ -812,12 +817,10 @@ static int clip_read(audio_state *st, const clip *c, uint64_t start, float *dst,
 
 /* Reads frames [start, start + n) of a clip whose header gives its length
  * (n within it) into st->src; a clip that ends before is truncated. */
-static int read_known(audio_state *st, const clip *c, uint64_t start, uint64_t n, char *why) {
-    if (n > SIZE_MAX / sizeof(float) / c->channels) return -ENOMEM;
-    int rc = grow(&st->src, &st->src_cap, (size_t)n * c->channels);
-    if (rc) return rc;
+static int read_known_into(audio_state *st, const clip *c, uint64_t start, uint64_t n,
+                           float *dst, char *why) {
     uint64_t got;
-    rc = clip_read(st, c, start, st->src, n, &got, why);
+    int rc = clip_read(st, c, start, dst, n, &got, why);
     if (rc) return rc;
     if (got < n) {
         snprintf(why, STK__WHY,
@@ -828,6 +831,14 @@ static int read_known(audio_state *st, const clip *c, uint64_t start, uint64_t n
         return STK_EMEDIA;
     }
     return 0;
+}
+
+/* The same into st->src. */
+static int read_known(audio_state *st, const clip *c, uint64_t start, uint64_t n, char *why) {
+    if (n > SIZE_MAX / sizeof(float) / c->channels) return -ENOMEM;
+    int rc = grow(&st->src, &st->src_cap, (size_t)n * c->channels);
+    if (rc) return rc;
+    return read_known_into(st, c, start, n, st->src, why);
 }
 
 /* Counts the frames of a clip of unknown length (only a FLAC stream's
@@ -984,6 +995,8 @@ static int window(audio_state *st, const stk_decode *d, clip *c, uint64_t key, f
     memset(dst + n * D, 0, (size_t)(W - n) * D * sizeof(float));
     if (n == 0) return 0;
     if (O == R) {
+        /* Channels as the clip has them: decoded straight into the sample. */
+        if (D == c->channels) return read_known_into(st, c, s, n, dst, why);
         rc = read_known(st, c, s, n, why);
         if (rc) return rc;
         mix(st->src, n, c->channels, D);
