@@ -19,4 +19,4 @@ cp $B/_stoker*.so $B/pkg/stoker/
 LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)" \
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1 \
 PYTHONPATH="$PWD/$B/pkg" STOKER_BUILD=$B STOKER_TEST_START_METHOD=forkserver \
-    .venv/bin/python -m pytest -q -p no:cacheprovider tests/python -k "test_py_ or test_strings or test_hf" "$@"
+    .venv/bin/python -m pytest -q -p no:cacheprovider tests/python -k "test_py_ or test_strings or test_hf or test_media" "$@"
