@@ -73,7 +73,11 @@ EXT = {"flac": ".flac", "mp3": ".mp3", "vorbis": ".ogg", "opus": ".opus"}
 
 
 def run(cmd):
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # The tools run without a sanitizer's runtime that `make py-asan`
+    # preloads into this process (espeak-ng hangs under it).
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS")}
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                   timeout=300)
 
 
 @pytest.fixture(scope="session")
