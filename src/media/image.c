@@ -51,6 +51,12 @@ static __attribute__((unused)) int grow_pix(stk__media_ctx *c, size_t need, char
     return 0;
 }
 
+/* The filter reaches up to its support (at least a pixel) past the box
+ * edge: two pixels more than the widest support any scale can need. */
+static __attribute__((unused)) uint32_t box_margin(const uint32_t box[4], const stk_decode *d) {
+    return 2 + (uint32_t)ceil(STK__MAX((double)box[2] / d->width, (double)box[3] / d->height));
+}
+
 /* ---- JPEG ---- */
 
 #ifdef STK_HAVE_JPEG
@@ -104,12 +110,6 @@ static int jpeg_probe(const uint8_t *src, size_t len, stk_media_info *out, char 
     out->height = ci.image_height;
     jpeg_destroy_decompress(&ci);
     return too_large(out->width, out->height, why);
-}
-
-/* The filter reaches up to its support (at least a pixel) past the box
- * edge: two pixels more than the widest support any scale can need. */
-static uint32_t box_margin(const uint32_t box[4], const stk_decode *d) {
-    return 2 + (uint32_t)ceil(STK__MAX((double)box[2] / d->width, (double)box[3] / d->height));
 }
 
 /* A worker's JPEG decompressor, made once and reset after each image
@@ -254,6 +254,15 @@ static int png_probe(const uint8_t *src, size_t len, stk_media_info *out, char *
     return too_large(out->width, out->height, why);
 }
 
+static int png_fail(spng_ctx *ctx, int e, char *why) {
+    snprintf(why, STK__WHY, "PNG: %s", spng_strerror(e));
+    spng_ctx_free(ctx);
+    return STK_EMEDIA;
+}
+
+/* Only the rows the box needs (and the resize's margin) are kept, decoded
+ * row by row and stopping below them; an interlaced image, whose passes
+ * revisit every row, is decoded whole. */
 static int png_decode(stk__media_ctx *c, const uint8_t *src, size_t len, stk__pixels *out,
                       const stk_decode *d, uint64_t key, uint32_t box[4], int *flipped,
                       char *why) {
@@ -261,18 +270,38 @@ static int png_decode(stk__media_ctx *c, const uint8_t *src, size_t len, stk__pi
     spng_ctx *ctx = png_open(src, len, &ihdr, why);
     if (!ctx) return STK_EMEDIA;
     int rc = too_large(ihdr.width, ihdr.height, why);
-    if (!rc) stk__media_box(d, ihdr.width, ihdr.height, key, box, flipped);
-    size_t size = 0;
-    int e = rc ? 0 : spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &size);
-    if (!rc && !e && !(rc = grow_pix(c, size, why)))
-        e = spng_decode_image(ctx, c->pix, size, SPNG_FMT_RGB8, 0);
-    spng_ctx_free(ctx);
-    if (!rc && e) {
-        snprintf(why, STK__WHY, "PNG: %s", spng_strerror(e));
-        rc = STK_EMEDIA;
+    if (rc) {
+        spng_ctx_free(ctx);
+        return rc;
     }
-    if (rc) return rc;
-    *out = (stk__pixels){c->pix, (size_t)ihdr.width * 3, ihdr.width, ihdr.height, 0, 0, 1.0};
+    stk__media_box(d, ihdr.width, ihdr.height, key, box, flipped);
+    size_t stride = (size_t)ihdr.width * 3, size = 0;
+    int e = spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &size);
+    if (e) return png_fail(ctx, e, why);
+    uint32_t y0 = 0, y1 = ihdr.height;
+    if (!ihdr.interlace_method) {
+        uint32_t m = box_margin(box, d);
+        y0 = box[1] > m ? box[1] - m : 0;
+        y1 = (uint32_t)STK__MIN((uint64_t)box[1] + box[3] + m, (uint64_t)ihdr.height);
+    }
+    /* (One row more: the rows above y0 are decoded into it and dropped.) */
+    if ((rc = grow_pix(c, stride * (y1 - y0 + 1), why))) {
+        spng_ctx_free(ctx);
+        return rc;
+    }
+    if (ihdr.interlace_method) {
+        e = spng_decode_image(ctx, c->pix, size, SPNG_FMT_RGB8, 0);
+        if (e) return png_fail(ctx, e, why);
+    } else {
+        e = spng_decode_image(ctx, NULL, 0, SPNG_FMT_RGB8, SPNG_DECODE_PROGRESSIVE);
+        uint8_t *scratch = c->pix + stride * (y1 - y0);
+        for (uint32_t y = 0; !e && y < y1; y++)
+            e = spng_decode_row(ctx, y < y0 ? scratch : c->pix + stride * (y - y0), stride);
+        /* (SPNG_EOI: the last row was decoded.) */
+        if (e && e != SPNG_EOI) return png_fail(ctx, e, why);
+    }
+    spng_ctx_free(ctx);
+    *out = (stk__pixels){c->pix, stride, ihdr.width, y1 - y0, 0, y0, 1.0};
     return 0;
 }
 #endif
