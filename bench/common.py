@@ -70,3 +70,40 @@ def write_section(name, text):
     pat = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     doc = pat.sub(lambda m: block, doc) if pat.search(doc) else doc.rstrip() + "\n\n" + block + "\n"
     DOC.write_text(doc)
+
+
+def tree_cpu():
+    """CPU seconds (user and system) used so far by this process and its live
+    descendants (DataLoader workers included), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, pending, seen = 0.0, [os.getpid()], set()
+    while pending:
+        pid = pending.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                st = f.read().rsplit(")", 1)[1].split()
+            total += (int(st[11]) + int(st[12])) / tick  # utime, stime
+            for t in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{t}/children") as f:
+                    pending += [int(x) for x in f.read().split()]
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def child_result(cmd, timeout=900):
+    """Runs a benchmark's child process, which prints its result as its last
+    line of JSON: that dict, or {"error": why} when it printed none."""
+    import json
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no epoch within {timeout} s"}
+    lines = [x for x in r.stdout.splitlines() if x.startswith("{")]
+    if not lines:
+        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"exit {r.returncode}: {tail[:300]}"}
+    return json.loads(lines[-1])

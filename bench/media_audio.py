@@ -72,7 +72,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import BUILD, OUT, ROOT, machine, median, write_section  # noqa: E402
+from common import (BUILD, OUT, ROOT, child_result, machine, median, tree_cpu,  # noqa: E402
+                    write_section)
 
 CORES = len(os.sched_getaffinity(0))
 RATE = 16000
@@ -262,20 +263,6 @@ def warm(paths):
 
 # ---- the contenders, each run in a child process ---------------------------
 
-def cpu_seconds(pids=()):
-    """CPU time (user and system) of this process's threads and of the
-    processes `pids` (DataLoader workers) so far."""
-    import resource
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    t = ru.ru_utime + ru.ru_stime
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        t += (int(fields[11]) + int(fields[12])) / tick
-    return t
-
-
 def run_stoker(a):
     import stoker
     ld = stoker.Loader(a.path, BATCH, shuffle="random", threads=CORES, seed=a.seed,
@@ -285,7 +272,7 @@ def run_stoker(a):
         for i, b in enumerate(ld):
             if i + 1 >= a.warm:
                 break
-    c0, t0 = cpu_seconds(), time.perf_counter()
+    c0, t0 = tree_cpu(), time.perf_counter()
     n, epoch = 0, 1
     while n == 0 or time.perf_counter() - t0 < a.min_seconds:
         ld.set_epoch(epoch)
@@ -294,7 +281,7 @@ def run_stoker(a):
             assert x.shape[1:] == (WINDOW, 1) and x.dtype == np.float32, x.shape
             n += x.shape[0]
         epoch += 1
-    return n, time.perf_counter() - t0, cpu_seconds() - c0
+    return n, time.perf_counter() - t0, tree_cpu() - c0
 
 
 def fit(x):
@@ -385,14 +372,13 @@ def run_dataloader(a):
         for i, _ in enumerate(dl):
             if i + 1 >= a.warm:
                 break
-    pids = [w.pid for w in getattr(dl._iterator, "_workers", [])]
-    c0, t0 = cpu_seconds(pids), time.perf_counter()
+    c0, t0 = tree_cpu(), time.perf_counter()
     n = 0
     while n == 0 or time.perf_counter() - t0 < a.min_seconds:
         for x, y in dl:
             assert x.shape[1:] == (WINDOW, 1) and x.dtype == torch.float32, x.shape
             n += x.shape[0]
-    return n, time.perf_counter() - t0, cpu_seconds(pids) - c0
+    return n, time.perf_counter() - t0, tree_cpu() - c0
 
 
 def run_dali(a):
@@ -415,7 +401,7 @@ def run_dali(a):
     iters = -(-p.epoch_size("files") // BATCH)
     for _ in range(a.warm):
         p.run()
-    c0, t0 = cpu_seconds(), time.perf_counter()
+    c0, t0 = tree_cpu(), time.perf_counter()
     n = 0
     while n == 0 or time.perf_counter() - t0 < a.min_seconds:
         for _ in range(iters):
@@ -423,7 +409,7 @@ def run_dali(a):
             arr = x.as_array()
             assert arr.shape[1:] == (WINDOW, 1) and arr.dtype == np.float32, arr.shape
             n += arr.shape[0]
-    return n, time.perf_counter() - t0, cpu_seconds() - c0
+    return n, time.perf_counter() - t0, tree_cpu() - c0
 
 
 CHILDREN = {"stoker": run_stoker, "stoker in place": run_stoker, "DALI (CPU)": run_dali,
@@ -445,15 +431,7 @@ def child(a):
 def measure(name, path, seed, warm_batches, min_seconds, timeout=900):
     cmd = [sys.executable, __file__, "--child", name, "--path", str(path), "--seed", str(seed),
            "--warm", str(warm_batches), "--min-seconds", str(min_seconds)]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"no epoch within {timeout} s"}
-    lines = [x for x in r.stdout.splitlines() if x.startswith("{")]
-    if not lines:
-        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"exit {r.returncode}: {tail[:300]}"}
-    return json.loads(lines[-1])
+    return child_result(cmd, timeout)
 
 
 # ---- which contenders can run here ------------------------------------------

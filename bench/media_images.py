@@ -64,7 +64,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import BUILD, OUT, ROOT, drop_cache, machine, median, write_section  # noqa: E402
+from common import (BUILD, OUT, ROOT, child_result, drop_cache, machine, median,  # noqa: E402
+                    tree_cpu, write_section)
 
 CORES = len(os.sched_getaffinity(0))
 SIZE = 224
@@ -221,28 +222,6 @@ def warm(paths):
 
 # ---- the contenders, each run in a child process ---------------------------
 
-def tree_cpu():
-    """CPU seconds used so far by this process and its live descendants
-    (DataLoader workers included), from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total, todo, seen = 0.0, [os.getpid()], set()
-    while todo:
-        pid = todo.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                st = f.read().rsplit(")", 1)[1].split()
-            total += (int(st[11]) + int(st[12])) / tick  # utime, stime
-            for t in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{t}/children") as f:
-                    todo += [int(x) for x in f.read().split()]
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
-
-
 def run_stoker(a):
     import stoker
     ld = stoker.Loader(a.path, a.batch, shuffle="random", threads=CORES, seed=a.seed,
@@ -367,15 +346,7 @@ def child(a):
 def measure(name, path, batch, seed, warm_batches, field="image", timeout=900):
     cmd = [sys.executable, __file__, "--child", name, "--path", str(path), "--batch", str(batch),
            "--seed", str(seed), "--warm", str(warm_batches), "--field", field]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"no epoch within {timeout} s"}
-    lines = [x for x in r.stdout.splitlines() if x.startswith("{")]
-    if not lines:
-        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"exit {r.returncode}: {tail[:300]}"}
-    return json.loads(lines[-1])
+    return child_result(cmd, timeout)
 
 
 # ---- which contenders can run here ------------------------------------------
