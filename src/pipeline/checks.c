@@ -12,8 +12,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdlib.h>
-#include <string.h>
 
 /* The bitmaps of checked (and, under on_error = skip, damaged) blocks:
  * one bit per checksum block of every shard. */
@@ -197,8 +195,7 @@ int stk__ld_verify_samples(stk_loader *ld, worker *w, uint32_t n, const uint64_t
 int stk__ld_sample_ok(stk_loader *ld, worker *w, uint64_t rec, uint64_t t, stk_error *err) {
     if (ld->media_bad && (atomic_load(&ld->media_bad[rec / 64]) >> (rec % 64) & 1)) {
         pthread_mutex_lock(&ld->mu);
-        if (strstr(ld->media_err.message, "record ") &&
-            strtoull(strstr(ld->media_err.message, "record ") + 7, NULL, 10) == rec)
+        if (ld->media_err_rec == rec)
             *err = ld->media_err;
         else
             stk__err(err, STK_EMEDIA, "%s: record %llu: media that does not decode",

@@ -96,6 +96,7 @@ static int post_media(stk_loader *ld, worker *w, const post *p, stk_error *err) 
     if (rc == STK_EMEDIA && ld->media_bad) {
         pthread_mutex_lock(&ld->mu);
         ld->media_err = *err;
+        ld->media_err_rec = p->rec;
         pthread_mutex_unlock(&ld->mu);
         atomic_fetch_or(&ld->media_bad[p->rec / 64], 1ull << (p->rec % 64));
         return REFILL_MEDIA;

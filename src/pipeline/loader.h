@@ -229,7 +229,8 @@ struct stk_loader {
      * a batch that meets a new one is filled again, the record now failing
      * its checks (stk__ld_sample_ok) and replaced as a damaged one is. */
     _Atomic uint64_t *media_bad;
-    stk_error media_err; /* under mu */
+    stk_error media_err;      /* under mu, with the record it names */
+    uint64_t media_err_rec;
     void *mix;
     /* The loaders that read for a hooked one (its mixture's sources): their
      * statistics count as its own (stats.c); consumed: the consumer takes
