@@ -43,6 +43,44 @@ def arrow(source: Any) -> Any:
                     "a datasets.Dataset, IterableDataset or DatasetDict")
 
 
+def media_columns(source: Any) -> dict:
+    """A Dataset's or IterableDataset's Image and Audio columns: {name:
+    "image" | "audio"} (top-level features only)."""
+    import datasets
+    feats = getattr(source, "features", None) or {}
+    return {k: "image" if isinstance(f, datasets.Image) else "audio"
+            for k, f in feats.items() if isinstance(f, (datasets.Image, datasets.Audio))}
+
+
+def media_records(source: Any, media: dict) -> Any:
+    """The rows of a dataset with Image or Audio columns as per-record dicts
+    for stoker's media fields: each such column's encoded file (its
+    ``bytes``, or the file at its ``path`` where the dataset keeps only
+    that), never decoded; the other columns as they are stored."""
+    import pyarrow as pa
+    if hasattr(source, "data") and hasattr(source.data, "table"):
+        table = source.data.table
+        indices = getattr(source, "_indices", None)
+        batches = (table.take(indices.column(0).slice(i, BATCH_ROWS)) if indices is not None
+                   else table.slice(i, BATCH_ROWS)
+                   for i in range(0, len(indices) if indices is not None else table.num_rows,
+                                  BATCH_ROWS))
+    else:  # an IterableDataset: its rows undecoded, a batch at a time
+        batches = (pa.Table.from_pylist(b) for b in
+                   source.decode(False).iter(batch_size=BATCH_ROWS))
+    for t in batches:
+        for row in t.to_pylist():
+            for k in media:
+                v = row[k]
+                if isinstance(v, dict):
+                    data = v.get("bytes")
+                    if data is None and v.get("path"):
+                        with open(v["path"], "rb") as f:
+                            data = f.read()
+                    row[k] = data
+            yield row
+
+
 def _dataset(ds: Any) -> Any:
     """The dataset's rows, in its order: its Arrow table as it lies (in
     memory or mapped from its cache files; its format, e.g. with_format,

@@ -594,6 +594,17 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
         if split not in source:
             raise InvalidArgument(f"split {split!r}: the DatasetDict holds {sorted(source)}")
         source = source[split]
+    # A Hugging Face dataset's Image and Audio columns (structs of the
+    # file's bytes and path) become media fields, its rows records.
+    hf_media = _hf.media_columns(source) if _hf.is_hf(source) else {}
+    if hf_media:
+        if group_by is not None or order_by is not None or static is not None:
+            raise TypeError("group_by, order_by and static do not apply to a dataset with Image "
+                            "or Audio columns")
+        given = {k: v.type for k, v in (fields or {}).items()}
+        fields = {k: _media.Image() if t == "image" else _media.Audio()
+                  for k, t in {**hf_media, **given}.items()}
+        source = _hf.media_records(source, hf_media)
     # Rows of an Arrow source, for the progress display, while the source
     # is still what the caller passed.
     media = _media.media_types(fields)

@@ -597,3 +597,22 @@ def test_decoding_loaders_take_every_cpu_and_up_to_64_threads(dataset):
     ld.close()
     with pytest.raises(stoker.InvalidArgument, match="threads: 65"):
         stoker.Loader(path, 4, decode={"image": spec}, threads=65)
+
+
+def test_a_hugging_face_dataset_with_an_image_column(files, tmp_path):
+    # HF's Image feature stores each file's bytes (and path) in a struct: a
+    # user's dataset, shuffled, written as is; its images become an image
+    # field, stored undecoded, and decode to what HF's own decode gives.
+    datasets = pytest.importorskip("datasets")
+    kinds = ["jpeg", "png", "webp_lossless", "jpeg_gray", "png_rgba"]
+    ds = datasets.Dataset.from_dict({
+        "image": [{"bytes": files[k], "path": None} for k in kinds],
+        "label": list(range(len(kinds))), "caption": [f"a {k}" for k in kinds],
+    }).cast_column("image", datasets.Image()).shuffle(seed=3)
+    path = str(tmp_path / "hf.stk")
+    assert stoker.write(path, ds) == len(kinds)
+    spec = stoker.DecodeImage((375, 500), crop="none")
+    b = next(iter(stoker.Loader(path, len(kinds), shuffle="sequential", decode={"image": spec})))
+    for label, caption, img, row in zip(b["label"], b["caption"], b["image"], ds):
+        assert label == row["label"] and caption == row["caption"]
+        np.testing.assert_array_equal(img, np.asarray(row["image"].convert("RGB")))
