@@ -16,7 +16,10 @@ Cases, each contender in a process of its own, rotating order, medians of
 
     warm     page cache warm (the contender's files read once before),
              timed for --seconds after the first batch; stoker also with
-             its checksums off, to price them
+             its checksums off, to price them; with --systems naming
+             stoker-v1, the same records written in format version 1 (an
+             index entry a record), with and without checksums, beside
+             version 2 (records located by arithmetic)
     cold     the contender's files evicted (posix_fadvise DONTNEED), one
              epoch from the contender's creation (first batch and start-up
              included), random order
@@ -30,8 +33,9 @@ O_DIRECT sequential reads and random reads at the sample size (the best of
 several depths and sizes: bench/limits.c).
 
     python bench/small.py [--reps 3] [--cases warm,cold,big] [--workloads ...]
+                          [--systems stoker,numpy,...,stoker-v1] [--section small]
 
-Writes the "small" section of docs/BENCHMARKS.md.
+Writes the "small" section of docs/BENCHMARKS.md (or --section's).
 """
 import argparse
 import json
@@ -64,7 +68,10 @@ TITLES = {
     "windows": "Windows of 365 rows over 2,000 series, two fields (x: 16 float32, y: 1)",
 }
 SYSTEMS = ("stoker", "numpy", "tdn", "spdl", "grain")
-NAMES = {"stoker": "stoker", "stoker-nocheck": "stoker, checksums off", "numpy": "NumPy memmap loop",
+NAMES = {"stoker": "stoker", "stoker-nocheck": "stoker, checksums off",
+         "stoker-v1": "stoker, format version 1",
+         "stoker-v1-nocheck": "stoker, format version 1, checksums off",
+         "numpy": "NumPy memmap loop",
          "tdn": "torchdata.nodes (threads)", "spdl": "SPDL (threads)",
          "grain": "Grain over ArrayRecord", "stoker-block": "stoker, block order"}
 
@@ -103,7 +110,19 @@ def _series(p):
 
 def paths(name):
     d = DATA / name
-    return {"dir": d, "stoker": d / "stoker.stk", "base": d / "base", "ar": d / "data.array_record"}
+    return {"dir": d, "stoker": d / "stoker.stk", "stoker-v1": d / "stoker-v1.stk",
+            "base": d / "base", "ar": d / "data.array_record"}
+
+
+def prepare_v1(name):
+    """The fixed workloads' records again, in format version 1."""
+    p, ps = WORKLOADS[name], paths(name)
+    if p["kind"] != "fixed" or (ps["stoker-v1"] / "manifest.json").exists():
+        return
+    import stoker
+    stoker.write(ps["stoker-v1"], {"x": np.concatenate(list(_fixed(p)))}, sync=False,
+                 format_version=1, overwrite=True)
+    os.sync()
 
 
 def prepare(name):
@@ -138,7 +157,8 @@ def prepare(name):
 def files_of(name, system):
     ps = paths(name)
     if system.startswith("stoker"):
-        return sorted(str(f) for f in ps["stoker"].iterdir() if f.suffix == ".stk")
+        d = ps["stoker-v1"] if system.startswith("stoker-v1") else ps["stoker"]
+        return sorted(str(f) for f in d.iterdir() if f.suffix == ".stk")
     if system == "grain":
         return [str(ps["ar"])]
     return [f for f in baselines.dataset_files(ps["base"]) if f.endswith(".bin")]
@@ -161,10 +181,11 @@ def contender(name, system, epochs, order):
     if system.startswith("stoker"):
         import stoker
         kw = dict(batch_size=p["batch"], shuffle=order, seed=SEED,
-                  verify=system != "stoker-nocheck")
+                  verify=not system.endswith("nocheck"))
         if p["kind"] == "windows":
             kw.update(window=p["window"], fields=["x", "y"])
-        ld = stoker.Loader(str(ps["stoker"]), **kw)
+        ld = stoker.Loader(str(ps["stoker-v1" if system.startswith("stoker-v1") else "stoker"]),
+                           **kw)
 
         def it():
             for _ in range(epochs):
@@ -291,6 +312,8 @@ def main():
     ap.add_argument("--cold-readahead", type=int, default=128,
                     help="also run the cold cases with the device's read-ahead set to this many "
                          "KiB (the kernel's default is 128; 0: only as the machine is set)")
+    ap.add_argument("--section", default="small",
+                    help="the BENCHMARKS.md section to write (another name keeps 'small' as is)")
     a = ap.parse_args()
     cases, names = a.cases.split(","), a.workloads.split(",")
     systems = a.systems.split(",")
@@ -298,6 +321,8 @@ def main():
     say("== small records and cold starts: preparing data")
     for n in names:
         prepare(n)
+        if "stoker-v1" in systems:
+            prepare_v1(n)
     res, lim = {}, {}
     raf = readahead_file(str(DATA))
     native_ra = int(raf.read_text()) if raf else None
@@ -317,7 +342,11 @@ def main():
             k = rep % len(systems)
             order = systems[k:] + systems[:k]
             if "warm" in cases:
-                for s in order + (["stoker-nocheck"] if "stoker" in systems else []):
+                extra = (["stoker-nocheck"] if "stoker" in systems else []) + (
+                    ["stoker-v1-nocheck"] if "stoker-v1" in systems else [])
+                for s in order + extra:
+                    if s.startswith("stoker-v1") and WORKLOADS[n]["kind"] != "fixed":
+                        continue
                     warm_files(files_of(n, s))
                     r = spawn(n, s, "warm", a.seconds)
                     res.setdefault((n, "warm", s), []).append(r)
@@ -371,6 +400,7 @@ def main():
                         except OSError:
                             time.sleep(0.1)
     raw = {"reps": a.reps, "seconds": a.seconds, "elapsed": time.perf_counter() - t_all,
+           "section": a.section, "systems": systems,
            "readahead_kb": native_ra, "alt_readahead_kb": alt_ra,
            "names": names, "cases": cases,
            "results": [{"workload": k[0], "case": k[1], "system": k[2], "runs": v}
@@ -378,7 +408,8 @@ def main():
            "limits": [{"key": list(k) if isinstance(k, tuple) else k, "runs": v}
                       for k, v in lim.items()]}
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "small.json").write_text(json.dumps(raw))
+    (OUT / ("small.json" if a.section == "small" else f"{a.section}.json")).write_text(
+        json.dumps(raw))
     report(raw)
 
 
@@ -422,7 +453,8 @@ def report(raw):
         sb = sample_bytes(n)
         lines += [f"### {TITLES[n]}", ""]
         for case in ("warm", "cold", "cold-ra"):
-            systems = [s for s in SYSTEMS + ("stoker-nocheck",) if (n, case, s) in res]
+            systems = [s for s in SYSTEMS + ("stoker-nocheck", "stoker-v1", "stoker-v1-nocheck")
+                       if (n, case, s) in res]
             if not systems:
                 continue
             rates = {s: med_rate(res[(n, case, s)]) for s in systems}
@@ -467,10 +499,14 @@ def report(raw):
             targets += rows
     lines += ["### Targets, this run", "", "| target | measured | met |", "|---|---:|---|"]
     lines += [f"| {t} | {v} | {'yes' if ok else '**no**'} |" for t, v, ok in targets]
-    lines += ["", GAPS]
+    section = raw.get("section", "small")
+    if section == "small":
+        lines += ["", GAPS]
+    else:
+        lines[0] = f"## {SECTIONS.get(section, section)}"
     text = "\n".join(lines)
     print(text)
-    write_section("small", text)
+    write_section(section, text)
 
 
 def big_table(n, res, lim, sb):
@@ -529,8 +565,17 @@ def target_rows(n, case, rates, sb, memcpy, lim):
                          f"{st / npy:.2f}x", st / npy >= 1.3))
         if nc:
             rows.append((f"{n}, warm: checksums cost <= 10%", f"{1 - st / nc:.0%}", st / nc >= 0.9))
+        v1, v1nc = rates.get("stoker-v1"), rates.get("stoker-v1-nocheck")
+        if v1:
+            rows.append((f"{n}, warm: format version 2 against version 1, checks on (faster)",
+                         f"{st / v1:.2f}x", st > v1))
+        if v1nc and nc:
+            rows.append((f"{n}, warm: format version 2 against version 1, checks off (faster)",
+                         f"{nc / v1nc:.2f}x", nc > v1nc))
     return rows
 
+
+SECTIONS = {"small-v2": "Format version 2 against version 1, small records (issue 39)"}
 
 GAPS = """### Where stoker falls short, why, and what next
 

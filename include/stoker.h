@@ -66,8 +66,12 @@ extern "C" {
 #define STK_VERSION_PATCH 0
 #define STK_VERSION_STRING "0.1.0"
 
-/* The version of the on-disk format this library writes and reads. */
-#define STK_FORMAT_VERSION 1
+/* The newest version of the on-disk format this library writes and reads
+ * (it reads every older one).  Version 2 locates the records of a schema
+ * of fixed-shape, uncompressed fields by arithmetic (docs/FORMAT.md); a
+ * writer picks it for such schemas and version 1 for any other
+ * (stk_writer_options.format_version). */
+#define STK_FORMAT_VERSION 2
 
 /* Returns STK_VERSION_STRING of the library actually linked. */
 STK_API const char *stk_version(void);
@@ -287,6 +291,14 @@ typedef struct stk_writer_options {
      * removed or changed (its size, its time or its bytes), or says that
      * only the options differ.  At most 64 MiB. */
     const char *inputs_list;
+    /* The shard format: 0 (the default) picks version 2 where the schema
+     * has only fixed-shape, uncompressed fields (records are then located
+     * by arithmetic: no index entry is read to find one) and version 1
+     * otherwise; 1 always writes version 1, which stoker 0.1 before
+     * version 2 also reads; 2 asks for version 2 and is refused (-EINVAL)
+     * for a schema it cannot hold.  The manifest's version is the newest
+     * of its shards'. */
+    uint32_t format_version;
 } stk_writer_options;
 
 /* Fills `opts` with the defaults above. */

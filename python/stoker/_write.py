@@ -463,7 +463,8 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
           static: Optional[Union[str, Sequence[str]]] = None,
           part: Optional[Tuple[int, Optional[int]]] = None, resume: bool = False,
           inputs: Optional[str] = None, split: Optional[str] = None,
-          progress: Optional[bool] = None) -> Union[int, Dict[str, int]]:
+          progress: Optional[bool] = None,
+          format_version: int = 0) -> Union[int, Dict[str, int]]:
     """Writes a dataset, or one part of it.
 
     On any error the dataset is left incomplete, never half-written as
@@ -562,6 +563,12 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
             left): tqdm's bar when tqdm is installed, else a line redrawn in
             place. None: on a terminal or in a notebook only; False: never;
             True: always.
+        format_version: 0 (the default) writes format version 2 where
+            every field has a fixed shape and none is compressed (records
+            are then found by arithmetic, without an index entry each) and
+            version 1 otherwise; 1 always writes version 1, which stoker
+            releases before version 2 also read; 2 insists on version 2
+            (InvalidArgument for a schema it cannot hold).
 
     Returns:
         The number of records written (a DatasetDict without ``split``: a
@@ -588,7 +595,8 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
             opts = dict(overwrite=overwrite, shard_bytes=shard_bytes, align=align, sync=sync,
                         attrs=attrs, compress=compress, ragged=ragged, group_by=group_by,
                         order_by=order_by, fields=fields, static=static, part=part,
-                        resume=resume, inputs=inputs, progress=progress)
+                        resume=resume, inputs=inputs, progress=progress,
+                        format_version=format_version)
             return {name: write(os.path.join(path, name), ds, **opts)
                     for name, ds in source.items()}
         if split not in source:
@@ -679,7 +687,7 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
             raise InvalidArgument("every array of a dict source must have the same first "
                              f"dimension (one entry per record); got lengths {sorted(n)}")
         w = _stoker.Writer(path, specs, shard_bytes, align, bool(overwrite), bool(sync),
-                           attrs_json, part_index, part_count)
+                           attrs_json, part_index, part_count, int(format_version))
         count = n.pop() if n else 0
         with _progress.bar(what, count, "records", progress) as shown:
             # The bytes of a record: a column's whole size shared evenly
@@ -710,7 +718,7 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
         try:
             return _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes,
                                 align, overwrite, sync, attrs_json, static, part_index,
-                                part_count, resume, inputs)
+                                part_count, resume, inputs, format_version)
         except StokerError:
             # The exception that stopped the stream in Python, as itself.
             if batches is not None and batches.error is not None:
@@ -758,7 +766,7 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
     schema = {k: (v.dtype, v.shape, k in ragged and v.ndim > 0, types[k])
               for k, v in first.items()}
     w = _stoker.Writer(path, specs, shard_bytes, align, bool(overwrite), bool(sync), attrs_json,
-                       part_index, part_count)
+                       part_index, part_count, int(format_version))
     total = len(original) if isinstance(original, Sized) else None
     with _progress.bar(what, total, "records", progress) as shown:
         try:
@@ -779,7 +787,7 @@ def write(path: PathLike, source: Any, *, overwrite: bool = False,
 
 def _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes, align,
                  overwrite, sync, attrs_json, static=None, part_index=0, part_count=1,
-                 resume=False, inputs=None):
+                 resume=False, inputs=None, format_version=0):
     for name, v in (("group_by", group_by), ("order_by", order_by)):
         if v is not None and not isinstance(v, str):
             raise TypeError(f"{name} must be a column name (str)")
@@ -817,7 +825,8 @@ def _write_arrow(path, source, group_by, order_by, fields, compress, shard_bytes
     inputs, inputs_list = inputs if isinstance(inputs, tuple) else (inputs, None)
     n, report = _stoker.write_arrow(path, capsule, group_by, order_by, spec, shard_bytes, align,
                                     bool(overwrite), bool(sync), attrs_json, static, part_index,
-                                    part_count, bool(resume), inputs, inputs_list)
+                                    part_count, bool(resume), inputs, inputs_list,
+                                    int(format_version))
     global last_order_report
     last_order_report = dict(report, group_by=group_by, order_by=order_by, type=kind)
     note = order_note(last_order_report)

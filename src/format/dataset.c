@@ -67,6 +67,7 @@ void stk_dataset_close(stk_dataset *ds) {
     stk__free(ds->shards);
     stk__schema_free(ds->fields, ds->nfields);
     stk__free(ds->info);
+    stk__layout_free(&ds->layout);
     stk__free(ds->attrs);
     stk__stats_free(ds->stats);
     stk__free(ds->dir);
@@ -140,8 +141,23 @@ static bool in_order(uint64_t prev, uint64_t pl, bool first) {
     return part == pp ? n == (uint32_t)prev + 1 : part > pp && n == 0;
 }
 
+/* The data end of a version 2 shard of `nrec` records: where the last
+ * record's last field ends; false when it overflows. */
+static bool dense_end(const stk_dataset *ds, const stk__shard *sh, uint64_t *end) {
+    const stk__layout *L = &ds->layout;
+    size_t F = ds->nfields;
+    uint64_t span;
+    if (!sh->nrec) {
+        *end = sh->data_off;
+        return true;
+    }
+    return stk__mul_ok(sh->nrec - 1, L->stride, &span) &&
+           !__builtin_add_overflow(span, sh->data_off + L->off[F - 1] + L->len[F - 1], end);
+}
+
 static int open_shard(stk_dataset *ds, stk__shard *sh, const stk__shard_entry *me,
-                      uint64_t schema_hash, uint64_t *place, stk_error *err) {
+                      uint32_t mversion, uint64_t schema_hash, uint64_t *place,
+                      stk_error *err) {
     int fd = stk__open(sh->path, O_RDONLY, 0);
     if (fd < 0)
         return stk__err(err, fd, "%s: cannot open shard: %s", sh->path, stk_strerror(fd));
@@ -179,8 +195,8 @@ static int open_shard(stk_dataset *ds, stk__shard *sh, const stk__shard_entry *m
             goto out;
         }
     uint32_t version = stk__ld32(h + STK__H_VERSION);
-    if (version != STK_FORMAT_VERSION) {
-        rc = SH_ERR(STK_EVERSION, "format version %u; this stoker reads version %d",
+    if (version < 1 || version > STK_FORMAT_VERSION) {
+        rc = SH_ERR(STK_EVERSION, "format version %u; this stoker reads versions 1 to %d",
                     version, STK_FORMAT_VERSION);
         goto out;
     }
@@ -247,8 +263,34 @@ static int open_shard(stk_dataset *ds, stk__shard *sh, const stk__shard_entry *m
         rc = SH_ERR(STK_EMISMATCH, "alignment or block size differs from the manifest");
         goto out;
     }
+    /* Version 2: the records' places follow from the schema, which must
+     * allow it; the manifest says a version at least as new (so that no
+     * reader of version 1 alone is handed a shard it would misread). */
+    if (version > (mversion ? mversion : 1)) {
+        rc = SH_ERR(STK_EMISMATCH, "is of format version %u; the manifest says %u", version,
+                    mversion ? mversion : 1);
+        goto out;
+    }
+    if (version == 2 && !ds->layout.off &&
+        (rc = stk__layout_init(&ds->layout, ds->fields, ds->info, ds->nfields, ds->align))) {
+        stk__err(err, rc, "%s: out of memory", sh->path);
+        goto out;
+    }
+    if (version == 2 && !ds->layout.ok) {
+        rc = SH_ERR(STK_ECORRUPT, "format version 2, which holds only fixed-shape, uncompressed "
+                    "fields; the schema has a ragged or compressed one");
+        goto out;
+    }
+    sh->dense = version == 2;
+    uint64_t want_end = 0;
+    if (sh->dense && (!dense_end(ds, sh, &want_end) || want_end != sh->data_end)) {
+        rc = SH_ERR(STK_ECORRUPT, "the header's data end %llu is not where %llu records of "
+                    "%llu bytes end", (unsigned long long)sh->data_end,
+                    (unsigned long long)sh->nrec, (unsigned long long)ds->layout.stride);
+        goto out;
+    }
     /* The layout must chain exactly: header, data, index, blocks, end. */
-    size_t words = stk__entry_words(ds->nfields);
+    size_t words = sh->dense ? 1 : stk__entry_words(ds->nfields);
     uint64_t want_index, want_blocks;
     uint64_t data_len = sh->data_end - sh->data_off;
     if (stk__ld32(h + STK__H_HSIZE) != STK__HEADER_SIZE ||
@@ -289,7 +331,7 @@ static int open_shard(stk_dataset *ds, stk__shard *sh, const stk__shard_entry *m
         rc = SH_ERR(STK_ECHECKSUM, "block table checksum mismatch");
         goto out;
     }
-    if ((rc = check_entries(ds, sh, err))) goto out;
+    if (!sh->dense && (rc = check_entries(ds, sh, err))) goto out;
     void *map = mmap(NULL, (size_t)sh->size, PROT_READ, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) {
         rc = -errno;
@@ -405,9 +447,12 @@ static int open_dir(const char *path, bool is_dir,
             rc = stk__err(err, -ENOMEM, "out of memory");
             goto fail;
         }
-        if ((rc = open_shard(ds, sh, &m.shards[i], schema_hash, &place, err))) goto fail;
+        if ((rc = open_shard(ds, sh, &m.shards[i], m.version, schema_hash, &place, err)))
+            goto fail;
         first += sh->nrec;
     }
+    ds->all_dense = m.nshards > 0;
+    for (size_t i = 0; i < m.nshards; i++) ds->all_dense &= ds->shards[i].dense;
     stk__manifest_clear(&m);
     stk__free(text);
     stk__free(mpath);
@@ -437,8 +482,8 @@ int stk__shard_check(const char *path, const stk__manifest *m, size_t i, stk_err
     stk__shard *sh = &ds->shards[0];
     if (!(sh->path = stk__strdup(path))) rc = stk__err(err, -ENOMEM, "out of memory");
     if (!rc)
-        rc = open_shard(ds, sh, &m->shards[i], stk__schema_hash(ds->fields, ds->nfields), NULL,
-                        err);
+        rc = open_shard(ds, sh, &m->shards[i], m->version,
+                        stk__schema_hash(ds->fields, ds->nfields), NULL, err);
     if (!rc) {
         stk_verify_options vo;
         stk_verify_options_init(&vo);
@@ -543,12 +588,12 @@ uint64_t stk__dataset_record_at(const stk_dataset *ds, const stk__shard *sh, uin
     while (hi - lo > 1) {
         uint64_t mid = lo + (hi - lo) / 2;
         uint64_t a, z;
-        stk__record_span(ds, stk__entry(ds, sh, mid), &a, &z);
+        stk__record_span(ds, sh, stk__entry(ds, sh, mid), &a, &z);
         if (a <= off) lo = mid;
         else hi = mid;
     }
     uint64_t a, z;
-    stk__record_span(ds, stk__entry(ds, sh, lo), &a, &z);
+    stk__record_span(ds, sh, stk__entry(ds, sh, lo), &a, &z);
     if (z <= off && lo + 1 < sh->nrec) lo++;
     return sh->first + lo;
 }
@@ -572,9 +617,9 @@ int stk_dataset_get(const stk_dataset *ds, uint64_t record, size_t field,
     size_t s = stk__dataset_shard_of(ds, record);
     const stk__shard *sh = &ds->shards[s];
     const uint64_t *e = stk__entry(ds, sh, record - sh->first);
-    out->offset = e[1 + 3 * field];
-    out->stored_bytes = e[2 + 3 * field];
-    out->rows = e[3 + 3 * field];
+    out->offset = stk__e_off(ds, sh, e, field);
+    out->stored_bytes = stk__e_len(ds, sh, e, field);
+    out->rows = stk__e_rows(ds, sh, e, field);
     out->raw_bytes = out->rows * ds->info[field].row_bytes;
     out->codec = ds->fields[field].codec;
     out->shard = (uint32_t)s;
@@ -676,7 +721,7 @@ int stk_dataset_read(const stk_dataset *ds, uint64_t record, size_t field, void 
     if (ds->caps.lazy) {
         /* The whole record: a verified read checks it whole. */
         stk__range r = {x.shard, 0, 0};
-        stk__record_span(ds, stk__entry(ds, sh, record - sh->first), &r.lo, &r.hi);
+        stk__record_span(ds, sh, stk__entry(ds, sh, record - sh->first), &r.lo, &r.hi);
         if ((rc = stk__dataset_ensure(ds, x.shard, r.lo, r.hi, err))) return rc;
         x.data = sh->map + x.offset;
         rc = read_stored(ds, sh, &x, record, field, buf, cap, flags, err);
@@ -694,7 +739,7 @@ static int read_stored(const stk_dataset *ds, const stk__shard *sh, const stk_ex
     if (flags & STK_READ_VERIFY) {
         const uint64_t *e = stk__entry(ds, sh, record - sh->first);
         uint64_t a, b;
-        stk__record_span(ds, e, &a, &b);
+        stk__record_span(ds, sh, e, &a, &b);
         if (stk__hash(sh->map + a, (size_t)(b - a)) != e[0])
             return stk__err(err, STK_ECHECKSUM,
                             "%s: record %llu (shard record %llu): checksum mismatch",
@@ -860,13 +905,13 @@ static void verify_shard(verify_job *j, size_t s) {
                 uint64_t lo = r, hi;
                 while (lo < sh->nrec) {
                     uint64_t a, z;
-                    stk__record_span(ds, stk__entry(ds, sh, lo), &a, &z);
+                    stk__record_span(ds, sh, stk__entry(ds, sh, lo), &a, &z);
                     if (z > b) break;
                     lo++;
                 }
                 for (hi = lo; hi < sh->nrec; hi++) {
                     uint64_t a, z;
-                    stk__record_span(ds, stk__entry(ds, sh, hi), &a, &z);
+                    stk__record_span(ds, sh, stk__entry(ds, sh, hi), &a, &z);
                     if (a >= b + n) break;
                 }
                 char which[64];
@@ -893,7 +938,7 @@ static void verify_shard(verify_job *j, size_t s) {
          * continues past it is hashed piecewise. */
         while (r < sh->nrec) {
             const uint64_t *e = stk__entry(ds, sh, r);
-            if (!streaming) stk__record_span(ds, e, &span_a, &span_b);
+            if (!streaming) stk__record_span(ds, sh, e, &span_a, &span_b);
             if (!streaming && span_b <= c1) {
                 uint64_t h = stk__hash(map + span_a, (size_t)(span_b - span_a));
                 if (h != e[0]) goto bad;
@@ -926,7 +971,7 @@ static void verify_shard(verify_job *j, size_t s) {
     while (r < sh->nrec && !j->stop) {
         uint64_t a, z;
         const uint64_t *e = stk__entry(ds, sh, r);
-        stk__record_span(ds, e, &a, &z);
+        stk__record_span(ds, sh, e, &a, &z);
         if (stk__hash(map + a, (size_t)(z - a)) != e[0]) {
             stk_error er;
             stk__err(&er, STK_ECHECKSUM, "%s: record %llu: checksum mismatch", sh->path,

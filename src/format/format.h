@@ -1,5 +1,5 @@
 /*
- * format.h: the on-disk layout of format version 1, and the in-memory form
+ * format.h: the on-disk layout of format versions 1 and 2, and the in-memory form
  * of an open dataset.  docs/FORMAT.md specifies the same layout for people;
  * the two must agree.
  *
@@ -7,7 +7,7 @@
  *
  *   OFFSET SIZE  DESCRIPTION
  *        0    8  magic "STKSHARD"
- *        8    4  format version (1)
+ *        8    4  format version (1 or 2)
  *       12    4  byte-order mark 0x01020304, stored little-endian
  *       16    4  header size in bytes (4096); record data starts here
  *       20    4  number of fields F
@@ -15,7 +15,7 @@
  *       32    8  data offset (= header size)
  *       40    8  data end: one past the last byte of record data
  *       48    8  index offset (data end rounded up to 64)
- *       56    8  index size in bytes, R * (8 + 24 F)
+ *       56    8  index size in bytes: R * (8 + 24 F) (version 1), R * 8 (2)
  *       64    8  block table offset (index offset + index size)
  *       72    8  number of checksum blocks
  *       80    4  block size in bytes
@@ -36,6 +36,13 @@
  *   8+24f     8  field f: byte offset of its stored bytes in the file
  *  16+24f     8  field f: stored size in bytes
  *  24+24f     8  field f: rows (first-dimension length)
+ *
+ * Version 2 (a schema of fixed-shape, uncompressed fields only): no
+ * entries; the index holds the R record checksums alone, densely, and
+ * record r's field f lies at data offset + r * stride + offset f, with
+ * the stride and the fields' offsets derived from the schema and the
+ * alignment (stk__dataset_layout).  Its loader locates a record without
+ * reading anything, and its checksum is one word of a dense array.
  *
  * Block table: one XXH3-64 per block of `block size` bytes of the data region
  * [data offset, data end); the last block may be short.
@@ -79,8 +86,18 @@ enum {
 
 #define STK__PLACE_SET (UINT64_C(1) << 63)
 
-/* u64 words per index entry. */
+/* u64 words per index entry (version 1). */
 static inline size_t stk__entry_words(size_t nfields) { return 1 + 3 * nfields; }
+
+/* The record layout of version 2, fixed by the schema and alignment:
+ * record r's field f at data offset + r * stride + off[f], len[f] bytes of
+ * rows[f] rows.  `ok`: the schema has only fixed-shape, uncompressed
+ * fields (and at least one), so version 2 can hold it. */
+typedef struct stk__layout {
+    bool ok;
+    uint64_t stride;
+    uint64_t *off, *len, *rows; /* nfields each */
+} stk__layout;
 
 static inline uint64_t stk__ld64(const uint8_t *p) {
     uint64_t v;
@@ -117,6 +134,13 @@ typedef struct stk__fieldinfo {
     int chunks;
 } stk__fieldinfo;
 
+/* Version 2's record layout of a checked schema (info from
+ * stk__schema_check) at alignment `align`: L->ok when the schema allows
+ * it.  0, or -ENOMEM.  stk__layout_free releases it (and may be called on
+ * a zeroed one). */
+int stk__layout_init(stk__layout *L, const stk_field *fields, const stk__fieldinfo *info,
+                     size_t nfields, uint32_t align);
+void stk__layout_free(stk__layout *L);
 /* Checks a schema; fills `info` (nfields entries) when not NULL. */
 int stk__schema_check(const stk_field *fields, size_t nfields,
                       stk__fieldinfo *info, stk_error *err);
@@ -186,6 +210,7 @@ typedef struct stk__shard_entry {
 } stk__shard_entry;
 
 typedef struct stk__manifest {
+    uint32_t version; /* 1, or 2 where a shard may be of version 2 (0: 1) */
     int is_part;
     uint32_t part_index, part_count;
     uint64_t records;
@@ -237,7 +262,9 @@ typedef struct stk__shard {
     uint32_t block_size;
     uint64_t nblocks;
     uint64_t *blocks; /* nblocks block checksums */
-    uint64_t *index;  /* nrec entries of stk__entry_words(F) words */
+    uint64_t *index;  /* version 1: nrec entries of stk__entry_words(F)
+                       * words; version 2 (dense): nrec record checksums */
+    bool dense;       /* version 2: records located by arithmetic */
     const uint8_t *map; /* the whole file, read-only; NULL for an in-place
                          * index of more files than are mapped */
     int64_t mtime_ns;   /* in-place sources: modification time when indexed */
@@ -292,6 +319,10 @@ struct stk_dataset {
     uint32_t align;
     uint32_t block_size; /* 0 without checksums */
     stk__caps caps;
+    stk__layout layout; /* version 2's record layout (layout.ok), for
+                         * any schema that allows it */
+    bool all_dense;     /* every shard is of version 2: locating a record
+                         * reads nothing */
     stk__stats *stats; /* the manifest's statistics, or NULL */
     /* A remote dataset (src/remote) read from its local cache: the URL it
      * came from and what fetching it cost.  NULL for a local one. */
@@ -378,19 +409,45 @@ static inline size_t stk__dataset_shard_of(const stk_dataset *ds, uint64_t rec) 
     return lo;
 }
 
+/* Record `local`'s entry in shard sh: in version 1 its index entry (the
+ * checksum, then offset, size and rows of each field), in version 2 its
+ * checksum alone.  Either way e[0] is the record's checksum; the rest is
+ * read through stk__e_off, stk__e_len and stk__e_rows, which in version 2
+ * compute it without a load. */
 static inline const uint64_t *stk__entry(const stk_dataset *ds,
                                          const stk__shard *sh, uint64_t local) {
-    return sh->index + local * stk__entry_words(ds->nfields);
+    return sh->index + local * (sh->dense ? 1 : stk__entry_words(ds->nfields));
+}
+static inline uint64_t stk__e_off(const stk_dataset *ds, const stk__shard *sh,
+                                  const uint64_t *e, size_t f) {
+    return sh->dense ? sh->data_off + (uint64_t)(e - sh->index) * ds->layout.stride +
+                           ds->layout.off[f]
+                     : e[1 + 3 * f];
+}
+static inline uint64_t stk__e_len(const stk_dataset *ds, const stk__shard *sh,
+                                  const uint64_t *e, size_t f) {
+    return sh->dense ? ds->layout.len[f] : e[2 + 3 * f];
+}
+static inline uint64_t stk__e_rows(const stk_dataset *ds, const stk__shard *sh,
+                                   const uint64_t *e, size_t f) {
+    return sh->dense ? ds->layout.rows[f] : e[3 + 3 * f];
 }
 
 /* The global id of the record whose bytes hold (or next follow) offset
  * `off` of shard `sh`; for messages about a file cut short there. */
 uint64_t stk__dataset_record_at(const stk_dataset *ds, const struct stk__shard *sh, uint64_t off);
 
-/* Span [*start, *end) of a record's stored bytes in its shard. */
-static inline void stk__record_span(const stk_dataset *ds, const uint64_t *e,
-                                    uint64_t *start, uint64_t *end) {
+/* Span [*start, *end) of a record's stored bytes in its shard sh. */
+static inline void stk__record_span(const stk_dataset *ds, const stk__shard *sh,
+                                    const uint64_t *e, uint64_t *start, uint64_t *end) {
     size_t F = ds->nfields;
+    if (sh->dense) {
+        const stk__layout *L = &ds->layout;
+        uint64_t at = sh->data_off + (uint64_t)(e - sh->index) * L->stride;
+        *start = at + L->off[0];
+        *end = at + L->off[F - 1] + L->len[F - 1];
+        return;
+    }
     *start = e[1];
     *end = e[1 + 3 * (F - 1)] + e[2 + 3 * (F - 1)];
 }

@@ -109,7 +109,7 @@ int stk__manifest_dump(const stk__manifest *m, char **out, size_t *len,
     json_t *root = json_object();
     json_object_set_new(root, "format", json_string("stoker"));
     json_object_set_new(root, "kind", json_string(m->is_part ? "part" : "dataset"));
-    json_object_set_new(root, "version", json_integer(STK_FORMAT_VERSION));
+    json_object_set_new(root, "version", json_integer(m->version ? m->version : 1));
     json_object_set_new(root, "writer", json_string("stoker " STK_VERSION_STRING));
     if (m->is_part) {
         json_t *p = json_object();
@@ -325,12 +325,13 @@ int stk__manifest_parse(const char *text, size_t len, const char *what,
         rc = BAD("%s: \"version\" is missing", what);
         goto out;
     }
-    if (json_integer_value(ver) != STK_FORMAT_VERSION) {
+    if (json_integer_value(ver) < 1 || json_integer_value(ver) > STK_FORMAT_VERSION) {
         rc = stk__err(err, STK_EVERSION,
-                      "%s: format version %lld; this stoker reads version %d",
+                      "%s: format version %lld; this stoker reads versions 1 to %d",
                       what, (long long)json_integer_value(ver), STK_FORMAT_VERSION);
         goto out;
     }
+    m->version = (uint32_t)json_integer_value(ver);
     if ((rc = check_integrity(root, what, err))) goto out;
     const char *kind = json_string_value(json_object_get(root, "kind"));
     if (!kind || (strcmp(kind, "dataset") && strcmp(kind, "part"))) {

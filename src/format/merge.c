@@ -165,6 +165,7 @@ static int merge_locked(const char *path, uint32_t want, stk_error *err) {
         m.records = 0;
         m.nshards = 0;
         for (size_t i = 0; i < nparts; i++) {
+            m.version = STK__MAX(m.version, parts[i].version);
             m.records += parts[i].records;
             m.nshards += parts[i].nshards;
         }

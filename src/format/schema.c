@@ -194,3 +194,40 @@ uint64_t stk__schema_hash(const stk_field *fields, size_t nfields) {
     }
     return XXH3_64bits_digest(st);
 }
+
+int stk__layout_init(stk__layout *L, const stk_field *fields, const stk__fieldinfo *info,
+                     size_t nfields, uint32_t align) {
+    stk__layout_free(L);
+    if (nfields == 0 || align == 0) return 0;
+    for (size_t f = 0; f < nfields; f++)
+        if (fields[f].codec != STK_CODEC_NONE || info[f].fixed_rows == STK_RAGGED ||
+            info[f].chunks || info[f].conv != STK__CONV_NONE || info[f].conv_varies)
+            return 0;
+    uint64_t *w = stk__calloc(3 * nfields, sizeof *w);
+    if (!w) return -ENOMEM;
+    L->off = w;
+    L->len = w + nfields;
+    L->rows = w + 2 * nfields;
+    uint64_t at = 0;
+    for (size_t f = 0; f < nfields; f++) {
+        uint64_t rows = (uint64_t)info[f].fixed_rows, len;
+        if (!stk__mul_ok(rows, info[f].row_bytes, &len) || len > (UINT64_C(1) << 60) ||
+            at > (UINT64_C(1) << 61)) {
+            stk__layout_free(L); /* no real record is this large: version 1 names it */
+            return 0;
+        }
+        at = stk__align_up(at, align);
+        L->off[f] = at;
+        L->len[f] = len;
+        L->rows[f] = rows;
+        at += len;
+    }
+    L->stride = stk__align_up(at, align);
+    L->ok = true;
+    return 0;
+}
+
+void stk__layout_free(stk__layout *L) {
+    stk__free(L->off);
+    memset(L, 0, sizeof *L);
+}

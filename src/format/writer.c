@@ -51,6 +51,12 @@ struct stk_writer {
     char *inputs; /* opts->inputs, copied */
     char *inputs_list; /* opts->inputs_list, copied */
     uint64_t schema_hash;
+    /* Version 2 (dense): records at data offset + r * layout.stride, the
+     * index the records' checksums alone.  version: the manifest's, the
+     * newest of every shard's (those a resumed pack keeps included). */
+    stk__layout layout;
+    bool dense;
+    uint32_t version;
     char prefix[32];  /* "", "part-00003-", or "r<tag>-" when replacing */
     char marker[48];  /* ".packing" or ".packing-part-00003" */
     /* Locks held while writing (flock: they die with the process): the
@@ -145,6 +151,9 @@ static int check_options(const stk_writer_options *o, stk_error *err) {
                         "block_size must be a power of two from 4096 to 16 MiB, "
                         "not %u",
                         o->block_size);
+    if (o->format_version > STK_FORMAT_VERSION)
+        return stk__err(err, -EINVAL, "format_version must be 0 (chosen from the schema), 1 or %d, "
+                        "not %u", STK_FORMAT_VERSION, o->format_version);
     bool open = o->part_count == STK_PARTS_OPEN;
     if (o->part_count == 0 || o->part_index >= o->part_count ||
         (o->part_count > 99999 && !open) || (open && o->part_index >= 99999))
@@ -264,9 +273,11 @@ static int resume_journal(stk_writer *w, stk_error *err) {
         struct stat st;
         uint8_t h[8];
         bool ok = fstat(fd, &st) == 0 && (uint64_t)st.st_size == bytes &&
-                  stk__pread_full(fd, h, 8, STK__H_HEADER_HASH) == 8 && stk__ld64(h) == hh;
+                  stk__pread_full(fd, h, 8, STK__H_HEADER_HASH) == 8 && stk__ld64(h) == hh &&
+                  stk__pread_full(fd, h, 4, STK__H_VERSION) == 4;
         close(fd);
         if (!ok) break;
+        w->version = STK__MAX(w->version, stk__ld32(h)); /* the header's checksum held */
         if (w->nshards == w->shards_cap) {
             size_t cap = w->shards_cap ? w->shards_cap * 2 : 16;
             stk__shard_entry *se = stk__realloc(w->shards, cap * sizeof *se);
@@ -391,6 +402,18 @@ int stk_writer_create(const char *path, const stk_field *fields, size_t nfields,
     }
     stk__schema_check(w->fields, nfields, w->info, NULL);
     w->schema_hash = stk__schema_hash(w->fields, nfields);
+    if (stk__layout_init(&w->layout, w->fields, w->info, nfields, opts->align)) {
+        stk_writer_free(w);
+        return stk__err(err, -ENOMEM, "out of memory");
+    }
+    if (opts->format_version == 2 && !w->layout.ok) {
+        stk_writer_free(w);
+        return stk__err(err, -EINVAL,
+                        "format_version 2 holds only fixed-shape, uncompressed fields; this "
+                        "schema has a ragged or compressed one (use 0 or 1)");
+    }
+    w->dense = w->layout.ok && opts->format_version != 1;
+    w->version = w->dense ? 2 : 1;
     bool stats_ok = stk__stats_new(w->fields, nfields, true, &w->cur) == 0 &&
                     stk__stats_new(w->fields, nfields, false, &w->total) == 0;
     for (size_t i = 0; i < MAX_PENDING_SYNC && stats_ok; i++)
@@ -720,7 +743,7 @@ static int finish_shard(stk_writer *w, stk_error *err) {
     uint64_t data_end = w->pos;
     if (!rc && w->blk_filled) rc = push_block(w);
     if (rc) goto fail;
-    size_t words = stk__entry_words(w->nfields);
+    size_t words = w->dense ? 1 : stk__entry_words(w->nfields);
     uint64_t index_off = stk__align_up(data_end, STK__INDEX_ALIGN);
     uint64_t index_size = w->nrec_shard * words * 8;
     uint64_t blocks_off = index_off + index_size;
@@ -734,7 +757,7 @@ static int finish_shard(stk_writer *w, stk_error *err) {
 
     uint8_t h[STK__HEADER_USED] = {0};
     memcpy(h + STK__H_MAGIC, STK__MAGIC, 8);
-    stk__st32(h + STK__H_VERSION, STK_FORMAT_VERSION);
+    stk__st32(h + STK__H_VERSION, w->dense ? 2 : 1);
     stk__st32(h + STK__H_BOM, STK__BOM);
     stk__st32(h + STK__H_HSIZE, STK__HEADER_SIZE);
     stk__st32(h + STK__H_NFIELDS, (uint32_t)w->nfields);
@@ -888,7 +911,10 @@ int stk_writer_append(stk_writer *w, const stk_value *values, stk_error *err) {
         return rc;
     if (w->fd < 0 && (rc = open_shard(w, err))) return rc;
 
-    size_t words = stk__entry_words(w->nfields);
+    /* Version 1 keeps each field's offset, size and rows; version 2 the
+     * checksum alone (its layout puts every record where the arithmetic
+     * says, which `dense_at` below holds it to). */
+    size_t words = w->dense ? 1 : stk__entry_words(w->nfields);
     if (w->nrec_shard == w->index_cap) {
         size_t cap = w->index_cap ? w->index_cap * 2 : 1024;
         uint64_t *ix = stk__realloc(w->index, cap * words * 8);
@@ -902,9 +928,18 @@ int stk_writer_append(stk_writer *w, const stk_value *values, stk_error *err) {
     XXH3_64bits_reset(&w->rec_state);
     for (size_t i = 0; i < w->nfields; i++) {
         if (i && (rc = pad_to(w, w->opt.align, true))) goto fail;
-        e[1 + 3 * i] = w->pos;
-        e[2 + 3 * i] = w->stored_len[i];
-        e[3 + 3 * i] = values[i].rows;
+        if (w->dense) {
+            uint64_t at = STK__HEADER_SIZE + w->nrec_shard * w->layout.stride + w->layout.off[i];
+            if (w->pos != at || w->stored_len[i] != w->layout.len[i] ||
+                values[i].rows != w->layout.rows[i]) {
+                rc = -EINVAL; /* a writer's bug: the record is not where the layout says */
+                goto fail;
+            }
+        } else {
+            e[1 + 3 * i] = w->pos;
+            e[2 + 3 * i] = w->stored_len[i];
+            e[3 + 3 * i] = values[i].rows;
+        }
         /* A field of a fixed shape is one row of statistics a record. */
         bool rowed = stk__stats_rowed(&w->fields[i]);
         if (w->fields[i].codec != STK_CODEC_NONE) {
@@ -973,6 +1008,7 @@ int stk_writer_finish(stk_writer *w, stk_error *err) {
                             stk_strerror(rc));
     }
     stk__manifest m = {
+        .version = w->version,
         .is_part = w->opt.part_count > 1,
         .part_index = w->opt.part_index,
         .part_count = w->opt.part_count,
@@ -1019,6 +1055,7 @@ void stk_writer_free(stk_writer *w) {
     stk__free(w->info);
     stk__free(w->stored_ptr);
     stk__free(w->stored_len);
+    stk__layout_free(&w->layout);
     stk__free(w->attrs);
     stk__free(w->inputs);
     stk__free(w->inputs_list);

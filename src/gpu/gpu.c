@@ -452,7 +452,7 @@ int stk__resident_layout(const stk_dataset *ds, const bool *sel, uint64_t **fsta
             uint64_t total = 0;
             for (uint64_t r = 0; r < sh->nrec; r++) {
                 starts[r] = total;
-                total += stk__entry(ds, sh, r)[2 + 3 * f];
+                total += stk__e_len(ds, sh, stk__entry(ds, sh, r), f);
             }
             fstart[at] = starts;
             sizes[at] = total;
@@ -473,7 +473,7 @@ void stk__resident_copies(const stk_dataset *ds, uint8_t *const *img, uint64_t *
         size_t at = (size_t)p->shard * F + p->field;
         /* A window starts some rows into its record's bytes. */
         out[k] = (stk_cuda_copy){
-            (uint64_t)(uintptr_t)(img[at] + fstart[at][local] + (p->off - e[1 + 3 * p->field])),
+            (uint64_t)(uintptr_t)(img[at] + fstart[at][local] + (p->off - stk__e_off(ds, sh, e, p->field))),
             (uint64_t)(uintptr_t)(dst + (p->dst - hmem)), p->len};
     }
 }
@@ -519,7 +519,7 @@ static int upload(stk__gpu *g, const bool *sel, const uint64_t *sizes, bool veri
             for (uint64_t r = 0; rc == 0 && r < sh->nrec; r++) {
                 const uint64_t *e = stk__entry(ds, sh, r);
                 uint64_t x, z;
-                stk__record_span(ds, e, &x, &z);
+                stk__record_span(ds, sh, e, &x, &z);
                 if (sh->map && stk__hash(sh->map + x, (size_t)(z - x)) != e[0])
                     rc = stk__err(err, STK_ECHECKSUM,
                                   "%s: record %llu: checksum mismatch: the shard is damaged; "
@@ -540,7 +540,7 @@ static int upload(stk__gpu *g, const bool *sel, const uint64_t *sizes, bool veri
             g->img[at] = dev;
             uint64_t filled = 0, sent = 0;
             for (uint64_t r = 0; rc == 0 && r <= sh->nrec; r++) {
-                uint64_t len = r < sh->nrec ? stk__entry(ds, sh, r)[2 + 3 * f] : 0;
+                uint64_t len = r < sh->nrec ? stk__e_len(ds, sh, stk__entry(ds, sh, r), f) : 0;
                 if (filled && (r == sh->nrec || filled + len > stage_cap)) {
                     if ((c = cu->copy_to_device((uint8_t *)dev + sent, stage, (size_t)filled)))
                         rc = cuda_fail(err, c, "uploading the dataset");
@@ -552,14 +552,14 @@ static int upload(stk__gpu *g, const bool *sel, const uint64_t *sizes, bool veri
                 if (len > stage_cap) { /* a record larger than the staging area */
                     uint8_t *big = stk__malloc((size_t)len);
                     if (!big) rc = stk__err(err, -ENOMEM, "out of memory");
-                    if (rc == 0) rc = read_bytes(sh, &fd, e[1 + 3 * f], len, big, sh->first + r, err);
+                    if (rc == 0) rc = read_bytes(sh, &fd, stk__e_off(ds, sh, e, f), len, big, sh->first + r, err);
                     if (rc == 0 && (c = cu->copy_to_device((uint8_t *)dev + sent, big, (size_t)len)))
                         rc = cuda_fail(err, c, "uploading the dataset");
                     stk__free(big);
                     sent += len;
                     continue;
                 }
-                rc = read_bytes(sh, &fd, e[1 + 3 * f], len, stage + filled, sh->first + r, err);
+                rc = read_bytes(sh, &fd, stk__e_off(ds, sh, e, f), len, stage + filled, sh->first + r, err);
                 filled += len;
             }
             g->resident_bytes += total;

@@ -48,7 +48,7 @@ void stk__ld_sample_span(const stk_loader *ld, uint64_t rec, uint64_t t0, uint64
     uint64_t a = UINT64_MAX, z = 0;
     for (size_t i = 0; i < ld->nf; i++) {
         const lfield *lf = &ld->f[i];
-        uint64_t off = e[1 + 3 * lf->dsf], len = e[2 + 3 * lf->dsf];
+        uint64_t off = stk__e_off(ds, sh, e, lf->dsf), len = stk__e_len(ds, sh, e, lf->dsf);
         if (lf->kind == F_TIME && !lf->fi->chunks) {
             uint64_t rb = stk__shard_srb(lf->fi, sh);
             a = STK__MIN(a, off + t0 * rb);
@@ -91,7 +91,7 @@ int stk__ld_check_block(stk_loader *ld, size_t si, uint64_t b, const uint8_t *by
         for (uint64_t r = stk__dataset_record_at(ld->ds, sh, a) - sh->first; r < sh->nrec; r++) {
             const uint64_t *e = stk__entry(ld->ds, sh, r);
             uint64_t x, z;
-            stk__record_span(ld->ds, e, &x, &z);
+            stk__record_span(ld->ds, sh, e, &x, &z);
             if (x >= a + n) break;
             if (stk__hash(sh->map + x, (size_t)(z - x)) != e[0]) {
                 bad = sh->first + r;
@@ -138,7 +138,7 @@ static int verify_range(stk_loader *ld, worker *w, size_t si, uint64_t lo, uint6
              * skip only the damaged record itself is refused. */
             const uint64_t *e = stk__entry(ld->ds, sh, rec - sh->first);
             uint64_t x, z;
-            stk__record_span(ld->ds, e, &x, &z);
+            stk__record_span(ld->ds, sh, e, &x, &z);
             if (stk__hash(sh->map + x, (size_t)(z - x)) == e[0]) continue;
             return stk__err(err, STK_ECHECKSUM, "%s: record %llu: checksum mismatch", sh->path,
                             (unsigned long long)rec);
@@ -287,8 +287,9 @@ int stk__ld_check_records(stk_loader *ld, stk_batch *s, const uint64_t *recs, st
                                          (uint64_t)((const int64_t *)(s->mem + lf->offs_off))[k] *
                                              lf->fi->row_bytes
                                    : s->mem + lf->data_off + k * lf->sample_bytes;
-            h = stk__hash(p, (size_t)e[2]);
-            bytes += e[2];
+            uint64_t len = stk__e_len(ds, sh, e, 0);
+            h = stk__hash(p, (size_t)len);
+            bytes += len;
         } else {
             XXH3_64bits_reset(&st);
             for (size_t f = 0; f < ds->nfields; f++) {
@@ -298,10 +299,12 @@ int stk__ld_check_records(stk_loader *ld, stk_batch *s, const uint64_t *recs, st
                                        ? s->mem + lf->data_off +
                                              (uint64_t)offs[k] * lf->fi->row_bytes
                                        : s->mem + lf->data_off + k * lf->sample_bytes;
-                stk__hash_update(&st, p, (size_t)e[2 + 3 * f]);
-                bytes += e[2 + 3 * f];
+                uint64_t len = stk__e_len(ds, sh, e, f);
+                stk__hash_update(&st, p, (size_t)len);
+                bytes += len;
                 if (f + 1 < ds->nfields) {
-                    uint64_t pad = e[1 + 3 * (f + 1)] - (e[1 + 3 * f] + e[2 + 3 * f]);
+                    uint64_t pad =
+                        stk__e_off(ds, sh, e, f + 1) - (stk__e_off(ds, sh, e, f) + len);
                     for (; pad; pad -= STK__MIN(pad, (uint64_t)sizeof zeros))
                         stk__hash_update(&st, zeros, (size_t)STK__MIN(pad, (uint64_t)sizeof zeros));
                 }

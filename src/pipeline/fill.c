@@ -42,7 +42,7 @@ static int post_chunk(stk_loader *ld, worker *w, const post *p, stk_error *err) 
         memcpy(p->dst, p->src + p->skip, (size_t)p->raw);
         return 0;
     }
-    uint64_t off = stk__entry(ds, sh, local)[1];
+    uint64_t off = stk__e_off(ds, sh, stk__entry(ds, sh, local), 0);
     if (!(w->chunk_valid && w->chunk_shard == si && w->chunk_off == off)) {
         if (c[1] > w->chunk_cap) {
             uint8_t *b = stk__realloc(w->chunk, (size_t)(2 * c[1]));
@@ -309,7 +309,7 @@ static int media_stage(stk_loader *ld, worker *w, const stk_batch *s, const uint
             size_t si = stk__dataset_shard_of(ds, recs[j]);
             const stk__shard *sh = &ds->shards[si];
             const uint64_t *e = stk__entry(ds, sh, recs[j] - sh->first);
-            need += stk__align_up(e[2 + 3 * ld->f[fi].dsf] + 2 * DIRECT_ALIGN, 64);
+            need += stk__align_up(stk__e_len(ds, sh, e, ld->f[fi].dsf) + 2 * DIRECT_ALIGN, 64);
         }
     }
     need = stk__align_up(need, DIRECT_ALIGN);
@@ -395,7 +395,7 @@ static void record_ranges(const stk_dataset *ds, uint32_t n, const uint64_t *rec
     for (uint32_t j = 0; j < n; j++) {
         size_t si = stk__dataset_shard_of(ds, recs[j]);
         const stk__shard *sh = &ds->shards[si];
-        stk__record_span(ds, stk__entry(ds, sh, recs[j] - sh->first), &r[j].lo, &r[j].hi);
+        stk__record_span(ds, sh, stk__entry(ds, sh, recs[j] - sh->first), &r[j].lo, &r[j].hi);
         r[j].shard = (uint32_t)si;
     }
 }
@@ -837,7 +837,7 @@ void stk__loader_draw_rows(stk_loader *ld, int wi, uint64_t epoch, uint64_t firs
         uint64_t rec, t;
         stk__space_locate(&ld->space, ids[j], &rec, &t);
         const stk__shard *sh = &ds->shards[stk__dataset_shard_of(ds, rec)];
-        rows[lanes[j]] = stk__entry(ds, sh, rec - sh->first)[3 + 3 * dsf];
+        rows[lanes[j]] = stk__e_rows(ds, sh, stk__entry(ds, sh, rec - sh->first), dsf);
     }
 }
 

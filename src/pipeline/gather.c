@@ -29,7 +29,7 @@
 
 static inline void prefetch_record(const stk_dataset *ds, const stk__shard *sh, const uint64_t *e) {
     uint64_t x, z;
-    stk__record_span(ds, e, &x, &z);
+    stk__record_span(ds, sh, e, &x, &z);
     stk__ld_prefetch(sh->map + x, z - x);
 }
 
@@ -64,10 +64,12 @@ static const stk_dataset *joint_ds(const gather *g, uint32_t j) {
 
 /* Prefetches what is needed AHEAD_E and AHEAD places after place j, which
  * belongs to dataset ds as the places before `end` do (in a joint draw,
- * those from `end` on to the next runs' datasets). */
+ * those from `end` on to the next runs' datasets).  A record of a version
+ * 2 shard is located without its entry, which is its checksum alone: it
+ * is fetched only to be checked. */
 static STK__ALWAYS_INLINE void gather_ahead(const stk_dataset *ds, uint32_t end, const gather *g,
-                                            uint32_t j) {
-    if (j + AHEAD_E < g->n) __builtin_prefetch(g->ent[j + AHEAD_E]);
+                                            uint32_t j, bool check) {
+    if (j + AHEAD_E < g->n && (check || !ds->all_dense)) __builtin_prefetch(g->ent[j + AHEAD_E]);
     if (j + AHEAD < g->n) {
         const stk_dataset *d = STK__LIKELY(j + AHEAD < end) ? ds : joint_ds(g, j + AHEAD);
         prefetch_record(d, &d->shards[g->shs[j + AHEAD]], g->ent[j + AHEAD]);
@@ -95,7 +97,7 @@ static STK__ALWAYS_INLINE int gather_check(stk_loader *ld, gather *g, uint32_t j
     const stk_dataset *ds = ld->ds;
     const stk__shard *sh = &ds->shards[g->shs[j]];
     uint64_t x, z;
-    stk__record_span(ds, g->ent[j], &x, &z);
+    stk__record_span(ds, sh, g->ent[j], &x, &z);
     if (stk__ld_blocks_checked(ld, g->shs[j], x, z)) return 0;
     bool sample = ns && (g->seq + g->nhashed) % HASH_SAMPLE == 0;
     uint64_t t = sample ? stk__now_ns() : 0;
@@ -228,9 +230,9 @@ static STK__ALWAYS_INLINE int gather_loop(stk_loader *ld, stk_batch *s, gather *
     const uint8_t *copy[HASH_RUN];
     uint64_t run_bytes = 0;
     for (uint32_t j = a; j < end && rc == 0; j++) {
-        gather_ahead(ds, end, g, j);
+        gather_ahead(ds, end, g, j, check);
         uint64_t x = 0, z = 0;
-        if (check) stk__record_span(ds, g->ent[j], &x, &z);
+        if (check) stk__record_span(ds, &ds->shards[g->shs[j]], g->ent[j], &x, &z);
         if (z - x < HASH_RUN_MIN) {
             rc = gather_record(ld, ds, s, g, j, check, &ht->sampled_ns, &ht->timed, err);
             continue;
@@ -272,9 +274,9 @@ static int gather_in_runs(stk_loader *ld, worker *w, stk_batch *s, gather *g, st
     for (uint32_t j0 = 0, j1 = 0; j0 < n && rc == 0; j0 = j1) {
         uint64_t t0 = stk__ld_span_open(ld, STK__EV_VERIFY), run = 0;
         for (j1 = j0; j1 < n && rc == 0 && (j1 == j0 || run < RUN); j1++) {
-            gather_ahead(ds, n, g, j1);
+            gather_ahead(ds, n, g, j1, true);
             uint64_t x, z;
-            stk__record_span(ds, g->ent[j1], &x, &z);
+            stk__record_span(ds, &ds->shards[g->shs[j1]], g->ent[j1], &x, &z);
             run += z - x;
             rc = gather_check(ld, g, j1, NULL, NULL, NULL, err);
         }

@@ -443,9 +443,9 @@ static STK__ALWAYS_INLINE uint8_t *stk__ld_place(const stk_loader *ld, const lfi
                                                  uint64_t *rows_done, uint64_t *off,
                                                  uint64_t *len, uint64_t *raw) {
     j = stk__ld_lane(s, j);
-    *off = e[1 + 3 * lf->dsf];
-    *len = e[2 + 3 * lf->dsf];
-    uint64_t rows = e[3 + 3 * lf->dsf];
+    *off = stk__e_off(ld->ds, sh, e, lf->dsf);
+    *len = stk__e_len(ld->ds, sh, e, lf->dsf);
+    uint64_t rows = stk__e_rows(ld->ds, sh, e, lf->dsf);
     if (lf->kind == F_TIME && lf->fi->chunks) {
         /* The whole chunk is read; the window is cut after inflating. */
         *raw = ld->space.L * lf->fi->row_bytes;

@@ -408,7 +408,7 @@ static int check_cache_window(stk_loader *ld, const stk_loader_options *o,
             const stk__shard *sh = &ds->shards[s];
             for (uint64_t i = 0; i < sh->nrec; i++) {
                 uint64_t a, z;
-                stk__record_span(ds, stk__entry(ds, sh, i), &a, &z);
+                stk__record_span(ds, sh, stk__entry(ds, sh, i), &a, &z);
                 longest = STK__MAX(longest, z - a);
             }
         }

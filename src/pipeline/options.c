@@ -371,9 +371,10 @@ void stk__ld_field_maxima(stk_loader *ld, uint64_t *max_rows) {
             const uint64_t *e = stk__entry(ds, sh, r);
             for (size_t i = 0; i < ld->nf; i++) {
                 lfield *lf = &ld->f[i];
-                lf->max_stored = STK__MAX(lf->max_stored, e[2 + 3 * lf->dsf]);
-                lf->sum_stored += e[2 + 3 * lf->dsf];
-                max_rows[i] = STK__MAX(max_rows[i], e[3 + 3 * lf->dsf]);
+                uint64_t len = stk__e_len(ds, sh, e, lf->dsf);
+                lf->max_stored = STK__MAX(lf->max_stored, len);
+                lf->sum_stored += len;
+                max_rows[i] = STK__MAX(max_rows[i], stk__e_rows(ds, sh, e, lf->dsf));
             }
         }
     }

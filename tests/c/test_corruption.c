@@ -254,7 +254,7 @@ static void foreign_shard(void) {
 }
 
 static void unknown_version(void) {
-    const uint32_t versions[] = {0, 2, 0x01000000};
+    const uint32_t versions[] = {0, 3, 0x01000000};
     for (size_t k = 0; k < 3; k++) {
         /* Just the version changed: the version is checked before the
          * header checksum, so it is the version that is reported. */
@@ -271,6 +271,21 @@ static void unknown_version(void) {
         reseal(1);
         open_fails(STK_EVERSION, shard_name[1], "version");
     }
+    /* A shard that says version 2 (sealed) in a dataset whose manifest
+     * says 1: a reader of version 1 alone would refuse the manifest, not
+     * misread the shard, only if the manifest says so. */
+    fresh("version-2-under-1");
+    uint8_t v[4];
+    stk__st32(v, 2);
+    test_poke(shard_path(1), STK__H_VERSION, v, 4);
+    reseal(1);
+    open_fails(STK_EMISMATCH, shard_name[1], "manifest says 1");
+    /* ... and under a manifest of version 2: this schema has ragged and
+     * compressed fields, which version 2 cannot hold. */
+    json_t *m = manifest_load();
+    json_object_set_new(m, "version", json_integer(2));
+    manifest_save(m);
+    open_fails(STK_ECORRUPT, shard_name[1], "fixed-shape");
 }
 
 static void damaged_header(void) {
@@ -525,9 +540,9 @@ static void damaged_manifest(void) {
 
     fresh("manifest-version");
     m = manifest_load();
-    json_object_set_new(m, "version", json_integer(2));
+    json_object_set_new(m, "version", json_integer(3));
     manifest_save(m);
-    open_fails(STK_EVERSION, "manifest.json", "version 2");
+    open_fails(STK_EVERSION, "manifest.json", "version 3");
 
     fresh("manifest-records");
     m = manifest_load();

@@ -4,7 +4,10 @@
  * input's own bytes imply, and the manifest's header checksum and size, so
  * that the fuzzer reaches the checks behind them (layout, bounds, schema)
  * rather than stopping at a checksum.  Then it opens, verifies and reads
- * every record, and runs a loader epoch. */
+ * every record, and runs a loader epoch (the pool's reads, then the
+ * mapping's gather).  A header that says version 2 gets a schema of fixed,
+ * uncompressed fields (which that version holds) and a manifest of version
+ * 2; any other, a ragged and a compressed field. */
 #include "format/format.h"
 #include "core/hash.h"
 
@@ -56,17 +59,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint32_t al = size >= 88 ? stk__ld32(b + STK__H_ALIGN) : 64;
     if (!stk__is_pow2(bs) || bs < 4096 || bs > (16u << 20)) bs = 4096;
     if (!stk__is_pow2(al) || al > 4096) al = 64;
+    bool v2 = size >= 12 && stk__ld32(b + STK__H_VERSION) == 2;
     free(b);
+    const char *fields =
+        v2 ? "{\"name\": \"x\", \"dtype\": \"f32\", \"shape\": [4], \"codec\": \"none\"}, "
+             "{\"name\": \"z\", \"dtype\": \"u8\", \"shape\": [3, 2], \"codec\": \"none\"}"
+           : "{\"name\": \"x\", \"dtype\": \"f32\", \"shape\": [-1, 4], \"codec\": \"none\"}, "
+             "{\"name\": \"z\", \"dtype\": \"u8\", \"shape\": [-1], \"codec\": \"zstd\"}";
     char m[1024];
     int len = snprintf(m, sizeof m,
-                       "{\"format\": \"stoker\", \"kind\": \"dataset\", \"version\": 1, "
+                       "{\"format\": \"stoker\", \"kind\": \"dataset\", \"version\": %d, "
                        "\"records\": %llu, \"align\": %u, \"block_size\": %u, \"fields\": ["
-                       "{\"name\": \"x\", \"dtype\": \"f32\", \"shape\": [-1, 4], \"codec\": "
-                       "\"none\"}, {\"name\": \"z\", \"dtype\": \"u8\", \"shape\": [-1], "
-                       "\"codec\": \"zstd\"}], \"shards\": [{\"file\": \"shard-000000.stk\", "
+                       "%s], \"shards\": [{\"file\": \"shard-000000.stk\", "
                        "\"records\": %llu, \"bytes\": %zu, \"header_xxh3\": \"%016llx\"}]}",
-                       (unsigned long long)nrec, al, bs, (unsigned long long)nrec, size,
-                       (unsigned long long)hh);
+                       v2 ? 2 : 1, (unsigned long long)nrec, al, bs, fields,
+                       (unsigned long long)nrec, size, (unsigned long long)hh);
     write_file("manifest.json", m, (size_t)len);
     stk_dataset *ds = NULL;
     stk_error err;
@@ -85,11 +92,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         o.backend = STK_BACKEND_POOL;
         o.memory_budget = 64 << 20;
         stk_loader *ld = NULL;
-        if (stk_loader_open(ds, &o, &ld, &err) == 0) {
-            stk_batch *bt;
-            for (int k = 0; k < 16 && stk_loader_next(ld, &bt, &err) == 0; k++)
-                stk_loader_release(ld, bt);
-            stk_loader_close(ld);
+        for (int pass = 0; pass < 2; pass++) {
+            o.backend = pass ? STK_BACKEND_MMAP : STK_BACKEND_POOL;
+            o.order = pass ? STK_ORDER_RANDOM : STK_ORDER_SEQUENTIAL;
+            if (stk_loader_open(ds, &o, &ld, &err) == 0) {
+                stk_batch *bt;
+                for (int k = 0; k < 16 && stk_loader_next(ld, &bt, &err) == 0; k++)
+                    stk_loader_release(ld, bt);
+                stk_loader_close(ld);
+            }
         }
         stk_dataset_close(ds);
     }

@@ -40,19 +40,31 @@ def find_record(ds, k):
 
 
 def record_extent(ds, k):
-    """(shard file, offset, stored size) of record k's single field, read from
-    the shard's record index as docs/FORMAT.md lays it out."""
+    """(shard file, offset, stored size) of record k's single field, as
+    docs/FORMAT.md lays it out: read from the shard's record index (format
+    version 1), or computed from the schema and alignment (version 2)."""
+    import json
+    man = json.loads((ds / "manifest.json").read_text())
+    (field,) = man["fields"]
+    itemsize = {"f32": 4}[field["dtype"]]
+    size = itemsize * int(np.prod(field["shape"]))
+    align = man["align"]
     for name in shard_files(ds):
         data = (ds / name).read_bytes()
         assert data[:8] == b"STKSHARD"
+        version, = struct.unpack_from("<I", data, 8)
         nfields, = struct.unpack_from("<I", data, 20)
         nrec, = struct.unpack_from("<Q", data, 24)
+        data_off, = struct.unpack_from("<Q", data, 32)
         index_off, = struct.unpack_from("<Q", data, 48)
-        assert nfields == 1
+        assert nfields == 1 and version in (1, 2)
         # Shards are numbered in record order; skip whole shards.
         if k >= nrec:
             k -= nrec
             continue
+        if version == 2:
+            stride = -(-size // align) * align
+            return ds / name, data_off + k * stride, size
         _, off, size, _ = struct.unpack_from("<4Q", data, index_off + k * 32)
         return ds / name, off, size
     raise AssertionError("record past the last shard")

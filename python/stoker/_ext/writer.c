@@ -65,20 +65,21 @@ static void writer_remember(WriterObject *self, const stk_field *f, size_t n) {
 }
 
 /* Writer(path, fields, shard_bytes, align, overwrite, sync, attrs,
- * part_index, part_count): fields is a sequence of field_spec tuples. */
+ * part_index, part_count, format_version): fields is a sequence of
+ * field_spec tuples. */
 static int writer_init(WriterObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"path", "fields", "shard_bytes", "align", "overwrite", "sync",
-                             "attrs", "part_index", "part_count", NULL};
+                             "attrs", "part_index", "part_count", "format_version", NULL};
     const char *path, *attrs = NULL;
     PyObject *fields;
     stk_writer_options o;
     stk_writer_options_init(&o);
     unsigned long long shard_bytes = 256ull << 20;
-    unsigned int align = 64, part_index = 0, part_count = 1;
+    unsigned int align = 64, part_index = 0, part_count = 1, format_version = 0;
     int overwrite = 0, sync = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|KIppzII", kwlist, &path, &fields,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|KIppzIII", kwlist, &path, &fields,
                                      &shard_bytes, &align, &overwrite, &sync, &attrs,
-                                     &part_index, &part_count))
+                                     &part_index, &part_count, &format_version))
         return -1;
     PyObject *seq = PySequence_Fast(fields, "fields must be a sequence");
     if (!seq) return -1;
@@ -102,6 +103,7 @@ static int writer_init(WriterObject *self, PyObject *args, PyObject *kw) {
     o.attrs_json = attrs;
     o.part_index = part_index;
     o.part_count = part_count;
+    o.format_version = format_version;
     stk_error err = {0};
     int rc = stk_writer_create(path, f, (size_t)n, &o, &self->w, &err);
     if (rc == 0) writer_remember(self, f, (size_t)n);
@@ -299,7 +301,7 @@ static int arrow_field_specs(PyObject *fields, arrow_fields *s, stk_arrow_option
 
 /* write_arrow(path, stream_capsule, group_by, order_by, fields, shard_bytes,
  * align, overwrite, sync, attrs, statics, part_index, part_count, resume,
- * inputs, inputs_list): fields is
+ * inputs, inputs_list, format_version): fields is
  * None or a list of
  * (name, [columns], codec, level); statics None (found from the data) or a
  * list of field names (empty: none). */
@@ -356,12 +358,13 @@ PyObject *py_write_arrow(PyObject *mod, PyObject *args) {
     const char *path, *group_by = NULL, *order_by = NULL, *attrs = NULL;
     PyObject *cap, *fields, *statics = Py_None;
     unsigned long long shard_bytes;
-    unsigned int align, part_index = 0, part_count = 1;
+    unsigned int align, part_index = 0, part_count = 1, format_version = 0;
     int overwrite, sync, resume = 0;
     const char *inputs = NULL, *inputs_list = NULL;
-    if (!PyArg_ParseTuple(args, "sOzzOKIppz|OIIpzz", &path, &cap, &group_by, &order_by, &fields,
+    if (!PyArg_ParseTuple(args, "sOzzOKIppz|OIIpzzI", &path, &cap, &group_by, &order_by, &fields,
                           &shard_bytes, &align, &overwrite, &sync, &attrs, &statics,
-                          &part_index, &part_count, &resume, &inputs, &inputs_list))
+                          &part_index, &part_count, &resume, &inputs, &inputs_list,
+                          &format_version))
         return NULL;
     stk_arrow_options o;
     stk_arrow_options_init(&o);
@@ -382,6 +385,7 @@ PyObject *py_write_arrow(PyObject *mod, PyObject *args) {
     o.writer.overwrite = overwrite;
     o.writer.sync = sync;
     o.writer.attrs_json = attrs;
+    o.writer.format_version = format_version;
     o.writer.part_index = part_index;
     o.writer.part_count = part_count;
     o.writer.resume = resume;
