@@ -648,6 +648,10 @@ STK_API const char *stk_dataset_path(const stk_dataset *ds);
  * "raw".  An index has no checksums: stk_dataset_verify checks that its
  * files are unchanged and readable. */
 STK_API const char *stk_dataset_source(const stk_dataset *ds);
+/* The format version of the dataset's shards: 2 when any shard is of
+ * version 2 (records located by arithmetic), else 1; 0 for NULL or an
+ * in-place index (whose files are the user's own). */
+STK_API uint32_t stk_dataset_format_version(const stk_dataset *ds);
 
 /* Field `i` of the schema, or NULL if i is out of range.  The struct and its
  * name are valid until stk_dataset_close. */

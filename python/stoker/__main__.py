@@ -37,6 +37,9 @@ record holding its rows, sorted by --order-by.
                         files or options are refused)
   --force               replace an existing dataset
   --no-sync             skip fsync
+  --format-version N    1: the shard format every stoker reads; 2: records of
+                        fixed-shape fields found by arithmetic; 0 (default):
+                        2 where every field is fixed and uncompressed, else 1
   -q, --quiet           no summary
 
 GLOB may be an s3:// URL: a prefix (every .parquet object under it), an
@@ -146,6 +149,7 @@ def pack_parquet(argv):
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--no-sync", action="store_true")
+    ap.add_argument("--format-version", type=int, choices=(0, 1, 2), default=0)
     ap.add_argument("-q", "--quiet", action="store_true")
     a = ap.parse_args(argv)
     if a.fmt not in ("parquet", "arrow"):
@@ -215,6 +219,7 @@ def pack_parquet(argv):
                          shard_bytes=_size(a.shard_size), overwrite=a.force,
                          sync=not a.no_sync, attrs={"source": a.fmt, "files": len(files)},
                          part=part, resume=a.resume, inputs=inputs,
+                         format_version=a.format_version,
                          progress=False)  # (its own bar, from the files' footers)
     except (stoker.StokerError, ValueError, TypeError, OSError) as e:
         msg = str(e)

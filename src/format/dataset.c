@@ -549,6 +549,13 @@ const char *stk_dataset_path(const stk_dataset *ds) {
 const char *stk_dataset_source(const stk_dataset *ds) {
     return ds ? ds->caps.source : NULL;
 }
+
+uint32_t stk_dataset_format_version(const stk_dataset *ds) {
+    if (!ds || ds->caps.source) return 0;
+    for (size_t i = 0; i < ds->nshards; i++)
+        if (ds->shards[i].dense) return 2;
+    return 1;
+}
 const char *stk_dataset_attrs(const stk_dataset *ds) { return ds ? ds->attrs : NULL; }
 
 const stk_field *stk_dataset_field(const stk_dataset *ds, size_t i) {

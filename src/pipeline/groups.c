@@ -529,10 +529,18 @@ static void group_release(stk_loader *ld, group *gr) {
 
 /* Loads the first group missing among the `ahead` groups after the one the
  * next batch starts in (that one too, with `first`), if a buffer is free,
- * so that batches never wait for it; returns whether it loaded one.  A
- * buffer is kept for the group the batches in flight may still need: only
- * the group needed next may take the last free one.  Called with mu held
- * (released while reading). */
+ * so that batches never wait for it; returns whether it loaded one.  With
+ * more than two buffers, one is kept for the group the batches in flight
+ * may still need: only the group needed next may take the last free one.
+ * With two (a budget that holds no more, as under a memory limit), the
+ * next group may take the other buffer while the current one is cut:
+ * keeping it free made every group wait for the one before it to be cut
+ * before its read began, the reads and the cutting never overlapping
+ * (a trace of 1 GB in 16 groups: a read of 40-57 ms, then 10 ms of
+ * cutting with the device idle, group after group).  A worker that needs
+ * a group nobody loaded still takes a read-ahead one's buffer
+ * (group_acquire's spare). Called with mu held (released while
+ * reading). */
 bool stk__ld_group_prefetch(stk_loader *ld, worker *w, uint64_t ahead, bool first) {
     if (!ld->use_groups || ld->next_fill >= ld->nbatches) return false;
     uint64_t gen = ld->gen;
@@ -553,7 +561,7 @@ bool stk__ld_group_prefetch(stk_loader *ld, worker *w, uint64_t ahead, bool firs
             }
         }
         if (present) continue;
-        if (!victim || free_slots < (g == g0 ? 1 : 2)) return false;
+        if (!victim || free_slots < (g == g0 || ld->ngroups <= 2 ? 1 : 2)) return false;
         w->order = ld->order;
         w->deal = ld->deal;
         stk_error err;

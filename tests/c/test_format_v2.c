@@ -69,6 +69,7 @@ static void check_versions(const char *dir, uint32_t version, uint32_t mversion)
     stk_error err = {0};
     stk_dataset *ds = NULL;
     CHECK_OK(stk_dataset_open(dir, &ds, &err));
+    CHECK(stk_dataset_format_version(ds) == version);
     for (size_t s = 0; s < stk_dataset_num_shards(ds); s++) {
         stk_shard_info si;
         CHECK(stk_dataset_shard(ds, s, &si) == 0);
@@ -237,6 +238,7 @@ static void mixed_shards(void) {
         v1 |= stk__ld32(h + STK__H_VERSION) == 1;
         v2 |= stk__ld32(h + STK__H_VERSION) == 2;
     }
+    CHECK(stk_dataset_format_version(ds) == 2);
     stk_dataset_close(ds);
     CHECK(v1 && v2);
     check_reads(dir);

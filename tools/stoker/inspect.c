@@ -83,7 +83,8 @@ static void print_summary(stk_dataset *ds, const char *path) {
                "checksums)\n", path, src);
     } else {
         printf("dataset  %s\n", stk_dataset_path(ds));
-        printf("format   stoker version %d\n", STK_FORMAT_VERSION);
+        printf("format   stoker version %u%s\n", stk_dataset_format_version(ds),
+               stk_dataset_format_version(ds) == 2 ? " (records located by arithmetic)" : "");
     }
     stk_remote_stats rs;
     if (stk_dataset_remote_stats(ds, &rs) == 0) {

@@ -55,6 +55,9 @@ static const char pack_help[] =
     "                     journal; changed inputs are refused): keep\n"
     "                     the shards it finished, pack the rest\n"
     "  --no-sync          skip fsync (faster; not durable across power loss)\n"
+    "  --format-version N 1: the shard format every stoker reads; 2: records of\n"
+    "                     fixed-shape fields found by arithmetic; 0 (default):\n"
+    "                     2 where every field is fixed and uncompressed, else 1\n"
     "  -q, --quiet        no progress bar and no summary\n"
     "\n"
     "Examples:\n"
@@ -105,6 +108,9 @@ bool pack_common_option(int argc, char **argv, int *i, stk_writer_options *wo,
     else if (!strcmp(a, "--force")) wo->overwrite = 1;
     else if (!strcmp(a, "--resume")) wo->resume = 1;
     else if (!strcmp(a, "--no-sync")) wo->sync = 0;
+    else if (!strcmp(a, "--format-version"))
+        wo->format_version =
+            (uint32_t)opt_u64("pack", a, opt_value("pack", argc, argv, i), 0, STK_FORMAT_VERSION);
     else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) *quiet = true;
     else return false;
     return true;
