@@ -45,7 +45,9 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; th
 fi
 
 # extra FILE WHAT: the packages of FILE, on top of requirements-dev.txt,
-# installed into .venv when either file changed since the last time.  Its
+# installed into .venv when either file changed since the last time, with
+# requirements-dev.txt as constraints (an extra never moves a package the
+# tests pin: make test after make bench tests what CI tests).  Its
 # "# no-deps: PKG" lines are installed without their declared dependencies,
 # which that file lists by hand; torch must stay the CPU build pinned.
 extra() {
@@ -54,7 +56,7 @@ extra() {
     want=$(cat "$REQ" "$req" | sha256sum | cut -d' ' -f1)
     [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || return 0
     echo "deps: installing $what from $req"
-    .venv/bin/python -m pip install -q -r "$req"
+    .venv/bin/python -m pip install -q -r "$req" -c "$REQ"
     nodeps=$(sed -n 's/^# no-deps: *//p' "$req")
     # shellcheck disable=SC2086
     [ -z "$nodeps" ] || .venv/bin/python -m pip install -q --no-deps $nodeps
