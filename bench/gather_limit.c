@@ -10,7 +10,7 @@
  * shards (read-only, MADV_HUGEPAGE) and read once first, so that it is in
  * the page cache.  Then, on one thread, batches of 1024 records in a random
  * permutation are copied into a batch buffer, with the loader's prefetching
- * (each record's lines 8 records ahead, its index entry 16 ahead), four
+ * (each record's lines 8 records ahead, its index entry 16 ahead), five
  * ways:
  *
  *   v1          each record located through a version 1 index entry
@@ -19,6 +19,7 @@
  *               compared with the entry's checksum
  *   v2          located by arithmetic, no entry read
  *   v2+check    and checked against a dense array of checksums
+ *   v2+after    the batch copied whole first, then each copy hashed
  *
  * and, as the cost of the hash alone, XXH3 of one SIZE-byte record from
  * L1.  Prints ns per record for each, the median of REPS passes (default
@@ -75,7 +76,8 @@ static inline void prefetch_lines(const uint8_t *p, uint64_t n) {
     for (uint64_t k = 0; k < n && k < 1024; k += 64) __builtin_prefetch(p + k);
 }
 
-/* One pass over every record; returns the number of mismatches (0). */
+/* One pass over every record; returns the number of mismatches (0).
+ * check 2: the batch is copied whole first, then each copy hashed. */
 static uint64_t pass(const run *r, int v2, int check) {
     uint64_t bad = 0;
     const uint64_t *ent[BATCH];
@@ -98,9 +100,12 @@ static uint64_t pass(const run *r, int v2, int check) {
                 if (j + AHEAD < BATCH)
                     prefetch_lines(r->map + 4096 + (uint64_t)ids[j + AHEAD] * r->size, r->size);
                 memcpy(to, r->map + 4096 + (uint64_t)ids[j] * r->size, (size_t)r->size);
-                if (check && stk__hash(to, (size_t)r->size) != r->sums[ids[j]]) bad++;
+                if (check == 1 && stk__hash(to, (size_t)r->size) != r->sums[ids[j]]) bad++;
             }
         }
+        for (uint32_t j = 0; check == 2 && j < BATCH; j++)
+            if (stk__hash(r->dst + (uint64_t)j * r->size, (size_t)r->size) != r->sums[ids[j]])
+                bad++;
     }
     return bad;
 }
@@ -144,17 +149,17 @@ int main(int argc, char **argv) {
         perm[j] = t;
     }
     run r = {map, n, size, index, sums, perm, dst};
-    const char *names[4] = {"v1", "v1+check", "v2", "v2+check"};
-    double *t = calloc((size_t)(4 * reps), sizeof *t);
+    const char *names[5] = {"v1", "v1+check", "v2", "v2+check", "v2+after"};
+    double *t = calloc((size_t)(5 * reps), sizeof *t);
     uint64_t bad = 0;
     for (int k = 0; k < reps; k++)
-        for (int m0 = 0; m0 < 4; m0++) {
-            int m = (m0 + k) % 4; /* rotating order */
+        for (int m0 = 0; m0 < 5; m0++) {
+            int m = (m0 + k) % 5; /* rotating order */
             double t0 = now();
-            bad += pass(&r, m >= 2, m & 1);
+            bad += pass(&r, m >= 2, m == 4 ? 2 : m & 1);
             t[m * reps + k] = (now() - t0) / (double)n * 1e9;
         }
-    for (int m = 0; m < 4; m++) {
+    for (int m = 0; m < 5; m++) {
         qsort(t + m * reps, (size_t)reps, sizeof *t, cmp_d);
         printf("%-9s %7.1f ns/record\n", names[m], t[m * reps + reps / 2]);
     }

@@ -112,8 +112,11 @@ static int check_entries(const stk_dataset *ds, const stk__shard *sh, stk_error 
                               "fixes %lld",
                               grec, name, (unsigned long long)rows,
                               (long long)fi->fixed_rows);
-            if (!stk__mul_ok(rows, fi->row_bytes, &raw))
-                return SH_ERR(STK_ESCHEMA, "record %llu: field '%s': %llu rows overflow",
+            if (!stk__mul_ok(rows, fi->row_bytes, &raw) || raw > STK__MAX_FIELD_RAW ||
+                rows > STK__MAX_FIELD_RAW)
+                return SH_ERR(STK_ESCHEMA,
+                              "record %llu: field '%s' claims %llu rows, more than a record "
+                              "can hold (at most 2^48 bytes a field)",
                               grec, name, (unsigned long long)rows);
             if (ds->fields[f].codec == STK_CODEC_NONE && len != raw)
                 return SH_ERR(STK_ESCHEMA,

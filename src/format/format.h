@@ -58,6 +58,10 @@
 #define STK__HEADER_SIZE 4096u
 #define STK__HEADER_USED 128u
 #define STK__INDEX_ALIGN 64u
+/* The most bytes one field of one record may decode to (256 TiB): an
+ * index entry of a compressed field that claims more rows is damage, not a
+ * record (its rows would overflow the batch's arithmetic). */
+#define STK__MAX_FIELD_RAW (UINT64_C(1) << 48)
 #define STK__MANIFEST "manifest.json"
 #define STK__SHARD_EXT ".stk"
 

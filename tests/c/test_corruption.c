@@ -744,8 +744,42 @@ static void shards_out_of_place(void) {
     open_fails(STK_EMISMATCH, shard_name[2], "out of place");
 }
 
+/* A compressed ragged field's entry claims 2^64 - 24 rows (re-sealed, as a
+ * crafted shard would be): its length cannot be checked against them, so
+ * open bounds them, where a batch's sum of rows once wrapped around and
+ * the slot's address with it (found by fuzz_shard). */
+static void compressed_rows_out_of_range(void) {
+    fresh("rows-huge");
+    test_rmrf(work);
+    stk_error err = {0};
+    stk_field z = {.name = "z", .dtype = STK_U8, .ndim = 1, .shape = {STK_RAGGED},
+                   .codec = STK_CODEC_ZSTD};
+    stk_writer_options o;
+    stk_writer_options_init(&o);
+    o.sync = 0;
+    stk_writer *w = NULL;
+    CHECK_OK(stk_writer_create(work, &z, 1, &o, &w, &err));
+    uint8_t buf[64];
+    for (uint64_t r = 0; r < 8; r++) {
+        test_fill(buf, sizeof buf, r);
+        stk_value v = {buf, 10 + r};
+        CHECK_OK(stk_writer_append(w, &v, &err));
+    }
+    CHECK_OK(stk_writer_finish(w, &err));
+    stk_writer_free(w);
+    const char *sh = in_work("shard-000000.stk");
+    uint8_t h[STK__HEADER_USED], v[8];
+    test_peek(sh, 0, h, sizeof h);
+    stk__st64(v, UINT64_MAX - 23);
+    test_poke(sh, stk__ld64(h + STK__H_INDEX_OFF) + (5 * stk__entry_words(1) + 3) * 8, v, 8);
+    CHECK(strcmp(shard_name[0], "shard-000000.stk") == 0); /* (reseal's names) */
+    reseal(0);
+    open_fails(STK_ESCHEMA, "record 5", "claims");
+}
+
 int main(void) {
     make_pristine();
+    compressed_rows_out_of_range();
     missing_shard();
     truncated_shard();
     foreign_shard();
