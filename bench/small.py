@@ -601,7 +601,7 @@ Notes on the run of 2026-11-27 on the 2-core AMD EPYC development machine, a vir
 
 GAPS = """### Where stoker falls short, why, and what next
 
-These notes are kept by hand; the tables above are the measurement they refer to. The run of 2026-11-26 was on a machine whose disk reads 1.5 GB/s, twice the run before it; figures quoted from earlier runs say so.
+These notes are kept by hand; the tables above are the measurement they refer to. The run of 2026-11-26 was on a machine whose disk reads 1.5 GB/s, twice the run before it; figures quoted from earlier runs say so. Format version 2 (records of fixed-shape fields located by arithmetic, the "left to try" of the first note) and block order reading the next group while the current one is cut came after this run: "Format version 2 against version 1, small records" below has their measurements, on another machine.
 
 - **Warm 512-byte records: 1.2x the NumPy loop (target 2x); 0.55 of
   one-thread memcpy (target 0.5, met in this run, 0.24 in the one
