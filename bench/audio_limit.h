@@ -16,6 +16,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "bench_time.h"
+
 typedef struct {
     char *path;
     unsigned char *data;
@@ -32,12 +34,6 @@ typedef struct {
     atomic_ullong rate_fs; /* sum over files of frames / sample rate, in microseconds */
     atomic_int failed;
 } work;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static uint64_t mix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
@@ -68,11 +64,6 @@ static double cpu_seconds(void) {
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* The program's main: NAME THREADS PASSES LISTFILE [WINDOW], each pass the
@@ -147,8 +138,8 @@ static int limit_main(int argc, char **argv, const char *name, void *(*worker)(v
         }
     }
     double cpu_ms = (cpu_seconds() - cpu0) * 1e3 / ((double)passes * (double)w.n);
-    qsort(rate, (size_t)passes, sizeof *rate, cmp_double);
-    qsort(secs, (size_t)passes, sizeof *secs, cmp_double);
+    qsort(rate, (size_t)passes, sizeof *rate, cmp_d);
+    qsort(secs, (size_t)passes, sizeof *secs, cmp_d);
     printf("limit %.1f %.1f %zu %.1f %.4f\n", rate[passes / 2], secs[passes / 2], w.n, audio,
            cpu_ms);
     for (size_t i = 0; i < w.n; i++) {

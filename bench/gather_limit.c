@@ -40,20 +40,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_time.h"
+
 #define BATCH 1024
 #define AHEAD 8
 #define AHEAD_E 16
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint64_t next_rand(void) {

@@ -35,6 +35,8 @@
 #include <jpeglib.h>
 #include <spng.h>
 
+#include "bench_time.h"
+
 typedef struct {
     char *path;
     unsigned char *data;
@@ -54,21 +56,6 @@ typedef struct {
     struct jpeg_error_mgr pub;
     jmp_buf jump;
 } jerr;
-
-static double clock_s(clockid_t which) {
-    struct timespec ts;
-    clock_gettime(which, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double now(void) {
-    return clock_s(CLOCK_MONOTONIC);
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static void jpeg_fail(j_common_ptr ci) {
     longjmp(((jerr *)ci->err)->jump, 1);

@@ -502,7 +502,8 @@ def ensure_tools():
     """bench/flac_limit.c and bench/mp3_limit.c, built into the build folder."""
     for f, (src, pkg) in LIMIT_SRC.items():
         src = ROOT / "bench" / src
-        newest = max(src.stat().st_mtime, (ROOT / "bench" / "audio_limit.h").stat().st_mtime)
+        newest = max(src.stat().st_mtime, (ROOT / "bench" / "audio_limit.h").stat().st_mtime,
+                     (ROOT / "bench" / "bench_time.h").stat().st_mtime)
         if not LIMIT[f].exists() or LIMIT[f].stat().st_mtime < newest:
             flags = subprocess.run(["pkg-config", "--cflags", "--libs", pkg], capture_output=True,
                                    text=True, check=True).stdout.split()

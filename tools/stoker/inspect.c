@@ -83,8 +83,9 @@ static void print_summary(stk_dataset *ds, const char *path) {
                "checksums)\n", path, src);
     } else {
         printf("dataset  %s\n", stk_dataset_path(ds));
-        printf("format   stoker version %u%s\n", stk_dataset_format_version(ds),
-               stk_dataset_format_version(ds) == 2 ? " (records located by arithmetic)" : "");
+        uint32_t fv = stk_dataset_format_version(ds);
+        printf("format   stoker version %u%s\n", fv,
+               fv == 2 ? " (records located by arithmetic)" : "");
     }
     stk_remote_stats rs;
     if (stk_dataset_remote_stats(ds, &rs) == 0) {
