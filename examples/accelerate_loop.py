@@ -67,6 +67,10 @@ def main():
                 opt.step()
                 opt.zero_grad()
     accelerator.wait_for_everyone()
+    # Destroys the process group: a gloo group left to the interpreter's
+    # exit can abort the process ("terminate called without an active
+    # exception") while its worker threads still run.
+    accelerator.end_training()
 
 
 if __name__ == "__main__":

@@ -43,7 +43,9 @@ def main():
                              dataloader_num_workers=int(os.environ.get("WORKERS", 0)),
                              logging_strategy="no", disable_tqdm=True)
     train = stoker.torch.Samples(path, shuffle="random", seed=7, read_batch=32)
-    Trainer(model=Model(out), args=args, train_dataset=train).train()
+    trainer = Trainer(model=Model(out), args=args, train_dataset=train)
+    trainer.train()
+    trainer.end()   # destroys the process group before the interpreter exits
 
 
 if __name__ == "__main__":

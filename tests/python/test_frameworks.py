@@ -257,7 +257,10 @@ def test_accelerate_prepare_and_own_share(id_ds, tmp_path, workers, own_share):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
            "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-           "--dynamo_backend", "no", str(ROOT / "examples" / "accelerate_loop.py"),
+           "--dynamo_backend", "no",
+           # A free port of its own: tests run side by side, and two launches
+           # on the default 29500 at once can meet in one rendezvous.
+           "--main_process_port", "0", str(ROOT / "examples" / "accelerate_loop.py"),
            str(id_ds), str(out), "--workers", str(workers)] + (["--own-share"] if own_share else [])
     r = subprocess.run(cmd, env=_clean_env(ACCELERATE_USE_CPU="true"), capture_output=True,
                        text=True, timeout=400)
@@ -287,7 +290,8 @@ def test_transformers_trainer(id_ds, tmp_path, workers):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
            "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-           "--dynamo_backend", "no", str(ROOT / "examples" / "hf_trainer.py"), str(id_ds),
+           "--dynamo_backend", "no", "--main_process_port", "0",
+           str(ROOT / "examples" / "hf_trainer.py"), str(id_ds),
            str(out)]
     r = subprocess.run(cmd, env=_clean_env(ACCELERATE_USE_CPU="true", WORKERS=workers),
                        capture_output=True, text=True, timeout=400)
