@@ -67,9 +67,14 @@ def main():
                 opt.step()
                 opt.zero_grad()
     accelerator.wait_for_everyone()
-    # Destroys the process group: a gloo group left to the interpreter's
-    # exit can abort the process ("terminate called without an active
-    # exception") while its worker threads still run.
+    # The end, in this order.  end_training() destroys the process group: a
+    # gloo group left to the interpreter's exit can abort the process while
+    # its threads still run ("terminate called without an active exception").
+    # Before it, free_memory() drops the prepared (DDP) model, so that it is
+    # not the model that frees the group last: freed there, the group waits
+    # for its threads while holding the GIL that a thread may need (a hang).
+    del model, opt, loader
+    accelerator.free_memory()
     accelerator.end_training()
 
 

@@ -45,7 +45,12 @@ def main():
     train = stoker.torch.Samples(path, shuffle="random", seed=7, read_batch=32)
     trainer = Trainer(model=Model(out), args=args, train_dataset=train)
     trainer.train()
-    trainer.end()   # destroys the process group before the interpreter exits
+    # The end, in this order (examples/accelerate_loop.py says why): the
+    # trainer and its DDP model freed, then the process group destroyed.
+    accelerator = trainer.accelerator
+    del trainer
+    accelerator.free_memory()
+    accelerator.end_training()
 
 
 if __name__ == "__main__":
