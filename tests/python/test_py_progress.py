@@ -330,13 +330,22 @@ except ImportError:  # pragma: no cover
 def test_fetch_epoch_shows_the_bytes_fetched(served, aws, tmp_path, capsys, monkeypatch):
     from stoker import _progress
     monkeypatch.setattr(_progress, "_tqdm", lambda: None)
-    with stoker.Loader("s3://bucket/ds", 16, cache_dir=tmp_path / "c") as ld:
+    # Far larger than what the loader's own reads (one thread, two batch
+    # buffers, in order, no remote read-ahead) fetch as soon as it opens
+    # (about 200 KB of 4 MB), so that fetch_epoch has something left to
+    # fetch however the threads run.
+    monkeypatch.setenv("STOKER_REMOTE_AHEAD_MB", "0")
+    stoker.write(str(served["root"] / "bucket" / "progress"),
+                 {"x": np.random.default_rng(3).standard_normal((256, 4096)).astype(np.float32)},
+                 shard_bytes=256 << 10)
+    kw = dict(threads=1, prefetch=2, shuffle="sequential")
+    with stoker.Loader("s3://bucket/progress", 4, cache_dir=tmp_path / "c", **kw) as ld:
         before = ld.remote_stats()["bytes_fetched"]
         assert ld.fetch_epoch(progress=True) > 0
         got = ld.remote_stats()["bytes_fetched"] - before
     last = lines(capsys.readouterr().err)[-1]
     assert got > 0 and last.startswith(f"fetch {_progress.human_bytes(got)} in "), last
-    with stoker.Loader("s3://bucket/ds", 16, cache_dir=tmp_path / "d") as ld:
+    with stoker.Loader("s3://bucket/progress", 4, cache_dir=tmp_path / "d", **kw) as ld:
         ld.fetch_epoch()  # stderr is no terminal here
         ld.fetch_epoch(progress=False)
     assert capsys.readouterr().err == ""
