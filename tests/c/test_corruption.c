@@ -124,13 +124,6 @@ static void open_ok(void) {
     stk_dataset_close(ds);
 }
 
-static void flip(const char *path, uint64_t off) {
-    uint8_t b;
-    test_peek(path, off, &b, 1);
-    b ^= 0x10;
-    test_poke(path, off, &b, 1);
-}
-
 /* ---- manifest editing ---- */
 
 static json_t *manifest_load(void) {
@@ -249,7 +242,7 @@ static void foreign_shard(void) {
 
     /* One wrong letter of the magic is enough. */
     fresh("magic");
-    flip(shard_path(3), 3);
+    test_flip(shard_path(3), 3, 0x10);
     open_fails(STK_EBADMAGIC, shard_name[3], NULL);
 }
 
@@ -292,13 +285,13 @@ static void damaged_header(void) {
     /* The byte-order mark is checked on its own. */
     for (uint64_t off = STK__H_BOM; off < STK__H_BOM + 4; off++) {
         fresh("bom");
-        flip(shard_path(2), off);
+        test_flip(shard_path(2), off, 0x10);
         open_fails(STK_ECORRUPT, shard_name[2], NULL);
     }
     /* Every other byte the header checksum covers, and the checksum. */
     for (uint64_t off = STK__H_HSIZE; off < STK__HEADER_USED; off++) {
         fresh("header");
-        flip(shard_path(2), off);
+        test_flip(shard_path(2), off, 0x10);
         open_fails(STK_ECHECKSUM, shard_name[2], "header");
     }
 }
@@ -356,17 +349,17 @@ static void index_out_of_bounds(void) {
 
 static void damaged_index(void) {
     fresh("index");
-    flip(shard_path(1), index_word(1, 2, 2) + 1);
+    test_flip(shard_path(1), index_word(1, 2, 2) + 1, 0x10);
     open_fails(STK_ECHECKSUM, shard_name[1], "index");
 
     /* The record checksum in the index is covered too. */
     fresh("index-hash");
-    flip(shard_path(1), index_word(1, 0, 0));
+    test_flip(shard_path(1), index_word(1, 0, 0), 0x10);
     open_fails(STK_ECHECKSUM, shard_name[1], "index");
 
     /* The block table (the last bytes of the file). */
     fresh("blocks");
-    flip(shard_path(1), test_file_size(shard_path(1)) - 3);
+    test_flip(shard_path(1), test_file_size(shard_path(1)) - 3, 0x10);
     open_fails(STK_ECHECKSUM, shard_name[1], shard_name[1]);
 }
 
@@ -394,7 +387,7 @@ static void damaged_record(size_t s, uint64_t grec, size_t field, uint64_t at) {
     CHECK(x.shard == s && at < x.stored_bytes);
     uint64_t off = x.offset + at;
     stk_dataset_close(ds);
-    flip(shard_path(s), off);
+    test_flip(shard_path(s), off, 0x10);
 
     /* Opening does not read record bytes: it succeeds. */
     CHECK_OK(stk_dataset_open(work, &ds, &err));
@@ -487,7 +480,7 @@ static void damaged_big_record(void) {
     char file[4200];
     snprintf(file, sizeof file, "%s", si.file);
     stk_dataset_close(ds);
-    flip(file, x.offset + big / 2 + 12345);
+    test_flip(file, x.offset + big / 2 + 12345, 0x10);
 
     CHECK_OK(stk_dataset_open(dir, &ds, &err));
     CHECK_ERR(stk_dataset_verify(ds, NULL, NULL, &err), STK_ECHECKSUM, "shard-000000.stk");
@@ -641,7 +634,7 @@ static void every_byte(void) {
          * (it must be zero), the header's padding at open (the same). */
         int padding = off >= data_end && off < index_off;
         int in_data = off >= STK__HEADER_SIZE && off < data_end;
-        flip(path, off);
+        test_flip(path, off, 0x10);
         stk_dataset *ds = NULL;
         memset(&err, 0, sizeof err);
         int rc = stk_dataset_open(work, &ds, &err);
@@ -668,7 +661,7 @@ static void every_byte(void) {
             CHECK(strstr(err.message, shard_name[s]) != NULL);
             caught_open++;
         }
-        flip(path, off);
+        test_flip(path, off, 0x10);
     }
     CHECK(caught_open > 100 && caught_verify > 100);
     open_ok();

@@ -13,8 +13,6 @@
  *  - Every byte of a small version 2 shard flipped once: opening fails or
  *    verify fails, naming the shard file; a flip inside a record's bytes
  *    names that record, in verify and in a loader's epoch (mmap and pool).
- *  - One field a record (512 bytes, 2 KiB): a flipped byte stops a checked
- *    gather naming its record; unchecked, the byte is delivered as it is.
  */
 #include "../../src/format/format.h"
 #include "util.h"
@@ -275,13 +273,6 @@ static void on_problem(void *ctx, const stk_error *e) {
     p->n++;
 }
 
-static void flip_at(const char *path, uint64_t off) {
-    uint8_t b;
-    test_peek(path, off, &b, 1);
-    b ^= 0x10;
-    test_poke(path, off, &b, 1);
-}
-
 static void every_byte_flipped(void) {
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/ds", test_dir("format_v2_flips"));
@@ -311,7 +302,7 @@ static void every_byte_flipped(void) {
     uint64_t size = test_file_size(shard);
     uint64_t in_records = 0, by_loader = 0;
     for (uint64_t off = 0; off < size; off++) {
-        flip_at(shard, off);
+        test_flip(shard, off, 0x10);
         int64_t rec = -1;
         for (uint64_t r = 0; r < NREC && rec < 0; r++)
             if (off >= span_a[r] && off < span_z[r]) rec = (int64_t)r;
@@ -362,7 +353,7 @@ static void every_byte_flipped(void) {
                 }
             }
         }
-        flip_at(shard, off);
+        test_flip(shard, off, 0x10);
     }
     /* At align 16: 4 + 12 padding + 20 + 12 padding + 12 bytes a record,
      * 36 of them the fields'. */
@@ -370,93 +361,10 @@ static void every_byte_flipped(void) {
     check_reads(dir); /* each byte was put back */
 }
 
-/* One field a record, 512 bytes (hashed as each is copied) and 2 KiB
- * (copied in runs, then hashed): a byte flipped in record 57's bytes stops
- * a checked epoch of the mapping's gather with that record named, in each
- * order that gathers; an unchecked epoch delivers the flipped byte. */
-static void one_field_damage(void) {
-    const uint32_t sizes[2] = {128, 512}; /* f32 elements: 512 B, 2 KiB */
-    for (int k = 0; k < 2; k++) {
-        char dir[4200];
-        snprintf(dir, sizeof dir, "%s/ds%d", test_dir("format_v2_one_field"), k);
-        stk_field f = {.name = "x", .dtype = STK_F32, .ndim = 1, .shape = {sizes[k]}};
-        stk_error err = {0};
-        stk_writer_options wo;
-        stk_writer_options_init(&wo);
-        wo.sync = 0;
-        stk_writer *w = NULL;
-        CHECK_OK(stk_writer_create(dir, &f, 1, &wo, &w, &err));
-        const uint64_t bytes = 4ull * sizes[k];
-        uint8_t *v = malloc(bytes);
-        CHECK(v != NULL);
-        for (uint64_t r = 0; r < NREC; r++) {
-            test_fill(v, bytes, r + 100);
-            stk_value val = {v, sizes[k]};
-            CHECK_OK(stk_writer_append(w, &val, &err));
-        }
-        CHECK_OK(stk_writer_finish(w, &err));
-        stk_writer_free(w);
-        stk_dataset *ds = NULL;
-        CHECK_OK(stk_dataset_open(dir, &ds, &err));
-        CHECK(stk_dataset_format_version(ds) == 2);
-        stk_extent x;
-        CHECK_OK(stk_dataset_get(ds, 57, 0, &x, &err));
-        stk_shard_info si;
-        CHECK(stk_dataset_shard(ds, 0, &si) == 0);
-        char shard[4300];
-        snprintf(shard, sizeof shard, "%s", si.file);
-        stk_dataset_close(ds);
-        flip_at(shard, x.offset + bytes / 2);
-        const stk_order orders[2] = {STK_ORDER_SEQUENTIAL, STK_ORDER_RANDOM};
-        for (int oi = 0; oi < 2; oi++)
-            for (int verify = 1; verify >= 0; verify--) {
-                CHECK_OK(stk_dataset_open(dir, &ds, &err));
-                stk_loader_options o;
-                stk_loader_options_init(&o);
-                o.batch_size = 16;
-                o.order = orders[oi];
-                o.backend = STK_BACKEND_MMAP;
-                o.threads = 2;
-                o.verify = verify;
-                stk_loader *ld = NULL;
-                CHECK_OK(stk_loader_open(ds, &o, &ld, &err));
-                stk_batch *b;
-                int rc;
-                uint64_t n = 0, flipped = 0;
-                while ((rc = stk_loader_next(ld, &b, &err)) == 0) {
-                    const uint64_t *ids = stk_batch_samples(b);
-                    stk_batch_field bf;
-                    CHECK(stk_batch_field_get(b, 0, &bf) == 0);
-                    for (uint32_t j = 0; j < stk_batch_size(b); j++, n++) {
-                        test_fill(v, bytes, ids[j] + 100);
-                        int same = memcmp((uint8_t *)bf.data + j * bytes, v, bytes) == 0;
-                        CHECK(same == (ids[j] != 57));
-                        flipped += !same;
-                    }
-                    stk_loader_release(ld, b);
-                }
-                if (verify) {
-                    if (rc != STK_ECHECKSUM || !test_names_record(err.message, 57)) {
-                        fprintf(stderr, "size %llu order %d: %d: %s\n",
-                                (unsigned long long)bytes, oi, rc, err.message);
-                        CHECK(0);
-                    }
-                    CHECK(flipped == 0);
-                } else {
-                    CHECK(rc == STK_END && n == NREC && flipped == 1);
-                }
-                stk_loader_close(ld);
-                stk_dataset_close(ds);
-            }
-        free(v);
-    }
-}
-
 int main(void) {
     versions_and_values();
     mixed_shards();
     every_byte_flipped();
-    one_field_damage();
     printf("test_format_v2: ok\n");
     return 0;
 }

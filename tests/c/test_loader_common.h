@@ -4,7 +4,7 @@
  *
  * A test dataset ("tds") is written from deterministic bytes that the test
  * keeps in memory, so that every batch is checked against what was written
- * rather than against the library's own reader.  Three kinds:
+ * rather than against the library's own reader.  The kinds:
  *
  *   TDS_RECORDS  fixed shapes: x f32[4,3], id i64 scalar (= the record id),
  *                z u8[40] zstd-compressed;
@@ -19,7 +19,9 @@
  *                dataset's shard data is more than opening it reads;
  *   TDS_FIXED    small records of fixed, plain fields (what a mixture
  *                draws jointly): x u8[300] (over 240 bytes: hashed with
- *                the vector code), y f32[3], id i64 scalar (= the record id).
+ *                the vector code), y f32[3], id i64 scalar (= the record id);
+ *   TDS_ONE      one field a record, x f32[128]: 512 bytes, whole records
+ *                of one field (checked from their copies in the batch).
  *
  * Shards are small (16 KiB of data) so that every dataset has several.
  */
@@ -36,7 +38,7 @@
 
 #define TDS_MAXF 6
 
-typedef enum { TDS_RECORDS, TDS_WINDOWS, TDS_RAGGED, TDS_PLAIN, TDS_FIXED } tds_kind;
+typedef enum { TDS_RECORDS, TDS_WINDOWS, TDS_RAGGED, TDS_PLAIN, TDS_FIXED, TDS_ONE } tds_kind;
 
 typedef struct tds {
     tds_kind kind;
@@ -58,7 +60,8 @@ static inline const char *tds_kind_name(tds_kind k) {
            : k == TDS_WINDOWS ? "windows"
            : k == TDS_RAGGED  ? "ragged"
            : k == TDS_PLAIN   ? "plain"
-                              : "fixed";
+           : k == TDS_FIXED   ? "fixed"
+                              : "one";
 }
 
 static inline uint64_t tds_row_bytes(const stk_field *f) {
@@ -108,6 +111,9 @@ static inline void tds_init(tds *d, tds_kind kind, uint64_t nrec) {
         d->f[1] = (stk_field){.name = "y", .dtype = STK_F32, .ndim = 1, .shape = {3}};
         d->f[2] = (stk_field){.name = "id", .dtype = STK_I64, .ndim = 0};
         d->nf = 3;
+    } else if (kind == TDS_ONE) {
+        d->f[0] = (stk_field){.name = "x", .dtype = STK_F32, .ndim = 1, .shape = {128}};
+        d->nf = 1;
     } else {
         d->f[0] = (stk_field){.name = "seq", .dtype = STK_U16, .ndim = 2, .shape = {STK_RAGGED, 2}};
         d->f[1] = (stk_field){.name = "lab", .dtype = STK_I32, .ndim = 0};

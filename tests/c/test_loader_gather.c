@@ -17,7 +17,9 @@
  *     (checked in runs, after their copies): intact, every batch equals
  *     the written records and each is checked once an epoch; a flipped
  *     byte in a record amid a run names that record.
- *  5. After the warm-up, a shard's data is in the page cache as 2 MiB
+ *  5. Format version 2 (fixed, plain fields of three and of one): as 1,
+ *     and a flipped byte in a record names it.
+ *  6. After the warm-up, a shard's data is in the page cache as 2 MiB
  *     folios (a mapping of it has them mapped whole), from its first
  *     megabytes on; skipped where the kernel and file system make none
  *     for a plain hugepage mapping either.
@@ -275,10 +277,7 @@ static void check_damage(const tds *d, const char *what, size_t shard, uint64_t 
     snprintf(dir, sizeof dir, "%s", test_dir("gather-damaged"));
     test_copy_dir(d->dir, dir);
     snprintf(path, sizeof path, "%s/shard-%06zu.stk", dir, shard);
-    uint8_t c;
-    test_peek(path, off, &c, 1);
-    c ^= 0x10;
-    test_poke(path, off, &c, 1);
+    test_flip(path, off, 0x10);
     for (int warm = 0; warm <= 1; warm++)
         for (int oi = 0; oi < 2; oi++) {
             if (warm) evict(dir);
@@ -323,6 +322,32 @@ static void test_damage(const tds *d) {
     check_damage(d, "a byte of x", shard, x.offset + 5, rec);
     check_damage(d, "a byte of seq", shard, q.offset + q.stored_bytes - 1, rec);
     check_damage(d, "padding", shard, x.offset + x.stored_bytes + 3, rec);
+}
+
+/* Format version 2 datasets (every field fixed and plain: gather.c's
+ * gather_dense), of three fields and of one: every batch as written, in
+ * every order, with and without checks and warm-up, and a flipped byte of
+ * record 57 named. */
+static void test_version2(void) {
+    const tds_kind kinds[2] = {TDS_FIXED, TDS_ONE};
+    for (int k = 0; k < 2; k++) {
+        tds d;
+        tds_init(&d, kinds[k], 600);
+        char name[64];
+        snprintf(name, sizeof name, "gather-v2-%s", tds_kind_name(kinds[k]));
+        tds_write_opts(&d, name, 64 << 10);
+        stk_error err = {0};
+        stk_dataset *ds = NULL;
+        CHECK_OK(stk_dataset_open(d.dir, &ds, &err));
+        CHECK(stk_dataset_format_version(ds) == 2 && stk_dataset_num_shards(ds) > 1);
+        stk_extent x;
+        CHECK_OK(stk_dataset_get(ds, 57, 0, &x, &err));
+        stk_dataset_close(ds);
+        test_batches(&d);
+        check_damage(&d, tds_kind_name(kinds[k]), x.shard, x.offset + 100, 57);
+        test_rmrf(d.dir);
+        tds_free(&d);
+    }
 }
 
 /* Records of one field, 1.5 KiB each: the gather copies them in runs and
@@ -455,10 +480,7 @@ static void test_big_records(void) {
     char path[4400];
     snprintf(path, sizeof path, "%s", si.file);
     stk_dataset_close(ds);
-    uint8_t c;
-    test_peek(path, x.offset + 700, &c, 1);
-    c ^= 0x04;
-    test_poke(path, x.offset + 700, &c, 1);
+    test_flip(path, x.offset + 700, 0x04);
     for (int oi = 0; oi < 2; oi++) {
         uint64_t checked[2];
         memset(&err, 0, sizeof err);
@@ -574,6 +596,7 @@ int main(void) {
     test_warm_up(&d);
     test_close_early();
     test_damage(&d);
+    test_version2();
     test_big_records();
     test_rmrf(d.dir);
     tds_free(&d);

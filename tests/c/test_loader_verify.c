@@ -125,10 +125,7 @@ static void multi_field_records(void) {
         stk_shard_info si;
         CHECK_OK(stk_dataset_shard(ds, x.shard, &si));
         uint64_t off = k == 0 ? x.offset + 1 : x.offset + 5;
-        uint8_t byte;
-        test_peek(si.file, off, &byte, 1);
-        byte ^= 0x01;
-        test_poke(si.file, off, &byte, 1);
+        test_flip(si.file, off, 0x01);
         stk_dataset_close(ds);
         CHECK_OK(stk_dataset_open(dir, &ds, &err));
         for (int bi = 0; bi < 3; bi++) {
@@ -199,10 +196,7 @@ int main(void) {
     stk_shard_info si;
     CHECK_OK(stk_dataset_shard(ds, x.shard, &si));
     uint64_t off = x.offset + x.stored_bytes / 2;
-    uint8_t byte;
-    test_peek(si.file, off, &byte, 1);
-    byte ^= 0x40;
-    test_poke(si.file, off, &byte, 1);
+    test_flip(si.file, off, 0x40);
     char base[256];
     snprintf(base, sizeof base, "%s", strrchr(si.file, '/') + 1);
     stk_dataset_close(ds);
@@ -271,9 +265,7 @@ int main(void) {
         CHECK_OK(stk_dataset_get(ds, r, 0, &x, &err));
         CHECK_OK(stk_dataset_shard(ds, x.shard, &si));
         uint64_t o2 = x.offset + 4;
-        test_peek(si.file, o2, &byte, 1);
-        byte ^= 0x10;
-        test_poke(si.file, o2, &byte, 1);
+        test_flip(si.file, o2, 0x10);
     }
     stk_dataset_close(ds);
     CHECK_OK(stk_dataset_open(dir, &ds, &err));

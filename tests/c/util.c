@@ -52,6 +52,13 @@ void test_peek(const char *path, uint64_t off, void *bytes, size_t n) {
     close(fd);
 }
 
+void test_flip(const char *path, uint64_t off, uint8_t mask) {
+    uint8_t b;
+    test_peek(path, off, &b, 1);
+    b ^= mask;
+    test_poke(path, off, &b, 1);
+}
+
 void test_truncate(const char *path, uint64_t size) { CHECK(truncate(path, (off_t)size) == 0); }
 
 uint64_t test_file_size(const char *path) {

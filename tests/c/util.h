@@ -55,6 +55,8 @@ void test_fill(void *buf, size_t n, uint64_t seed);
 /* Reads or overwrites bytes of a file in place. */
 void test_poke(const char *path, uint64_t off, const void *bytes, size_t n);
 void test_peek(const char *path, uint64_t off, void *bytes, size_t n);
+/* Flips the bits `mask` of the byte at `off`, in place. */
+void test_flip(const char *path, uint64_t off, uint8_t mask);
 void test_truncate(const char *path, uint64_t size);
 uint64_t test_file_size(const char *path);
 
