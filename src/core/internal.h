@@ -87,6 +87,8 @@ int stk__open(const char *path, int flags, int mode);
 ssize_t stk__pread_full(int fd, void *buf, size_t n, uint64_t off);
 /* Writes all n bytes at off, or returns a negated errno. */
 int stk__pwrite_full(int fd, const void *buf, size_t n, uint64_t off);
+/* Writes a, then b, at off: one write where the system takes it whole. */
+int stk__pwrite2_full(int fd, const void *a, size_t na, const void *b, size_t nb, uint64_t off);
 int stk__fsync(int fd);
 int stk__fsync_dir(const char *dir);
 /* Reads a whole (small) file into a NUL-terminated buffer from stk__malloc. */

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,6 +45,29 @@ ssize_t stk__pread_full(int fd, void *buf, size_t n, uint64_t off) {
         done += (size_t)r;
     }
     return (ssize_t)done;
+}
+
+/* a (na bytes) then b (nb bytes) at off, in one pwritev where the system
+ * takes it whole: a write's extent, not its buffers, decides the size of
+ * the page cache folios it makes (the writer's 2 MiB pieces). */
+int stk__pwrite2_full(int fd, const void *a, size_t na, const void *b, size_t nb, uint64_t off) {
+    int e;
+    if (stk__fault_hit(STK__FAULT_WRITE, &e)) return e ? e : -ENOSPC;
+    struct iovec v[2] = {{(void *)a, na}, {(void *)b, nb}};
+    ssize_t r;
+    do r = pwritev(fd, v, 2, (off_t)off);
+    while (r < 0 && errno == EINTR);
+    if (r < 0) return -errno;
+    if (r == 0 && na + nb) return -EIO;
+    size_t done = (size_t)r; /* a short write: the rest one buffer at a time */
+    if (done < na) {
+        int rc = stk__pwrite_full(fd, (const char *)a + done, na - done, off + done);
+        if (rc) return rc;
+        done = na;
+    }
+    if (done < na + nb)
+        return stk__pwrite_full(fd, (const char *)b + (done - na), na + nb - done, off + done);
+    return 0;
 }
 
 int stk__pwrite_full(int fd, const void *buf, size_t n, uint64_t off) {
