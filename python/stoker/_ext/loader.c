@@ -392,9 +392,17 @@ static PyObject *loader_close(LoaderObject *self, PyObject *unused) {
          * goes back now; the rest when the last batch goes. */
         self->closing = 1;
         if (self->ld) {
+            /* Counted as one more live batch while the threads stop: the
+             * GIL is released here, and the last batch dropped on another
+             * thread meanwhile would otherwise tear the loader down under
+             * stk_loader_stop (two joins of one thread, a hang, then a
+             * loader freed in use).  Whichever comes last tears it down. */
+            stk_loader *ld = self->ld;
+            self->live++;
             Py_BEGIN_ALLOW_THREADS
-            stk_loader_stop(self->ld);
+            stk_loader_stop(ld);
             Py_END_ALLOW_THREADS
+            if (--self->live == 0) loader_teardown(self);
         }
     } else {
         loader_teardown(self);
