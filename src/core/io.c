@@ -47,44 +47,44 @@ ssize_t stk__pread_full(int fd, void *buf, size_t n, uint64_t off) {
     return (ssize_t)done;
 }
 
-/* a (na bytes) then b (nb bytes) at off, in one pwritev where the system
- * takes it whole: a write's extent, not its buffers, decides the size of
- * the page cache folios it makes (the writer's 2 MiB pieces). */
-int stk__pwrite2_full(int fd, const void *a, size_t na, const void *b, size_t nb, uint64_t off) {
+/* Writes the n buffers of v at off, all of them, in as few pwritev calls
+ * as the system allows (one, but for short writes): a write's extent, not
+ * its buffers, decides the size of the page cache folios it makes (the
+ * writer's 2 MiB pieces).  v is advanced past what was written. */
+static int pwritev_full(int fd, struct iovec *v, int n, uint64_t off) {
     int e;
     if (stk__fault_hit(STK__FAULT_WRITE, &e)) return e ? e : -ENOSPC;
-    struct iovec v[2] = {{(void *)a, na}, {(void *)b, nb}};
-    ssize_t r;
-    do r = pwritev(fd, v, 2, (off_t)off);
-    while (r < 0 && errno == EINTR);
-    if (r < 0) return -errno;
-    if (r == 0 && na + nb) return -EIO;
-    size_t done = (size_t)r; /* a short write: the rest one buffer at a time */
-    if (done < na) {
-        int rc = stk__pwrite_full(fd, (const char *)a + done, na - done, off + done);
-        if (rc) return rc;
-        done = na;
-    }
-    if (done < na + nb)
-        return stk__pwrite_full(fd, (const char *)b + (done - na), na + nb - done, off + done);
-    return 0;
-}
-
-int stk__pwrite_full(int fd, const void *buf, size_t n, uint64_t off) {
-    size_t done = 0;
-    int e;
-    if (stk__fault_hit(STK__FAULT_WRITE, &e)) return e ? e : -ENOSPC;
-    while (done < n) {
-        ssize_t r = pwrite(fd, (const char *)buf + done, n - done,
-                           (off_t)(off + done));
+    while (n > 0 && v->iov_len == 0) v++, n--;
+    while (n > 0) {
+        ssize_t r = pwritev(fd, v, n, (off_t)off);
         if (r < 0) {
             if (errno == EINTR) continue;
             return -errno;
         }
         if (r == 0) return -EIO;
-        done += (size_t)r;
+        off += (uint64_t)r;
+        size_t done = (size_t)r;
+        while (n > 0 && done >= v->iov_len) {
+            done -= v->iov_len;
+            v++;
+            n--;
+        }
+        if (n > 0) {
+            v->iov_base = (char *)v->iov_base + done;
+            v->iov_len -= done;
+        }
     }
     return 0;
+}
+
+int stk__pwrite2_full(int fd, const void *a, size_t na, const void *b, size_t nb, uint64_t off) {
+    struct iovec v[2] = {{(void *)a, na}, {(void *)b, nb}};
+    return pwritev_full(fd, v, 2, off);
+}
+
+int stk__pwrite_full(int fd, const void *buf, size_t n, uint64_t off) {
+    struct iovec v = {(void *)buf, n};
+    return pwritev_full(fd, &v, 1, off);
 }
 
 int stk__fsync(int fd) {
